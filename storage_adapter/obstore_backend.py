@@ -1,0 +1,216 @@
+"""The one module that imports obstore: builds stores and translates every obstore exception.
+
+Methods take full store paths (root prefix already joined) plus the caller's key for messages. Conditional
+outcomes that are not errors (a lost create, a failed precondition) come back as values, not exceptions.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import Any, TypeVar
+
+import obstore
+from obstore.exceptions import (
+    AlreadyExistsError,
+    BaseError,
+    GenericError,
+    InvalidPathError,
+    NotSupportedError,
+    PreconditionError,
+    UnauthenticatedError,
+)
+from obstore.exceptions import PermissionDeniedError as ObstorePermissionDenied
+from obstore.store import LocalStore, MemoryStore, S3Store
+
+from storage_adapter.config import AdapterConfig
+from storage_adapter.errors import (
+    BackendUnavailableError,
+    InvalidKeyError,
+    NotFoundError,
+    PermissionDeniedError,
+    StorageError,
+    UnsupportedOperationError,
+)
+from storage_adapter.keys import join_key
+from storage_adapter.types import ObjectInfo
+
+T = TypeVar("T")
+
+# GenericError carries transport failures as text; these shapes mean "try again later".
+_TRANSIENT = re.compile(
+    r"error sending request|connection (refused|reset|closed)|connect error|timed? ?out|dns error"
+    r"|retries|status code: 5\d\d|server error|broken pipe|tcp connect",
+    re.IGNORECASE,
+)
+
+_MEMORY_STORES: dict[str, MemoryStore] = {}
+_MEMORY_LOCK = threading.Lock()
+
+
+def _memory_store(name: str) -> MemoryStore:
+    with _MEMORY_LOCK:
+        store = _MEMORY_STORES.get(name)
+        if store is None:
+            store = _MEMORY_STORES[name] = MemoryStore()
+        return store
+
+
+def _build_store(config: AdapterConfig) -> Any:
+    if config.backend == "memory":
+        return _memory_store(config.location)
+    if config.backend == "local":
+        return LocalStore(config.location, mkdir=True)
+    opts = dict(config.options)
+    s3_config: dict[str, Any] = {"region": opts["region"], "virtual_hosted_style_request": False}
+    for name in ("endpoint", "access_key_id", "secret_access_key", "session_token"):
+        if opts.get(name):
+            s3_config[name] = opts[name]
+    if not opts.get("access_key_id"):
+        # Anonymous access must be asked for explicitly, or object_store probes instance metadata.
+        s3_config["skip_signature"] = True
+    return S3Store(
+        config.location,
+        config=s3_config,
+        client_options={
+            "allow_http": bool(opts["allow_http"]),
+            "connect_timeout": timedelta(seconds=opts["connect_timeout_s"]),
+            "timeout": timedelta(seconds=opts["request_timeout_s"]),
+        },
+        retry_config={
+            "max_retries": opts["max_retries"],
+            "retry_timeout": timedelta(seconds=opts["retry_timeout_s"]),
+        },
+    )
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+class ObstoreBackend:
+    """Thin, exception-translating wrapper over one obstore store."""
+
+    def __init__(self, config: AdapterConfig) -> None:
+        self.name = config.backend
+        self._prefix = config.prefix
+        try:
+            self._store = _build_store(config)
+        except BaseError as exc:
+            raise StorageError(f"cannot open {config.url} ({self.name}): {_first_line(exc)}") from exc
+
+    def path(self, key: str) -> str:
+        return join_key(self._prefix, key)
+
+    def relative(self, path: str) -> str:
+        return path[len(self._prefix) + 1 :] if self._prefix else path
+
+    @contextmanager
+    def translated(self, key: str, action: str) -> Iterator[None]:
+        """Translate obstore's (and the OS's) exceptions raised inside the block into StorageError."""
+        where = f"{action} {key!r} on {self.name}"
+        try:
+            yield
+        except StorageError:
+            raise
+        except FileNotFoundError as exc:
+            raise NotFoundError(f"not found: {key!r} on {self.name}", key=key, backend=self.name) from exc
+        except (ObstorePermissionDenied, UnauthenticatedError, PermissionError) as exc:
+            raise PermissionDeniedError(
+                f"permission denied: {where}: {_first_line(exc)}", key=key, backend=self.name
+            ) from exc
+        except InvalidPathError as exc:
+            raise InvalidKeyError(f"invalid key: {where}: {_first_line(exc)}", key=key, backend=self.name) from exc
+        except (NotSupportedError, NotImplementedError) as exc:
+            raise UnsupportedOperationError(
+                f"unsupported: {where}: {_first_line(exc)}", key=key, backend=self.name
+            ) from exc
+        except (GenericError, OSError) as exc:
+            if isinstance(exc, (ConnectionError, TimeoutError)) or _TRANSIENT.search(str(exc)):
+                raise BackendUnavailableError(
+                    f"backend unavailable: {where}: {_first_line(exc)}", key=key, backend=self.name
+                ) from exc
+            raise StorageError(f"failed: {where}: {_first_line(exc)}", key=key, backend=self.name) from exc
+        except BaseError as exc:
+            raise StorageError(f"failed: {where}: {_first_line(exc)}", key=key, backend=self.name) from exc
+
+    def call(self, key: str, action: str, fn: Callable[[], T]) -> T:
+        with self.translated(key, action):
+            return fn()
+
+    # -- reads ---------------------------------------------------------------------------------------
+    def get(self, key: str) -> tuple[bytes, str]:
+        with self.translated(key, "read"):
+            result = obstore.get(self._store, self.path(key))
+            data = bytes(result.bytes())
+            return data, str(result.meta["e_tag"])
+
+    def head_token(self, key: str) -> str:
+        with self.translated(key, "head"):
+            return str(obstore.head(self._store, self.path(key))["e_tag"])
+
+    def list(self, prefix: str) -> list[ObjectInfo]:
+        with self.translated(prefix, "list"):
+            infos = [
+                self._info(meta)
+                for batch in obstore.list(self._store, self.path(prefix) if prefix else self._prefix or None)
+                for meta in batch
+            ]
+        return infos
+
+    def list_dir(self, prefix: str) -> tuple[list[ObjectInfo], list[str]]:
+        with self.translated(prefix, "list_dir"):
+            result = obstore.list_with_delimiter(
+                self._store, self.path(prefix) if prefix else self._prefix or None
+            )
+        objects = [self._info(meta) for meta in result["objects"]]
+        return objects, [self.relative(p.rstrip("/")) for p in result["common_prefixes"]]
+
+    def _info(self, meta: Any) -> ObjectInfo:
+        return ObjectInfo(
+            key=self.relative(meta["path"]),
+            size=int(meta["size"]),
+            token=str(meta["e_tag"]),
+            last_modified=meta["last_modified"],
+        )
+
+    # -- mutations (memory and S3; local mutations go through LocalMutator) -------------------------------
+    def put(self, key: str, data: bytes) -> str:
+        with self.translated(key, "write"):
+            return str(obstore.put(self._store, self.path(key), data)["e_tag"])
+
+    def put_if_absent(self, key: str, data: bytes) -> str | None:
+        """Native create: the new token, or None when the object already exists."""
+        with self.translated(key, "write_if_absent"):
+            try:
+                return str(obstore.put(self._store, self.path(key), data, mode="create")["e_tag"])
+            except AlreadyExistsError:
+                return None
+            except PreconditionError:
+                # S3 answers a lost If-None-Match race with 412; object_store maps that to Precondition.
+                return None
+
+    def put_if_match(self, key: str, data: bytes, token: str) -> str | None:
+        """Native update: the new token, or None when the object changed or is absent."""
+        with self.translated(key, "write_if_match"):
+            try:
+                mode: Any = {"e_tag": token}
+                return str(obstore.put(self._store, self.path(key), data, mode=mode)["e_tag"])
+            except (PreconditionError, FileNotFoundError):
+                return None
+
+    def delete(self, key: str) -> None:
+        with self.translated(key, "delete"):
+            try:
+                obstore.delete(self._store, self.path(key))
+            except FileNotFoundError:
+                pass  # deletes are idempotent
+
+    def rename(self, src: str, dst: str) -> None:
+        with self.translated(src, f"rename to {dst!r}"):
+            obstore.rename(self._store, self.path(src), self.path(dst))
+
+

@@ -1,0 +1,64 @@
+"""Public value types: frozen dataclasses and enums, so results can be hashed, compared and pickled."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from datetime import datetime
+
+
+@dataclass(frozen=True)
+class Versioned:
+    """An object's bytes together with the version token of exactly those bytes.
+
+    ``token`` is opaque: pass it to ``write_if_match``. It is the ETag on S3, a counter on memory and
+    ``inode-mtime-size`` on local (see ``Capabilities.token_semantics``).
+    """
+
+    data: bytes
+    token: str
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    """One listed object. ``key`` is relative to the adapter's root."""
+
+    key: str
+    size: int
+    token: str
+    last_modified: datetime
+
+
+@dataclass(frozen=True)
+class DirListing:
+    """Direct children of a prefix: objects directly under it and child prefixes (without trailing '/')."""
+
+    objects: tuple[ObjectInfo, ...]
+    prefixes: tuple[str, ...]
+
+
+class Support(enum.Enum):
+    """How a backend honours a conditional operation."""
+
+    NATIVE = "native"  # the store itself decides atomically (If-None-Match / If-Match, in-memory lock)
+    EMULATED = "emulated"  # the adapter builds the primitive (local: directory flock + atomic rename/link)
+    UNSUPPORTED = "unsupported"  # calls raise UnsupportedOperationError
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend guarantees, declared up front (never probed at call sites).
+
+    ``shared_across_processes`` is False for memory stores: each process has its own.
+    ``atomic_rename`` is True when ``rename`` is a single atomic step (local only).
+    ``equal_content_equal_token`` is True where two writes of identical bytes can carry the same token
+    (S3 single-part ETags are content MD5s): callers doing CAS must make each body unique to avoid ABA.
+    """
+
+    backend: str
+    write_if_absent: Support
+    write_if_match: Support
+    atomic_rename: bool
+    shared_across_processes: bool
+    equal_content_equal_token: bool
+    token_semantics: str
