@@ -1,0 +1,5 @@
+"""Contract clauses (being written)."""
+
+
+class AdapterContract:
+    """Placeholder."""
