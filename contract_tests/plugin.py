@@ -4,7 +4,8 @@ Options (each mirrored as an ini setting of the same name with dashes as undersc
 
 ``--storage-url URL``            a target (repeatable), ``NAME=URL`` or ``URL``; credentials from env.
 ``--storage-factory MOD:FUNC``   open targets with this factory instead of ``open_adapter``.
-``--storage-embedded LIST``      embedded targets when no URL is given (default memory,local,seaweedfs).
+``--storage-embedded LIST``      embedded targets when no URL is given (default memory,local,seaweedfs;
+                                 also minio, rustfs: run through Docker, skipped with the reason without).
 ``--contract-threads N``         threads in the thread races (default 8).
 ``--contract-processes N``       processes in the process races (default 4).
 ``--contract-increments N``      CAS increments per worker (default 25).
@@ -62,10 +63,18 @@ def configured_targets(config: pytest.Config) -> list[Target]:
     if urls:
         return [parse_target(u, factory) for u in urls]
     names = [n.strip() for n in str(option(config, "storage-embedded")).split(",") if n.strip()]
-    unknown = set(names) - set(EMBEDDED)
+    choices = embedded_choices()
+    unknown = set(names) - set(choices)
     if unknown:
-        raise pytest.UsageError(f"--storage-embedded: unknown {sorted(unknown)}; choose from {EMBEDDED}")
+        raise pytest.UsageError(f"--storage-embedded: unknown {sorted(unknown)}; choose from {choices}")
     return [Target(name=n, factory=factory) for n in names]
+
+
+def embedded_choices() -> tuple[str, ...]:
+    """memory, local, and every S3 server provider of ``backends.registry`` (seaweedfs, minio, rustfs)."""
+    from backends.registry import provider_names
+
+    return EMBEDDED + tuple(n for n in provider_names() if n not in EMBEDDED)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -110,9 +119,29 @@ def contract_root(storage_target: Target, request: pytest.FixtureRequest) -> Ite
     elif storage_target.name == "local":
         with tempfile.TemporaryDirectory(prefix="contract-local-") as root:
             yield storage_target.open(f"file://{root}")
-    else:
+    elif storage_target.name == "seaweedfs":
         endpoint = request.getfixturevalue("embedded_seaweedfs")
         yield storage_target.open(endpoint.url(), **endpoint.adapter_options())
+    else:
+        yield from _container_root(storage_target)
+
+
+def _container_root(storage_target: Target) -> Iterator[Any]:
+    """A provider that may not be able to run here (MinIO, RustFS need Docker): its clauses skip with the
+    provider's one-line reason instead of erroring, and the server is stopped at session end."""
+    from backends.registry import provider
+    from backends.server import ServerUnavailable
+
+    server = provider(storage_target.name)()
+    try:
+        endpoint = server.start()
+    except ServerUnavailable as exc:
+        server.stop()
+        pytest.skip(str(exc))
+    try:
+        yield storage_target.open(endpoint.url(), **endpoint.adapter_options())
+    finally:
+        server.stop()
 
 
 @pytest.fixture

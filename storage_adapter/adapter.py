@@ -143,7 +143,9 @@ class ObjectStorageAdapter:
         return sorted(self._backend.list(validate_prefix(prefix, self.backend)), key=lambda i: i.key)
 
     def list_dir(self, prefix: str = "") -> DirListing:
-        """Objects directly under ``prefix`` and its child prefixes, each sorted."""
+        """Objects directly under ``prefix`` and its child prefixes (those holding at least one object),
+        each sorted. One request, plus one per child prefix on S3: some servers (SeaweedFS) report
+        emptied directories as prefixes, so each is confirmed."""
         objects, prefixes = self._backend.list_dir(validate_prefix(prefix, self.backend))
         return DirListing(
             objects=tuple(sorted(objects, key=lambda i: i.key)), prefixes=tuple(sorted(prefixes))
@@ -239,5 +241,3 @@ def open_adapter(url: str, **options: Any) -> ObjectStorageAdapter:
     """Open an adapter for ``url``: ``file:///abs/root`` (or ``/abs/root``), ``s3://bucket/prefix`` or
     ``memory://name``. Raises ConfigurationError for an unknown scheme or option."""
     return ObjectStorageAdapter(parse_url(url, options))
-
-

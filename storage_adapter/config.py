@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from storage_adapter.errors import ConfigurationError
+from storage_adapter.errors import ConfigurationError, InvalidKeyError
 from storage_adapter.keys import join_key, validate_prefix
 
 SCHEMES = ("file", "s3", "memory")
@@ -151,7 +151,10 @@ def parse_url(url: str, options: dict[str, Any], environ: dict[str, str] | None 
     if not parts.netloc:
         what = "bucket" if backend == "s3" else "store name"
         raise ConfigurationError(f"{scheme} URL {url!r} needs a {what}: {scheme}://NAME/prefix", key=url)
-    prefix = validate_prefix(path.lstrip("/"), backend)
+    try:
+        prefix = validate_prefix(path.lstrip("/"), backend)
+    except InvalidKeyError as exc:
+        raise ConfigurationError(f"storage URL {url!r} has an invalid prefix: {exc}", key=url) from exc
     resolved: dict[str, Any] = {}
     for name, (kind, env_name) in supported.items():
         if name in options:

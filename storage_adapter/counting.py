@@ -26,7 +26,9 @@ class CountingAdapter:
     (counts are local to a process).
     """
 
-    def __init__(self, inner: ObjectStorageAdapter | CountingAdapter, counts: Counter[str] | None = None) -> None:
+    def __init__(
+        self, inner: ObjectStorageAdapter | CountingAdapter, counts: Counter[str] | None = None
+    ) -> None:
         self.inner = inner
         self.counts: Counter[str] = Counter() if counts is None else counts
         self._lock = threading.Lock()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -123,7 +123,9 @@ class ObstoreBackend:
                 f"permission denied: {where}: {_first_line(exc)}", key=key, backend=self.name
             ) from exc
         except InvalidPathError as exc:
-            raise InvalidKeyError(f"invalid key: {where}: {_first_line(exc)}", key=key, backend=self.name) from exc
+            raise InvalidKeyError(
+                f"invalid key: {where}: {_first_line(exc)}", key=key, backend=self.name
+            ) from exc
         except (NotSupportedError, NotImplementedError) as exc:
             raise UnsupportedOperationError(
                 f"unsupported: {where}: {_first_line(exc)}", key=key, backend=self.name
@@ -167,7 +169,16 @@ class ObstoreBackend:
                 self._store, self.path(prefix) if prefix else self._prefix or None
             )
         objects = [self._info(meta) for meta in result["objects"]]
-        return objects, [self.relative(p.rstrip("/")) for p in result["common_prefixes"]]
+        prefixes = [p.rstrip("/") for p in result["common_prefixes"]]
+        if self.name == "s3":
+            # Some S3 servers (SeaweedFS) keep a directory after its last object is deleted and report
+            # it as a common prefix; a prefix is only a child if an object lives under it.
+            prefixes = [p for p in prefixes if self._has_objects(prefix, p)]
+        return objects, [self.relative(p) for p in prefixes]
+
+    def _has_objects(self, key: str, path: str) -> bool:
+        with self.translated(key, "list_dir"):
+            return next(iter(obstore.list(self._store, path, chunk_size=1)), None) is not None
 
     def _info(self, meta: Any) -> ObjectInfo:
         return ObjectInfo(
@@ -204,13 +215,9 @@ class ObstoreBackend:
 
     def delete(self, key: str) -> None:
         with self.translated(key, "delete"):
-            try:
+            with suppress(FileNotFoundError):  # deletes are idempotent
                 obstore.delete(self._store, self.path(key))
-            except FileNotFoundError:
-                pass  # deletes are idempotent
 
     def rename(self, src: str, dst: str) -> None:
         with self.translated(src, f"rename to {dst!r}"):
             obstore.rename(self._store, self.path(src), self.path(dst))
-
-

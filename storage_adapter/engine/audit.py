@@ -1,0 +1,70 @@
+"""Audit records of recoveries: exactly one per recovered operation.
+
+The key ``__audit/{operation_id}.json`` is a function of the operation id alone and is written with
+``write_if_absent``, so a recovery that crashes after its audit write and runs again (in this process or
+another) finds the record present and does not write a second one.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+from storage_adapter.engine import codec, layout
+from storage_adapter.engine.errors import CorruptMetadataError
+from storage_adapter.engine.failpoints import failpoint
+
+AUDIT_FORMAT = "storage-adapter-engine/recovery-audit"
+
+
+class RecoveryOutcome(enum.Enum):
+    ROLLED_FORWARD = "rolled_forward"  # recovery published the commit (one manifest publish)
+    ROLLED_BACK = "rolled_back"  # recovery restored every advanced head by a new version
+    COMPLETED = "completed"  # the commit had landed: only its stale sidecar was consumed
+    ORPHAN_DISCARDED = "orphan_discarded"  # nothing moved: only the sidecar was discarded
+
+
+@dataclass(frozen=True)
+class AuditRecord:
+    operation_id: str
+    outcome: RecoveryOutcome
+    tables: dict[str, tuple[int | None, int | None]]  # table -> (from version, to version)
+    recovered_at: str
+    recovered_by: str  # actor/host/pid of the recovering engine
+
+    def encode(self) -> bytes:
+        return codec.encode(AUDIT_FORMAT, 1, {
+            "operation_id": self.operation_id, "outcome": self.outcome.value,
+            "tables": {name: list(moves) for name, moves in self.tables.items()},
+            "recovered_at": self.recovered_at, "recovered_by": self.recovered_by,
+        })  # fmt: skip
+
+    @classmethod
+    def decode(cls, raw: bytes, key: str) -> AuditRecord:
+        doc = codec.decode(raw, key, AUDIT_FORMAT, (1,), CorruptMetadataError)
+        try:
+            return cls(
+                operation_id=str(doc["operation_id"]), outcome=RecoveryOutcome(doc["outcome"]),
+                tables={str(n): (m[0], m[1]) for n, m in doc["tables"].items()},
+                recovered_at=str(doc["recovered_at"]), recovered_by=str(doc["recovered_by"]),
+            )  # fmt: skip
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            raise CorruptMetadataError(f"{key}: malformed audit record; left in place", key=key) from exc
+
+
+class AuditLog:
+    def __init__(self, adapter: Any) -> None:
+        self._adapter = adapter
+
+    def record_once(self, record: AuditRecord) -> bool:
+        """Write the record unless the operation already has one. True if this call wrote it."""
+        failpoint("recovery.audit_write")
+        return self._adapter.write_if_absent(layout.audit_key(record.operation_id), record.encode())
+
+    def records(self) -> list[AuditRecord]:
+        """Every audit record, oldest operation first (operation ids are ULIDs: time-ordered)."""
+        return [
+            AuditRecord.decode(self._adapter.read_bytes(info.key), info.key)
+            for info in self._adapter.list(layout.AUDIT_PREFIX)
+        ]

@@ -1,0 +1,66 @@
+"""Where the engine keeps everything under its root. One place, so no module invents a key.
+
+    _manifest.json                         the manifest: the single visibility authority (CAS-published)
+    tables/{table}/_versions/{V:020d}.json table version V (immutable; written with write_if_absent)
+    tables/{table}/data/{ulid}.parquet     immutable data fragments
+    __recovery/{operation_id}.json         recovery sidecars of commits in flight (or crashed)
+    __audit/{operation_id}.json            one audit record per recovered operation (write_if_absent)
+"""
+
+from __future__ import annotations
+
+import re
+
+from storage_adapter.errors import InvalidKeyError
+
+MANIFEST_KEY = "_manifest.json"
+TABLES_PREFIX = "tables"
+RECOVERY_PREFIX = "__recovery"
+AUDIT_PREFIX = "__audit"
+
+_TABLE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,127}$")
+_VERSION_FILE = re.compile(r"^(\d{20})\.json$")
+
+
+def check_table_name(name: object) -> str:
+    """Table names are ``[A-Za-z][A-Za-z0-9_.-]*`` (at most 128 chars): safe as one key segment everywhere."""
+    if not isinstance(name, str) or not _TABLE_NAME.match(name):
+        raise InvalidKeyError(f"invalid table name {name!r}: must match {_TABLE_NAME.pattern}", key=str(name))
+    return name
+
+
+def table_prefix(table: str) -> str:
+    return f"{TABLES_PREFIX}/{table}"
+
+
+def versions_prefix(table: str) -> str:
+    return f"{TABLES_PREFIX}/{table}/_versions"
+
+
+def version_key(table: str, version: int) -> str:
+    return f"{versions_prefix(table)}/{version:020d}.json"
+
+
+def version_from_key(key: str) -> int | None:
+    match = _VERSION_FILE.match(key.rsplit("/", 1)[-1])
+    return int(match.group(1)) if match else None
+
+
+def data_prefix(table: str) -> str:
+    return f"{TABLES_PREFIX}/{table}/data"
+
+
+def data_key(table: str, fragment_id: str) -> str:
+    return f"{data_prefix(table)}/{fragment_id}.parquet"
+
+
+def sidecar_key(operation_id: str) -> str:
+    return f"{RECOVERY_PREFIX}/{operation_id}.json"
+
+
+def audit_key(operation_id: str) -> str:
+    return f"{AUDIT_PREFIX}/{operation_id}.json"
+
+
+def operation_id_from_key(key: str) -> str:
+    return key.rsplit("/", 1)[-1].removesuffix(".json")

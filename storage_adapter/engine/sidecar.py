@@ -1,0 +1,216 @@
+"""Recovery sidecars: the durable intent of a commit in flight, and who is still working on it.
+
+A writer writes ``__recovery/{operation_id}.json`` (Phase A) before its first table head advances and
+deletes it (Phase D) after the manifest publish. The sidecar names, per table, the manifest pin when the
+writer started (``expected_version``; null when the commit creates the table) and the version the commit
+will publish (``post_commit_pin``), plus what a roll-forward needs to publish the commit on the writer's
+behalf (mode, actor, idempotency key, schemas of created tables).
+
+Liveness, so heal never recovers a commit whose writer is still working (see docs/recovery.md):
+the sidecar carries the writer's host, pid and a lease (``lease_expires_at``) that the writer renews while
+it works. A writer in this process is alive exactly while it is registered in :data:`LIVE`; on the same
+host, a writer whose pid is gone is dead at once; elsewhere, it is dead when its lease has expired.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from storage_adapter.engine import codec, layout
+from storage_adapter.engine.errors import CorruptSidecarError
+from storage_adapter.engine.failpoints import failpoint
+
+SIDECAR_FORMAT = "storage-adapter-engine/recovery-sidecar"
+SIDECAR_SCHEMA_VERSIONS = (1,)
+HOST = socket.gethostname()
+
+
+@dataclass(frozen=True)
+class SidecarPin:
+    key: str  # the table's prefix
+    expected_version: int | None  # manifest pin at start; None: the commit creates the table
+    post_commit_pin: int  # the version this commit publishes
+    schema: str | None = None  # for a created table: its schema (needed to roll the creation forward)
+
+
+@dataclass(frozen=True)
+class Sidecar:
+    operation_id: str
+    writer_kind: str  # "commit" or "create_table"
+    actor: str | None
+    started_at: str
+    lease_expires_at: str
+    host: str
+    pid: int
+    manifest_version: int  # the manifest version the writer (last) based its attempt on
+    mode: str
+    idempotency_key: str | None
+    tables: dict[str, SidecarPin] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return layout.sidecar_key(self.operation_id)
+
+    def encode(self) -> bytes:
+        return codec.encode(SIDECAR_FORMAT, 1, {
+            "operation_id": self.operation_id, "writer_kind": self.writer_kind, "actor": self.actor,
+            "started_at": self.started_at, "lease_expires_at": self.lease_expires_at, "host": self.host,
+            "pid": self.pid, "manifest_version": self.manifest_version, "mode": self.mode,
+            "idempotency_key": self.idempotency_key,
+            "tables": {name: {"key": p.key, "expected_version": p.expected_version,
+                              "post_commit_pin": p.post_commit_pin, "schema": p.schema}
+                       for name, p in self.tables.items()},
+        })  # fmt: skip
+
+    @classmethod
+    def decode(cls, raw: bytes, key: str) -> Sidecar:
+        doc = codec.decode(raw, key, SIDECAR_FORMAT, SIDECAR_SCHEMA_VERSIONS, CorruptSidecarError)
+        req = codec.require
+        try:
+            tables = {
+                str(name): SidecarPin(str(p["key"]), p["expected_version"], int(p["post_commit_pin"]),
+                                      p.get("schema"))  # fmt: skip
+                for name, p in req(doc, "tables", dict, key, CorruptSidecarError).items()
+            }
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise CorruptSidecarError(f"{key}: malformed table pins; left in place", key=key) from exc
+        if any(p.expected_version is not None and not isinstance(p.expected_version, int) for p in tables.values()):
+            raise CorruptSidecarError(f"{key}: malformed expected_version; left in place", key=key)
+        sidecar = cls(
+            operation_id=req(doc, "operation_id", str, key, CorruptSidecarError),
+            writer_kind=req(doc, "writer_kind", str, key, CorruptSidecarError),
+            actor=doc.get("actor"),
+            started_at=req(doc, "started_at", str, key, CorruptSidecarError),
+            lease_expires_at=req(doc, "lease_expires_at", str, key, CorruptSidecarError),
+            host=req(doc, "host", str, key, CorruptSidecarError),
+            pid=req(doc, "pid", int, key, CorruptSidecarError),
+            manifest_version=req(doc, "manifest_version", int, key, CorruptSidecarError),
+            mode=req(doc, "mode", str, key, CorruptSidecarError),
+            idempotency_key=doc.get("idempotency_key"),
+            tables=tables,
+        )
+        if layout.operation_id_from_key(key) != sidecar.operation_id:
+            raise CorruptSidecarError(f"{key}: operation_id does not match the key; left in place", key=key)
+        return sidecar
+
+    def lease_expired(self, now: datetime) -> bool:
+        return codec.parse_iso(self.lease_expires_at) <= now
+
+    def with_pin(self, table: str, post_commit_pin: int) -> Sidecar:
+        tables = dict(self.tables)
+        tables[table] = replace(tables[table], post_commit_pin=post_commit_pin)
+        return replace(self, tables=tables)
+
+
+def lease_deadline(lease_s: float) -> str:
+    return (datetime.now(timezone.utc) + timedelta(seconds=lease_s)).isoformat(timespec="microseconds")
+
+
+class LiveOperations:
+    """Operations whose writer is running in this process, per engine root. Heal skips them, which is
+    what serializes in-process heal with in-process writers."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._live: dict[str, set[str]] = {}
+        self._claimed: dict[str, set[str]] = {}
+
+    def register(self, root: str, operation_id: str) -> None:
+        with self._lock:
+            self._live.setdefault(root, set()).add(operation_id)
+
+    def unregister(self, root: str, operation_id: str) -> None:
+        with self._lock:
+            self._live.get(root, set()).discard(operation_id)
+
+    def is_live(self, root: str, operation_id: str) -> bool:
+        with self._lock:
+            return operation_id in self._live.get(root, set())
+
+    def claim(self, root: str, operation_id: str) -> bool:
+        """Claim a sidecar for recovery by one thread of this process; False if another thread has it."""
+        with self._lock:
+            claimed = self._claimed.setdefault(root, set())
+            if operation_id in claimed or operation_id in self._live.get(root, set()):
+                return False
+            claimed.add(operation_id)
+            return True
+
+    def release(self, root: str, operation_id: str) -> None:
+        with self._lock:
+            self._claimed.get(root, set()).discard(operation_id)
+
+
+LIVE = LiveOperations()
+
+
+def _pid_running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def writer_alive(sidecar: Sidecar, root: str) -> bool:
+    """Whether the sidecar's writer may still be working on it (see the module docstring)."""
+    if sidecar.host == HOST and sidecar.pid == os.getpid():
+        return LIVE.is_live(root, sidecar.operation_id)
+    if sidecar.host == HOST and not _pid_running(sidecar.pid):
+        return False
+    return not sidecar.lease_expired(datetime.now(timezone.utc))
+
+
+class SidecarStore:
+    """Sidecar I/O on one adapter, with the storage failpoints of the fault matrix."""
+
+    def __init__(self, adapter: Any) -> None:
+        self._adapter = adapter
+
+    def write(self, sidecar: Sidecar) -> None:
+        """Write (or, by its owner, rewrite) the sidecar: an atomic replace, so readers see all or none."""
+        failpoint("recovery.sidecar_write")
+        self._adapter.write(sidecar.key, sidecar.encode())
+
+    def delete(self, operation_id: str) -> None:
+        failpoint("recovery.sidecar_delete")
+        self._adapter.delete(layout.sidecar_key(operation_id))
+
+    def list_keys(self) -> list[str]:
+        """Keys of every pending sidecar: one LIST request. Failures raise: heal never skips silently."""
+        failpoint("recovery.sidecar_list")
+        return [info.key for info in self._adapter.list(layout.RECOVERY_PREFIX) if info.key.endswith(".json")]
+
+    def read(self, key: str) -> Sidecar | None:
+        """The sidecar, or None if it vanished since it was listed (its writer finished: benign)."""
+        failpoint("recovery.sidecar_read")
+        raw = self._adapter.read_if_exists(key)
+        return None if raw is None else Sidecar.decode(raw, key)
+
+
+class LeaseKeeper:
+    """Renews a live writer's lease by rewriting its sidecar once half the lease has passed."""
+
+    def __init__(self, store: SidecarStore, lease_s: float) -> None:
+        self._store = store
+        self._lease_s = lease_s
+        self._written_at = 0.0
+
+    def write(self, sidecar: Sidecar) -> Sidecar:
+        sidecar = replace(sidecar, lease_expires_at=lease_deadline(self._lease_s))
+        self._store.write(sidecar)
+        self._written_at = time.monotonic()
+        return sidecar
+
+    def renew_if_due(self, sidecar: Sidecar) -> Sidecar:
+        if time.monotonic() - self._written_at < self._lease_s / 2:
+            return sidecar
+        return self.write(sidecar)

@@ -1,0 +1,68 @@
+"""Idempotency-Key semantics on object storage: a store of fenced reservations, a transport-agnostic
+request wrapper, and reconciliation of stalled owners against the commit engine. See docs/idempotency.md."""
+
+from storage_adapter.idempotency.errors import (
+    CorruptRecordError,
+    InvalidIdempotencyKeyError,
+    ReplayUnavailableError,
+    StoreUnavailableError,
+    SummaryTooLargeError,
+)
+from storage_adapter.idempotency.fingerprint import payload_fingerprint
+from storage_adapter.idempotency.handler import (
+    IdempotentRequest,
+    OwnerContext,
+    Policy,
+    commit_key,
+    run_idempotent,
+)
+from storage_adapter.idempotency.keyformat import UUID_KEYS, UUIDV7_KEYS, KeyFormat
+from storage_adapter.idempotency.reconcile import ByOperation, Reconciler, Reconciliation, Verdict
+from storage_adapter.idempotency.records import IdempotencyRecord, RecordStatus
+from storage_adapter.idempotency.responses import HandlerResult, Response, is_replayable
+from storage_adapter.idempotency.store import (
+    Cancelled,
+    Duplicate,
+    Finalized,
+    IdempotencyStore,
+    LostOwnership,
+    NotFound,
+    Owned,
+    Stored,
+    Updated,
+)
+
+__all__ = [
+    "UUIDV7_KEYS",
+    "UUID_KEYS",
+    "ByOperation",
+    "Cancelled",
+    "CorruptRecordError",
+    "Duplicate",
+    "Finalized",
+    "HandlerResult",
+    "IdempotencyRecord",
+    "IdempotencyStore",
+    "IdempotentRequest",
+    "InvalidIdempotencyKeyError",
+    "KeyFormat",
+    "LostOwnership",
+    "NotFound",
+    "Owned",
+    "OwnerContext",
+    "Policy",
+    "Reconciler",
+    "Reconciliation",
+    "RecordStatus",
+    "ReplayUnavailableError",
+    "Response",
+    "StoreUnavailableError",
+    "Stored",
+    "SummaryTooLargeError",
+    "Updated",
+    "Verdict",
+    "commit_key",
+    "is_replayable",
+    "payload_fingerprint",
+    "run_idempotent",
+]  # fmt: skip

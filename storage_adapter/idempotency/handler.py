@@ -1,0 +1,245 @@
+"""run_idempotent: Idempotency-Key semantics around any handler, independent of the transport.
+
+The status-code table and the state machine are in docs/idempotency.md. In short: 400 bad key, 422 key
+reused for a different request, replay of stored outcomes, bounded wait then 409 while another owner
+works, reconciliation of stale owners, 503 when the store cannot answer, and only 2xx/deterministic 4xx
+stored.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from storage_adapter.idempotency.errors import (
+    InvalidIdempotencyKeyError,
+    ReplayUnavailableError,
+    StoreUnavailableError,
+    SummaryTooLargeError,
+)
+from storage_adapter.idempotency.fingerprint import payload_fingerprint
+from storage_adapter.idempotency.lease_keeper import LeaseKeeper
+from storage_adapter.idempotency.reconcile import Reconciler, Reconciliation, Verdict
+from storage_adapter.idempotency.records import IdempotencyRecord, RecordStatus
+from storage_adapter.idempotency.responses import (
+    IN_PROGRESS,
+    KEY_CONFLICT,
+    KEY_INVALID,
+    RECONCILE_FAILED,
+    REPLAY_FAILED,
+    STORE_UNAVAILABLE,
+    HandlerResult,
+    Response,
+    is_replayable,
+    problem,
+)
+from storage_adapter.idempotency.store import Finalized, IdempotencyStore, Owned
+
+Replayer = Callable[[IdempotencyRecord], HandlerResult]
+
+
+@dataclass(frozen=True)
+class IdempotentRequest:
+    """One request: ``realm`` is the tenant/principal the key is bound to; ``payload`` is fingerprinted
+    (canonical JSON or bytes) so a reused key with another payload is refused."""
+
+    realm: str
+    key: str | None
+    operation: str
+    resource: str
+    payload: Any
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Waiting and retry bounds. A duplicate of an in-flight request polls after ``first_wait_s``,
+    doubling up to ``max_wait_s``, and gives up with 409 once the next sleep would pass ``total_wait_s``.
+    Finalize and cancel are tried ``settle_attempts`` times (each under the store's per-call deadline).
+    ``heartbeat_s`` defaults to a third of the lease."""
+
+    first_wait_s: float = 0.2
+    max_wait_s: float = 2.0
+    total_wait_s: float = 30.0
+    settle_attempts: int = 3
+    heartbeat_s: float | None = None
+
+
+@dataclass(frozen=True)
+class OwnerContext:
+    """Given to the handler while it owns the key. ``commit_key`` is realm-qualified: pass it to the engine
+    so the effect is recorded with the key. Check ``lost`` right before an irreversible step."""
+
+    request: IdempotentRequest
+    keeper: LeaseKeeper
+
+    @property
+    def commit_key(self) -> str:
+        return commit_key(self.request.realm, self.keeper.owned.record.key)
+
+    @property
+    def lost(self) -> bool:
+        return self.keeper.lost
+
+
+Handler = Callable[[OwnerContext], HandlerResult]
+
+
+def commit_key(realm: str, key: str) -> str:
+    """The key an engine records with the effect: bound to the realm, so realms never match each other's."""
+    return f"{realm}/{key}"
+
+
+def run_idempotent(
+    store: IdempotencyStore,
+    request: IdempotentRequest,
+    handler: Handler,
+    *,
+    reconciler: Reconciler | None = None,
+    replayer: Replayer | None = None,
+    policy: Policy = Policy(),
+    sleep: Callable[[float], None] = time.sleep,
+) -> Response:
+    """Run ``handler`` at most once per (realm, key) and answer every duplicate with the same outcome.
+
+    ``reconciler`` answers for stalled owners (without one, a stale owner is AMBIGUOUS). ``replayer``
+    rebuilds a response from a stored record (default: the stored summary as is); it raises
+    ReplayUnavailableError when that is impossible. If ``handler`` raises, the reservation is cancelled
+    and the exception propagates.
+    """
+    try:
+        key = store.key_format.validate(request.key)
+    except InvalidIdempotencyKeyError as exc:
+        return problem(400, KEY_INVALID, str(exc))
+    fingerprint = payload_fingerprint(request.payload)
+    binding = (request.operation, request.resource, fingerprint)
+    give_up_at = time.monotonic() + policy.total_wait_s
+    delay = policy.first_wait_s
+    try:
+        while True:
+            claim = store.reserve(
+                request.realm,
+                key,
+                operation=request.operation,
+                resource=request.resource,
+                fingerprint=fingerprint,
+            )
+            if isinstance(claim, Owned):
+                return _as_owner(store, claim, request, handler, reconciler, replayer, policy)
+            record = claim.record
+            if (record.operation, record.resource, record.fingerprint) != binding:
+                detail = f"key {key!r} was used for {record.operation} on {record.resource}, other payload"
+                return problem(422, KEY_CONFLICT, detail)
+            if record.status is RecordStatus.FINALIZED:
+                return _replay(record, replayer)
+            if store.is_lease_stale(record):
+                successor = store.takeover(claim)
+                if successor is not None:
+                    return _as_owner(store, successor, request, handler, reconciler, replayer, policy)
+                continue  # someone else changed it first: look again without waiting
+            if time.monotonic() + delay > give_up_at:
+                return problem(409, IN_PROGRESS, f"key {key!r} is being processed; retry later")
+            sleep(delay)
+            delay = min(delay * 2, policy.max_wait_s)
+    except StoreUnavailableError as exc:
+        return problem(503, STORE_UNAVAILABLE, str(exc))
+
+
+def _as_owner(
+    store: IdempotencyStore,
+    owned: Owned,
+    request: IdempotentRequest,
+    handler: Handler,
+    reconciler: Reconciler | None,
+    replayer: Replayer | None,
+    policy: Policy,
+) -> Response:
+    if owned.previous is not None:
+        # A former attempt may have had its effect: ask the engine before running again.
+        answer = _reconcile(owned.previous, reconciler)
+        if answer is not None:
+            outcome = answer.outcome
+            if outcome is None:
+                outcome = HandlerResult(500, {"reason": answer.reason}, error_subtype=RECONCILE_FAILED)
+            settled = _settle(store, owned, outcome, policy)
+            record = settled if settled is not None else _record_of(owned, outcome)
+            return _replay(record, replayer)
+    interval = policy.heartbeat_s if policy.heartbeat_s is not None else store.lease.total_seconds() / 3
+    with LeaseKeeper(store, owned, interval) as keeper:
+        try:
+            result = handler(OwnerContext(request, keeper))
+        except BaseException:
+            _best_effort(lambda: store.cancel(keeper.owned), policy)
+            raise
+    if is_replayable(result.status):
+        _settle(store, keeper.owned, result, policy)
+    else:
+        _best_effort(lambda: store.cancel(keeper.owned), policy)
+    return Response(result.status, result.summary, result.headers, False, result.error_subtype)
+
+
+def _reconcile(previous: IdempotencyRecord, reconciler: Reconciler | None) -> Reconciliation | None:
+    """None when the request should run; otherwise the Reconciliation to finalize (APPLIED/AMBIGUOUS)."""
+    if reconciler is None:
+        if previous.status is RecordStatus.CANCELLED:
+            return None  # without an engine to ask, a cancelled attempt is taken at its word: no effect
+        return Reconciliation(Verdict.AMBIGUOUS, reason="no reconciler configured for a stale owner")
+    answer = reconciler.reconcile(previous)
+    return None if answer.verdict is Verdict.NOT_APPLIED else answer
+
+
+def _settle(
+    store: IdempotencyStore, owned: Owned, result: HandlerResult, policy: Policy
+) -> IdempotencyRecord | None:
+    """Finalize best effort; a response too large to store cancels instead. Returns the finalized record
+    when this call stored it (None when fenced out, unavailable, or cancelled)."""
+    try:
+        outcome = _best_effort(
+            lambda: store.finalize(
+                owned, http_status=result.status, summary=result.summary, headers=result.headers,
+                error_subtype=result.error_subtype,
+            ),
+            policy,
+        )  # fmt: skip
+    except SummaryTooLargeError:
+        _best_effort(lambda: store.cancel(owned), policy)
+        return None
+    return outcome.record if isinstance(outcome, Finalized) else None
+
+
+def _best_effort(call: Callable[[], Any], policy: Policy) -> Any:
+    """Try ``call`` up to ``settle_attempts`` times while the store is unavailable; None if it never
+    answered (the lease then goes stale and a later duplicate reconciles)."""
+    for _ in range(policy.settle_attempts):
+        try:
+            return call()
+        except StoreUnavailableError:
+            continue
+    return None
+
+
+def _record_of(owned: Owned, result: HandlerResult) -> IdempotencyRecord:
+    return owned.record.next(
+        status=RecordStatus.FINALIZED, http_status=result.status, summary=result.summary,
+        headers=result.headers, error_subtype=result.error_subtype,
+    )  # fmt: skip
+
+
+def _replay(record: IdempotencyRecord, replayer: Replayer | None) -> Response:
+    if record.error_subtype == RECONCILE_FAILED:
+        return problem(500, RECONCILE_FAILED, f"the outcome of key {record.key!r} could not be reconciled",
+                       replayed=True)  # fmt: skip
+    if record.http_status is None:
+        raise ValueError(f"record {record.key!r} is {record.status.value}, not finalized: nothing to replay")
+    try:
+        result = (
+            replayer(record)
+            if replayer is not None
+            else HandlerResult(record.http_status, record.summary, record.headers, record.error_subtype)
+        )
+    except ReplayUnavailableError as exc:
+        return problem(
+            500, REPLAY_FAILED, f"stored outcome of key {record.key!r} cannot be reproduced: {exc}"
+        )
+    return Response(result.status, result.summary, result.headers, True, result.error_subtype)

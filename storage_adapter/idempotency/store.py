@@ -1,0 +1,407 @@
+"""IdempotencyStore: one record per (realm, Idempotency-Key) in object storage, through the adapter only.
+
+Concurrency rules (the reasons are in docs/idempotency.md):
+
+* ``reserve`` creates the record with ``write_if_absent``: exactly one of any number of concurrent
+  reservers owns a key.
+* Every later state change is a ``write_if_match`` (CAS) on a version the caller has just seen carrying
+  its own ``reservation_id`` (fencing): a former owner whose lease was taken over can never heartbeat,
+  finalize or cancel over its successor. Takeover of a stale lease is itself a CAS that mints a new
+  reservation id.
+* Nothing overwrites or deletes a record another party may own. ``purge_expired`` first turns an expired
+  record into a tombstone by CAS, and only the purger whose CAS won deletes it.
+
+Every storage request runs under a per-call deadline; a slow or unavailable backend raises
+:class:`StoreUnavailableError` instead of hanging the caller.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import socket
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar
+
+from storage_adapter.errors import NotFoundError, StorageError
+from storage_adapter.idempotency.deadline import call_with_deadline
+from storage_adapter.idempotency.errors import CorruptRecordError, SummaryTooLargeError
+from storage_adapter.idempotency.iso8601 import iso8601_duration
+from storage_adapter.idempotency.keyformat import UUID_KEYS, KeyFormat
+from storage_adapter.idempotency.records import (
+    IdempotencyRecord,
+    RecordStatus,
+    canonical_json,
+    decode_record,
+    encode_record,
+)
+
+T = TypeVar("T")
+
+# A transition re-reads and retries only when its own cached token went stale (the record still carries
+# our reservation id); more than this many misses in a row means something else keeps rewriting it.
+MAX_CAS_ATTEMPTS = 5
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True)
+class Stored:
+    """A decoded record with the version token of exactly the bytes it was decoded from."""
+
+    record: IdempotencyRecord
+    token: str
+
+
+@dataclass(frozen=True)
+class Owned:
+    """The caller owns the reservation ``record.reservation_id``. ``token`` is the record's version when
+    known (``write_if_absent`` returns none, so it is None right after a fresh reserve). ``previous`` is
+    the cancelled or stale record this reservation replaced, if any: its attempt may have had an effect,
+    so the owner must reconcile before running again."""
+
+    record: IdempotencyRecord
+    token: str | None
+    previous: IdempotencyRecord | None = None
+
+
+@dataclass(frozen=True)
+class Duplicate:
+    """Another reservation holds the key (in progress, finalized, or being purged)."""
+
+    record: IdempotencyRecord
+    token: str
+
+
+@dataclass(frozen=True)
+class Updated:
+    """Heartbeat stored; keep using ``owned`` (it carries the new token and lease)."""
+
+    owned: Owned
+
+
+@dataclass(frozen=True)
+class Finalized:
+    """The record is finalized under the caller's reservation (by this call or an earlier one)."""
+
+    record: IdempotencyRecord
+
+
+@dataclass(frozen=True)
+class Cancelled:
+    """The record is cancelled under the caller's reservation; the key may be reserved again."""
+
+    record: IdempotencyRecord
+
+
+@dataclass(frozen=True)
+class NotFound:
+    """The record no longer exists (purged)."""
+
+
+@dataclass(frozen=True)
+class LostOwnership:
+    """Another reservation (a successor after takeover, or a purger) holds the record: nothing was written."""
+
+    record: IdempotencyRecord
+
+
+Transition = Updated | Finalized | Cancelled | NotFound | LostOwnership
+
+
+class IdempotencyStore:
+    """Idempotency records under ``prefix`` of ``adapter``.
+
+    ``lifetime``: how long a record is kept (and replayed) after creation; advertise it with
+    ``lifetime_iso8601``. ``lease``: how long an owner holds an in-progress record without a heartbeat.
+    ``skew_grace``: clock skew tolerated between parties; a lease is stale only when it expired more than
+    this long ago by the reader's clock. ``call_timeout``: per-request deadline (None: none).
+    ``tombstone_grace``: how long a purger's tombstone is left alone before another purge adopts it.
+    """
+
+    def __init__(
+        self,
+        adapter: Any,
+        *,
+        lifetime: timedelta = timedelta(hours=24),
+        lease: timedelta = timedelta(seconds=30),
+        clock: Callable[[], datetime] = utc_now,
+        key_format: KeyFormat = UUID_KEYS,
+        skew_grace: timedelta = timedelta(seconds=5),
+        call_timeout: timedelta | None = timedelta(seconds=5),
+        max_summary_bytes: int = 16 * 1024,
+        tombstone_grace: timedelta = timedelta(minutes=10),
+        executor_id: str | None = None,
+        prefix: str = "idempotency",
+    ) -> None:
+        if lease <= timedelta(0) or lifetime <= lease:
+            raise ValueError(f"need 0 < lease < lifetime, got lease={lease}, lifetime={lifetime}")
+        self.adapter = adapter
+        self.lifetime = lifetime
+        self.lease = lease
+        self.clock = clock
+        self.key_format = key_format
+        self.skew_grace = skew_grace
+        self.call_timeout = None if call_timeout is None else call_timeout.total_seconds()
+        self.max_summary_bytes = max_summary_bytes
+        self.tombstone_grace = tombstone_grace
+        self.executor_id = executor_id or f"{socket.gethostname()}:{os.getpid()}"
+        self.prefix = prefix
+
+    @property
+    def lifetime_iso8601(self) -> str:
+        """The record lifetime as an ISO-8601 duration, e.g. ``PT24H`` -> ``P1D``."""
+        return iso8601_duration(self.lifetime)
+
+    # -- locations and requests -----------------------------------------------------------------------
+    def location(self, realm: str, key: str) -> str:
+        """Object key of the record for (realm, key). Both are hashed: any realm or key format is a safe
+        object key, and the realm is part of the location so realms never share a record."""
+        return f"{self.prefix}/records/{_digest(realm)}/{_digest(key)}.json"
+
+    def _request(self, what: str, call: Callable[[], T]) -> T:
+        return call_with_deadline(call, self.call_timeout, what)
+
+    def _read(self, location: str) -> Stored | None:
+        try:
+            versioned = self._request(f"read {location}", lambda: self.adapter.read_versioned(location))
+        except NotFoundError:
+            return None
+        return Stored(decode_record(versioned.data, location), versioned.token)
+
+    def _read_for(self, realm: str, key: str) -> Stored | None:
+        """Read the record of (realm, key), refusing one that names another realm or key (misplaced)."""
+        location = self.location(realm, key)
+        stored = self._read(location)
+        if stored is not None and (stored.record.realm, stored.record.key) != (realm, key):
+            raise CorruptRecordError(
+                f"corrupt idempotency record {location!r}: it names realm {stored.record.realm!r} key "
+                f"{stored.record.key!r}, expected {realm!r} {key!r} (left in place)",
+                key=location,
+            )
+        return stored
+
+    def _cas(self, location: str, record: IdempotencyRecord, token: str) -> str | None:
+        body = encode_record(record)
+        return self._request(
+            f"write_if_match {location}", lambda: self.adapter.write_if_match(location, body, token)
+        )
+
+    # -- time -----------------------------------------------------------------------------------------
+    def is_lease_stale(self, record: IdempotencyRecord) -> bool:
+        """True when an in-progress record's lease expired more than ``skew_grace`` ago by our clock."""
+        return (
+            record.status is RecordStatus.IN_PROGRESS
+            and self.clock() > record.lease_expires_at + self.skew_grace
+        )
+
+    # -- reservation ----------------------------------------------------------------------------------
+    def reserve(
+        self, realm: str, key: str, *, operation: str, resource: str, fingerprint: str
+    ) -> Owned | Duplicate:
+        """Reserve (realm, key) for one request. Exactly one concurrent caller gets Owned.
+
+        A cancelled record with the same binding (operation, resource, fingerprint) is taken over by CAS
+        (``Owned.previous`` is set); every other existing record comes back as Duplicate. Raises
+        InvalidIdempotencyKeyError, CorruptRecordError (record left in place), StoreUnavailableError.
+        """
+        key = self.key_format.validate(key)
+        if not isinstance(realm, str) or not realm:
+            raise ValueError(f"realm must be a non-empty str, got {realm!r}")
+        location = self.location(realm, key)
+        now = self.clock()
+        fresh = IdempotencyRecord(
+            realm=realm, key=key, operation=operation, resource=resource, fingerprint=fingerprint,
+            status=RecordStatus.IN_PROGRESS, reservation_id=_new_id(), executor_id=self.executor_id,
+            revision=0, created_at=now, heartbeat_at=now, lease_expires_at=now + self.lease,
+            expires_at=now + self.lifetime,
+        )  # fmt: skip
+        body = encode_record(fresh)
+        for _ in range(MAX_CAS_ATTEMPTS):
+            if self._request(
+                f"write_if_absent {location}", lambda: self.adapter.write_if_absent(location, body)
+            ):
+                return Owned(fresh, None)
+            stored = self._read_for(realm, key)
+            if stored is None:
+                continue  # purged between the two requests: try to create it again
+            existing = stored.record
+            if existing.status is not RecordStatus.CANCELLED or _binding(existing) != _binding(fresh):
+                return Duplicate(existing, stored.token)
+            successor = self._successor_of(existing)
+            token = self._cas(location, successor, stored.token)
+            if token is not None:
+                return Owned(successor, token, previous=existing)
+        raise StorageError(f"could not reserve {location!r}: the record kept changing", key=location)
+
+    def takeover(self, stale: Duplicate) -> Owned | None:
+        """Take over an in-progress record whose lease is stale, by CAS from exactly ``stale``'s version.
+
+        Returns Owned (with ``previous`` = the stale record) or None when the record changed meanwhile
+        (its owner heartbeated or finalized, or another party took over first). Raises ValueError when the
+        lease is not stale by this store's clock.
+        """
+        if not self.is_lease_stale(stale.record):
+            raise ValueError(f"lease of {stale.record.key!r} in realm {stale.record.realm!r} is not stale")
+        successor = self._successor_of(stale.record)
+        location = self.location(stale.record.realm, stale.record.key)
+        token = self._cas(location, successor, stale.token)
+        return None if token is None else Owned(successor, token, previous=stale.record)
+
+    def _successor_of(self, record: IdempotencyRecord) -> IdempotencyRecord:
+        now = self.clock()
+        return record.next(
+            status=RecordStatus.IN_PROGRESS, reservation_id=_new_id(), executor_id=self.executor_id,
+            heartbeat_at=now, lease_expires_at=now + self.lease, finalized_at=None, http_status=None,
+            error_subtype=None, summary=None, headers=(),
+        )  # fmt: skip
+
+    # -- fenced transitions ---------------------------------------------------------------------------
+    def heartbeat(self, owned: Owned) -> Transition:
+        """Extend the lease. Updated(new handle) | Finalized | Cancelled | NotFound | LostOwnership."""
+
+        def extend(record: IdempotencyRecord) -> IdempotencyRecord:
+            now = self.clock()
+            return record.next(heartbeat_at=now, lease_expires_at=now + self.lease)
+
+        return self._transition(
+            owned, extend, lambda record, token: Updated(Owned(record, token, owned.previous))
+        )
+
+    def finalize(
+        self,
+        owned: Owned,
+        *,
+        http_status: int,
+        summary: Any,
+        headers: tuple[tuple[str, str], ...] = (),
+        error_subtype: str | None = None,
+    ) -> Transition:
+        """Store the terminal outcome. Finalized | NotFound | LostOwnership (fenced: nothing written).
+
+        Raises SummaryTooLargeError (nothing written) when summary + headers exceed the limit, and
+        TypeError/ValueError when the summary is not JSON.
+        """
+        size = len(canonical_json([summary, [list(h) for h in headers], error_subtype]))
+        if size > self.max_summary_bytes:
+            raise SummaryTooLargeError(
+                f"response summary of {owned.record.key!r} is {size} bytes, over the limit of "
+                f"{self.max_summary_bytes}: store a pointer, not the result",
+                key=owned.record.key,
+            )
+
+        def settle(record: IdempotencyRecord) -> IdempotencyRecord:
+            return record.next(
+                status=RecordStatus.FINALIZED, finalized_at=self.clock(), http_status=http_status,
+                summary=summary, headers=tuple(headers), error_subtype=error_subtype,
+            )  # fmt: skip
+
+        return self._transition(owned, settle, lambda record, token: Finalized(record))
+
+    def cancel(self, owned: Owned) -> Transition:
+        """Give the key up (nothing to replay). Cancelled | Finalized | NotFound | LostOwnership."""
+
+        def give_up(record: IdempotencyRecord) -> IdempotencyRecord:
+            return record.next(status=RecordStatus.CANCELLED, finalized_at=self.clock())
+
+        return self._transition(owned, give_up, lambda record, token: Cancelled(record))
+
+    def _transition(
+        self,
+        owned: Owned,
+        change: Callable[[IdempotencyRecord], IdempotencyRecord],
+        done: Callable[[IdempotencyRecord, str], Transition],
+    ) -> Transition:
+        mine = owned.record
+        location = self.location(mine.realm, mine.key)
+        current, token = mine, owned.token
+        for _ in range(MAX_CAS_ATTEMPTS):
+            if token is None:
+                stored = self._read(location)
+                if stored is None:
+                    return NotFound()
+                current, token = stored.record, stored.token
+                if current.reservation_id != mine.reservation_id:
+                    return LostOwnership(current)
+                if current.status is RecordStatus.FINALIZED:
+                    return Finalized(current)
+                if current.status is RecordStatus.CANCELLED:
+                    return Cancelled(current)
+            new = change(current)
+            new_token = self._cas(location, new, token)
+            if new_token is not None:
+                return done(new, new_token)
+            token = None  # our cached version is stale: re-read, re-check the fence, retry
+        raise StorageError(
+            f"record {location!r} kept changing under reservation {mine.reservation_id}", key=location
+        )
+
+    # -- inspection and retention ---------------------------------------------------------------------
+    def load(self, realm: str, key: str) -> Stored | None:
+        """The record for (realm, key) with its token, or None. Raises CorruptRecordError (record kept)."""
+        return self._read_for(realm, self.key_format.validate(key))
+
+    def purge_expired(self, before: datetime) -> int:
+        """Delete records whose ``expires_at`` is before ``before``; return how many were deleted.
+
+        Never deletes an in-progress record whose lease is live (by this store's clock, with skew grace):
+        each candidate is first turned into a tombstone by CAS from the exact version judged expired, so
+        an owner's concurrent heartbeat or finalize makes the CAS fail and the record survives. Only the
+        purger whose CAS won deletes the tombstone, and only if it is still within half the tombstone
+        grace (a slower purger leaves it for a later purge to adopt). Corrupt records are left in place;
+        after the rest are purged, CorruptRecordError names them (its ``purged`` attribute has the count).
+        """
+        purged = 0
+        corrupt: list[str] = []
+        infos = self._request("list records", lambda: self.adapter.list(f"{self.prefix}/records"))
+        for info in infos:
+            try:
+                stored = self._read(info.key)
+            except CorruptRecordError:
+                corrupt.append(info.key)
+                continue
+            if stored is None or not self._purgeable(stored.record, before):
+                continue
+            tombstoned_at = self.clock()
+            tombstone = stored.record.next(
+                status=RecordStatus.PURGING, reservation_id=_new_id(), executor_id=self.executor_id,
+                heartbeat_at=tombstoned_at,
+            )  # fmt: skip
+            if self._cas(info.key, tombstone, stored.token) is None:
+                continue  # changed since we judged it: someone owns it now
+            if self.clock() - tombstoned_at > self.tombstone_grace / 2:
+                continue  # too slow to be sure nobody adopted it yet: leave it to the next purge
+            self._request(f"delete {info.key}", lambda key=info.key: self.adapter.delete(key))
+            purged += 1
+        if corrupt:
+            error = CorruptRecordError(
+                f"purge left {len(corrupt)} corrupt record(s) in place: {corrupt}", key=corrupt[0]
+            )
+            error.purged = purged  # type: ignore[attr-defined]
+            raise error
+        return purged
+
+    def _purgeable(self, record: IdempotencyRecord, before: datetime) -> bool:
+        now = self.clock()
+        if record.status is RecordStatus.PURGING:
+            return now > record.heartbeat_at + self.tombstone_grace  # its purger died: adopt it
+        if record.expires_at >= before:
+            return False
+        return record.status is not RecordStatus.IN_PROGRESS or self.is_lease_stale(record)
+
+
+def _binding(record: IdempotencyRecord) -> tuple[str, str, str]:
+    return (record.operation, record.resource, record.fingerprint)
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:40]
+
+
+def _new_id() -> str:
+    return uuid.uuid4().hex

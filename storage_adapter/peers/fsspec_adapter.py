@@ -1,0 +1,296 @@
+"""FsspecAdapter: the ObjectStorageAdapter API implemented on fsspec filesystems (memory, local, s3fs).
+
+This is a *peer* for comparison, not a second implementation to use. Every operation is what a careful
+user of the stack would naturally write with its public API, nothing more:
+
+* ``write`` is ``pipe_file`` (on local: truncate and write in place, so readers can see a partial file);
+* ``write_if_absent`` is ``pipe_file(mode="create")``: fsspec's generic version checks ``exists`` and then
+  writes (check-then-act, as fsspec's own comment says); s3fs sends ``If-None-Match: *`` (native);
+* ``write_if_match`` reads the current token and writes if it matches (check-then-act everywhere: neither
+  fsspec nor s3fs exposes a conditional update);
+* ``read_versioned`` is ``info`` then ``cat_file`` (two requests, not one snapshot);
+* tokens are the S3 ETag on s3fs, and a hash of the ``info`` dict (size, mtime/created, inode) elsewhere;
+* ``exists`` is ``fs.exists`` (true for directories too).
+
+The only thing borrowed from storage-adapter is key validation (:mod:`storage_adapter.keys`): the contract
+throws hostile keys such as ``../x``, and a peer must not write outside its root on a real filesystem.
+So the key clauses pass by construction; every other clause measures the stack itself.
+URLs and options are those of ``open_adapter`` (same parser, same ``AWS_*`` environment).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from typing import Any
+
+from storage_adapter.config import AdapterConfig, parse_url
+from storage_adapter.errors import NotFoundError, PermissionDeniedError, StorageError
+from storage_adapter.keys import validate_key, validate_prefix
+from storage_adapter.types import Capabilities, DirListing, ObjectInfo, Support, Versioned
+
+PEER_NAMES = {"memory": "fsspec-memory", "local": "fsspec-local", "s3": "s3fs"}
+
+_CHECK_THEN_ACT = "check-then-act (read the token, then write): not atomic"
+CAPABILITIES = {
+    "memory": Capabilities(
+        backend="fsspec-memory",
+        write_if_absent=Support.EMULATED,  # exists() then write
+        write_if_match=Support.EMULATED,
+        atomic_rename=False,  # MemoryFileSystem.mv copies then deletes
+        shared_across_processes=False,
+        equal_content_equal_token=False,
+        token_semantics=f"hash of fsspec info (size, created time); CAS is {_CHECK_THEN_ACT}",
+    ),
+    "local": Capabilities(
+        backend="fsspec-local",
+        write_if_absent=Support.EMULATED,  # exists() then write
+        write_if_match=Support.EMULATED,
+        atomic_rename=True,  # shutil.move within one filesystem is rename(2)
+        shared_across_processes=True,
+        equal_content_equal_token=False,
+        token_semantics=f"hash of fsspec info (size, mtime, inode); CAS is {_CHECK_THEN_ACT}",
+    ),
+    "s3": Capabilities(
+        backend="s3fs",
+        write_if_absent=Support.NATIVE,  # pipe_file(mode="create") sends If-None-Match: *
+        write_if_match=Support.EMULATED,
+        atomic_rename=False,  # copy + delete
+        shared_across_processes=True,
+        equal_content_equal_token=True,
+        token_semantics=f"the ETag (content MD5 for single-part puts); CAS is {_CHECK_THEN_ACT}",
+    ),
+}
+
+
+def _build_filesystem(config: AdapterConfig) -> tuple[Any, str]:
+    """The fsspec filesystem for ``config`` and the root path of the adapter inside it."""
+    if config.backend == "memory":
+        from fsspec.implementations.memory import MemoryFileSystem
+
+        root = f"/{config.location}" + (f"/{config.prefix}" if config.prefix else "")
+        return MemoryFileSystem(), root
+    if config.backend == "local":
+        from fsspec.implementations.local import LocalFileSystem
+
+        return LocalFileSystem(auto_mkdir=True), config.location
+    import s3fs
+
+    opts = dict(config.options)
+    retries = {"max_attempts": int(opts["max_retries"]) + 1, "mode": "standard"}
+    fs = s3fs.S3FileSystem(
+        key=opts.get("access_key_id"),
+        secret=opts.get("secret_access_key"),
+        token=opts.get("session_token"),
+        anon=not opts.get("access_key_id"),
+        endpoint_url=opts.get("endpoint"),
+        client_kwargs={"region_name": opts["region"]},
+        config_kwargs={
+            "connect_timeout": opts["connect_timeout_s"],
+            "read_timeout": opts["request_timeout_s"],
+            "retries": retries,
+        },
+    )
+    return fs, f"{config.location}/{config.prefix}" if config.prefix else config.location
+
+
+def _timestamp(info: dict[str, Any]) -> datetime:
+    value = info.get("LastModified", info.get("mtime", info.get("created")))
+    if isinstance(value, datetime):
+        return value
+    return datetime.fromtimestamp(float(value or 0), tz=timezone.utc)
+
+
+def _token(info: dict[str, Any]) -> str:
+    if info.get("ETag"):
+        return str(info["ETag"])
+    from fsspec.utils import tokenize
+
+    return str(tokenize(*sorted((k, str(v)) for k, v in info.items())))
+
+
+class FsspecAdapter:
+    """A peer adapter over one fsspec filesystem, with the ObjectStorageAdapter API.
+
+    Raises NotFoundError, PermissionDeniedError or StorageError (naming key and backend) for the
+    filesystem's OS errors; keys are validated with the project's rules before any I/O. Pickles (rebuilt
+    from its config) and compares equal by config.
+    """
+
+    def __init__(self, config: AdapterConfig) -> None:
+        self._config = config
+        self._fs, self._root = _build_filesystem(config)
+        self._caps = CAPABILITIES[config.backend]
+
+    @property
+    def url(self) -> str:
+        return self._config.url
+
+    @property
+    def backend(self) -> str:
+        return self._caps.backend
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return self._caps
+
+    def child(self, prefix: str) -> FsspecAdapter:
+        return FsspecAdapter(self._config.child(prefix))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (FsspecAdapter, (self._config,))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, FsspecAdapter) and other._config == self._config
+
+    def __hash__(self) -> int:
+        return hash(("fsspec", self._config))
+
+    def __repr__(self) -> str:
+        return f"FsspecAdapter({self.backend}, {self.url!r})"
+
+    # -- paths and errors ------------------------------------------------------------------------------------
+    def _path(self, key: str) -> str:
+        return f"{self._root}/{validate_key(key, self.backend)}"
+
+    def _prefix_path(self, prefix: str) -> tuple[str, str]:
+        prefix = validate_prefix(prefix, self.backend)
+        return prefix, (f"{self._root}/{prefix}" if prefix else self._root)
+
+    def _key_of(self, path: str) -> str:
+        root = self._root.lstrip("/")
+        return path.lstrip("/")[len(root) + 1 :]
+
+    @contextmanager
+    def _translated(self, key: str, action: str) -> Iterator[None]:
+        try:
+            yield
+        except FileNotFoundError as exc:
+            raise NotFoundError(f"not found: {key!r} on {self.backend}", key=key, backend=self.backend) from exc
+        except PermissionError as exc:
+            raise PermissionDeniedError(
+                f"permission denied: {action} {key!r} on {self.backend}: {exc}", key=key, backend=self.backend
+            ) from exc
+        except OSError as exc:
+            raise StorageError(f"{action} {key!r} on {self.backend} failed: {exc}", key=key, backend=self.backend) from exc
+
+    def _info(self, path: str) -> dict[str, Any]:
+        info = self._fs.info(path)
+        if info.get("type") == "directory":
+            raise FileNotFoundError(path)
+        return dict(info)
+
+    def _object_info(self, info: dict[str, Any]) -> ObjectInfo:
+        return ObjectInfo(
+            key=self._key_of(info["name"]), size=int(info["size"]), token=_token(info), last_modified=_timestamp(info)
+        )
+
+    # -- reads ---------------------------------------------------------------------------------------------
+    def read_bytes(self, key: str) -> bytes:
+        path = self._path(key)
+        with self._translated(key, "read"):
+            return bytes(self._fs.cat_file(path))
+
+    def read_text(self, key: str, encoding: str = "utf-8") -> str:
+        return self.read_bytes(key).decode(encoding)
+
+    def read_if_exists(self, key: str) -> bytes | None:
+        try:
+            return self.read_bytes(key)
+        except NotFoundError:
+            return None
+
+    def read_versioned(self, key: str) -> Versioned:
+        path = self._path(key)
+        with self._translated(key, "read"):
+            token = _token(self._info(path))
+            return Versioned(data=bytes(self._fs.cat_file(path)), token=token)
+
+    def exists(self, key: str) -> bool:
+        path = self._path(key)
+        with self._translated(key, "exists"):
+            return bool(self._fs.exists(path))
+
+    def list(self, prefix: str = "") -> list[ObjectInfo]:
+        prefix, path = self._prefix_path(prefix)
+        with self._translated(prefix, "list"):
+            found = self._fs.find(path, detail=True) if self._fs.exists(path) else {}
+        infos = [self._object_info(dict(i)) for i in found.values() if i.get("type") != "directory"]
+        # find() on a file returns the file itself; a prefix names whole segments below it.
+        below = [i for i in infos if not prefix or i.key.startswith(prefix + "/")]
+        return sorted(below, key=lambda i: i.key)
+
+    def list_dir(self, prefix: str = "") -> DirListing:
+        prefix, path = self._prefix_path(prefix)
+        try:
+            with self._translated(prefix, "list_dir"):
+                entries = [dict(e) for e in self._fs.ls(path, detail=True)]
+        except NotFoundError:
+            return DirListing(objects=(), prefixes=())
+        objects = [self._object_info(e) for e in entries if e.get("type") != "directory"]
+        prefixes = [self._key_of(e["name"]).rstrip("/") for e in entries if e.get("type") == "directory"]
+        return DirListing(
+            objects=tuple(sorted((o for o in objects if o.key), key=lambda o: o.key)), prefixes=tuple(sorted(prefixes))
+        )
+
+    # -- mutations -----------------------------------------------------------------------------------------
+    def write(self, key: str, data: bytes | str) -> str:
+        path = self._path(key)
+        body = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+        with self._translated(key, "write"):
+            self._fs.pipe_file(path, body)
+            return _token(self._info(path))
+
+    def write_if_absent(self, key: str, data: bytes | str) -> bool:
+        path = self._path(key)
+        body = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+        with self._translated(key, "write_if_absent"):
+            try:
+                self._fs.pipe_file(path, body, mode="create")
+            except FileExistsError:
+                return False
+        return True
+
+    def write_if_match(self, key: str, data: bytes | str, token: str) -> str | None:
+        path = self._path(key)
+        body = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+        with self._translated(key, "write_if_match"):
+            try:
+                current = _token(self._info(path))
+            except FileNotFoundError:
+                return None
+            if current != token:
+                return None
+            self._fs.pipe_file(path, body)  # the race window: another writer may have replaced it by now
+            return _token(self._info(path))
+
+    def delete(self, key: str) -> None:
+        path = self._path(key)
+        with self._translated(key, "delete"):
+            try:
+                self._fs.rm_file(path)
+            except FileNotFoundError:
+                pass
+
+    def delete_prefix(self, prefix: str) -> int:
+        if not validate_prefix(prefix, self.backend):
+            raise StorageError(f"delete_prefix needs a non-empty prefix on {self.url}", key=prefix, backend=self.backend)
+        infos = self.list(prefix)
+        for info in infos:
+            self.delete(info.key)
+        return len(infos)
+
+    def rename(self, src: str, dst: str) -> None:
+        src_path, dst_path = self._path(src), self._path(dst)
+        with self._translated(src, f"rename to {dst!r}"):
+            self._info(src_path)  # fsspec's mv of a missing source is not an error on every filesystem
+            self._fs.mv(src_path, dst_path)
+
+
+def open_peer(url: str, **options: Any) -> FsspecAdapter:
+    """Open the fsspec peer for ``url`` (``memory://``, ``file://`` or ``s3://``, as ``open_adapter``).
+
+    Raises ConfigurationError for an unknown scheme or option.
+    """
+    return FsspecAdapter(parse_url(url, options))

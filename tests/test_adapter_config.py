@@ -1,0 +1,100 @@
+"""open_adapter: URL and option parsing, environment resolution, equality, pickling, secrecy."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+from storage_adapter import ConfigurationError, open_adapter
+from storage_adapter.config import parse_url
+
+SECRET = "s3cr3t-value-never-shown"
+
+
+@pytest.mark.parametrize(
+    ("url", "fragment"),
+    [
+        ("ftp://host/x", "scheme must be one of file://, s3://, memory://"),
+        ("gs://bucket", "scheme must be one of"),
+        ("relative/path", "scheme must be one of"),
+        ("", "non-empty"),
+        ("s3://", "needs a bucket"),
+        ("memory://", "needs a store name"),
+        ("file://host/x", "file:///absolute/path"),
+        ("s3://b/a//b", "invalid key"),
+        ("s3://b?x=1", "query"),
+    ],
+)
+def test_bad_urls_raise_configuration_error_naming_the_url(url: str, fragment: str) -> None:
+    with pytest.raises(ConfigurationError) as info:
+        open_adapter(url)
+    assert fragment in str(info.value)
+    if url:
+        assert url in str(info.value) or "invalid key" in str(info.value)
+
+
+def test_unknown_option_lists_supported_ones() -> None:
+    with pytest.raises(ConfigurationError) as info:
+        open_adapter("s3://bucket", endpoit="http://x")
+    message = str(info.value)
+    assert "endpoit" in message and "endpoint" in message and "access_key_id" in message
+    with pytest.raises(ConfigurationError, match="supported: none"):
+        open_adapter("memory://x", region="eu")
+
+
+def test_option_types_are_checked() -> None:
+    with pytest.raises(ConfigurationError, match="allow_http"):
+        open_adapter("s3://bucket", allow_http="maybe")
+    with pytest.raises(ConfigurationError, match="max_retries"):
+        open_adapter("s3://bucket", max_retries="many")
+    with pytest.raises(ConfigurationError, match="http:// or https://"):
+        open_adapter("s3://bucket", endpoint="localhost:9000")
+
+
+def test_s3_settings_come_from_the_environment_when_not_given() -> None:
+    env = {
+        "AWS_ENDPOINT_URL": "http://127.0.0.1:9",
+        "AWS_ACCESS_KEY_ID": "AKIDENV",
+        "AWS_SECRET_ACCESS_KEY": SECRET,
+        "AWS_DEFAULT_REGION": "eu-west-3",
+        "AWS_ALLOW_HTTP": "true",
+    }
+    config = parse_url("s3://bucket/some/prefix", {"access_key_id": "AKIDOPT"}, env)
+    assert config.option("endpoint") == "http://127.0.0.1:9"
+    assert config.option("access_key_id") == "AKIDOPT"  # options win over the environment
+    assert config.option("region") == "eu-west-3"
+    assert config.option("allow_http") is True
+    assert (config.location, config.prefix) == ("bucket", "some/prefix")
+
+
+def test_credentials_never_appear_in_repr_or_errors(monkeypatch: pytest.MonkeyPatch) -> None:
+    adapter = open_adapter(
+        "s3://bucket", endpoint="http://127.0.0.1:9", access_key_id="AKID", secret_access_key=SECRET,
+        allow_http=True, max_retries=0, connect_timeout_s=1.0,
+    )  # fmt: skip
+    assert SECRET not in repr(adapter) and SECRET not in repr(adapter.config)
+    with pytest.raises(Exception) as info:
+        adapter.read_bytes("k")
+    assert SECRET not in str(info.value)
+
+
+def test_equal_configs_compare_equal_and_pickle() -> None:
+    a = open_adapter("memory://same/prefix")
+    b = open_adapter("memory://same/prefix")
+    assert a == b and hash(a) == hash(b)
+    assert a != open_adapter("memory://other/prefix")
+    assert pickle.loads(pickle.dumps(a)) == a
+    assert a.child("x") == open_adapter("memory://same/prefix/x")
+
+
+def test_local_child_and_plain_absolute_path_are_the_same_store(tmp_path: object) -> None:
+    root = open_adapter(str(tmp_path))
+    assert root == open_adapter(f"file://{tmp_path}")
+    assert root.child("sub") == open_adapter(f"file://{tmp_path}/sub")
+
+
+def test_memory_stores_are_shared_by_name_within_a_process() -> None:
+    open_adapter("memory://shared-name").write("k", b"v")
+    assert open_adapter("memory://shared-name").read_bytes("k") == b"v"
+    assert open_adapter("memory://another-name").read_if_exists("k") is None

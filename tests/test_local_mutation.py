@@ -1,0 +1,85 @@
+"""The local CAS primitive: token formula, ABA guard, crash leftovers, directory pruning, root safety."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from storage_adapter import open_adapter
+from storage_adapter.local_mutation import local_token
+
+
+def test_token_formula_matches_what_obstore_reports(tmp_path: Path) -> None:
+    adapter = open_adapter(f"file://{tmp_path}")
+    written = adapter.write("a/b", b"hello")
+    assert written == local_token(os.stat(tmp_path / "a" / "b"))
+    assert adapter.read_versioned("a/b").token == written  # derived by obstore from the open file
+
+
+def test_new_version_mtime_exceeds_the_previous_even_if_the_clock_lags(tmp_path: Path) -> None:
+    """Tokens are inode-mtime-size and inodes are reused: a version must never reuse an older mtime.
+    A previous version dated in the future (a lagging clock, a coarse timestamp) forces the bump."""
+    adapter = open_adapter(f"file://{tmp_path}")
+    first = adapter.write("k", b"same size")
+    future_ns = time.time_ns() + 10**10
+    os.utime(tmp_path / "k", ns=(future_ns, future_ns))
+    stale = local_token(os.stat(tmp_path / "k"))
+    second = adapter.write_if_match("k", b"same size", stale)
+    assert second is not None and second not in (first, stale)
+    assert os.stat(tmp_path / "k").st_mtime_ns // 1000 == future_ns // 1000 + 1
+    third = adapter.write("k", b"same size")
+    assert os.stat(tmp_path / "k").st_mtime_ns // 1000 == future_ns // 1000 + 2
+    assert len({first, stale, second, third}) == 4
+
+
+def test_crash_leftovers_are_never_listed_and_are_removed(tmp_path: Path) -> None:
+    adapter = open_adapter(f"file://{tmp_path}")
+    adapter.write("d/k", b"v")
+    leftover = tmp_path / "d" / "k#123456789012"  # what a writer killed mid-stage leaves
+    leftover.write_bytes(b"half")
+    old = time.time() - 7200
+    os.utime(leftover, (old, old))
+    assert [i.key for i in adapter.list()] == ["d/k"]
+    assert adapter.read_bytes("d/k") == b"v"
+    assert adapter.remove_orphans(min_age_s=60) == 1
+    assert not leftover.exists()
+    assert adapter.remove_orphans(min_age_s=60) == 0
+
+
+def test_fresh_staging_files_are_left_to_their_writer(tmp_path: Path) -> None:
+    adapter = open_adapter(f"file://{tmp_path}")
+    (tmp_path / "k#000000000001").write_bytes(b"in progress")
+    assert adapter.remove_orphans(min_age_s=60) == 0
+
+
+def test_deletes_prune_emptied_directories_but_not_the_root(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    adapter = open_adapter(f"file://{root}")
+    adapter.write("a/b/c/d", b"v")
+    adapter.write("a/keep", b"v")
+    adapter.delete("a/b/c/d")
+    assert not (root / "a" / "b").exists()
+    assert (root / "a" / "keep").exists()
+    adapter.delete("a/keep")
+    assert root.exists() and list(root.iterdir()) == []
+
+
+def test_adapters_at_different_roots_serialize_on_the_same_file(tmp_path: Path) -> None:
+    """The lock is the file's parent directory, so nested roots share it (no per-root lock files)."""
+    outer = open_adapter(f"file://{tmp_path}")
+    inner = open_adapter(f"file://{tmp_path}/sub")
+    token = outer.write("sub/k", b"v1")
+    assert inner.write_if_match("k", b"v2", token) is not None
+    assert outer.write_if_match("sub/k", b"v3", token) is None
+    assert sorted(os.listdir(tmp_path / "sub")) == ["k"]  # no lock or staging files left behind
+
+
+def test_nothing_outside_the_root_is_touched(tmp_path: Path) -> None:
+    (tmp_path / "outside").write_bytes(b"precious")
+    adapter = open_adapter(f"file://{tmp_path}/root")
+    adapter.write("k", b"v")
+    adapter.delete("k")
+    adapter.delete_prefix("x")
+    assert (tmp_path / "outside").read_bytes() == b"precious"
+    assert (tmp_path / "root").is_dir()
