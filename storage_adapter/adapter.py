@@ -7,7 +7,7 @@ from typing import Any
 from storage_adapter.config import AdapterConfig, parse_url
 from storage_adapter.errors import NotFoundError, StorageError
 from storage_adapter.keys import validate_key, validate_prefix
-from storage_adapter.local_mutation import LocalMutator
+from storage_adapter.local_backend import LocalBackend
 from storage_adapter.obstore_backend import ObstoreBackend
 from storage_adapter.types import Capabilities, DirListing, ObjectInfo, Support, Versioned
 
@@ -71,8 +71,7 @@ class ObjectStorageAdapter:
 
     def __init__(self, config: AdapterConfig) -> None:
         self._config = config
-        self._backend = ObstoreBackend(config)
-        self._local = LocalMutator(config.location) if config.backend == "local" else None
+        self._backend = LocalBackend(config) if config.backend == "local" else ObstoreBackend(config)
 
     # -- identity -------------------------------------------------------------------------------------
     @property
@@ -155,22 +154,13 @@ class ObjectStorageAdapter:
     def write(self, key: str, data: bytes | str) -> str:
         """Atomically replace (or create) the object; return its new token."""
         key = self._key(key)
-        body = _as_bytes(data, key)
-        if self._local is not None:
-            return self._backend.call(key, "write", lambda: self._local.write(key, body))  # type: ignore[union-attr]
-        return self._backend.put(key, body)
+        return self._backend.put(key, _as_bytes(data, key))
 
     def write_if_absent(self, key: str, data: bytes | str) -> bool:
         """Create the object only if absent. Exactly one of any number of concurrent callers gets True;
         the winner's bytes are fully readable when it returns; losers change nothing."""
         key = self._key(key)
-        body = _as_bytes(data, key)
-        if self._local is not None:
-            local = self._local
-            token = self._backend.call(key, "write_if_absent", lambda: local.write_if_absent(key, body))
-        else:
-            token = self._backend.put_if_absent(key, body)
-        return token is not None
+        return self._backend.put_if_absent(key, _as_bytes(data, key)) is not None
 
     def write_if_match(self, key: str, data: bytes | str, token: str) -> str | None:
         """Compare-and-swap: replace the object only if its current token is ``token``.
@@ -182,19 +172,11 @@ class ObjectStorageAdapter:
         body = _as_bytes(data, key)
         if not isinstance(token, str) or not token:
             raise TypeError(f"token for {key!r} must be a non-empty str from read_versioned/write")
-        if self._local is not None:
-            local = self._local
-            return self._backend.call(key, "write_if_match", lambda: local.write_if_match(key, body, token))
         return self._backend.put_if_match(key, body, token)
 
     def delete(self, key: str) -> None:
         """Delete the object. Idempotent: deleting an absent key is not an error."""
-        key = self._key(key)
-        if self._local is not None:
-            local = self._local
-            self._backend.call(key, "delete", lambda: local.delete(key))
-        else:
-            self._backend.delete(key)
+        self._backend.delete(self._key(key))
 
     def delete_prefix(self, prefix: str) -> int:
         """Delete every object under ``prefix`` (a non-empty prefix); return how many were deleted.
@@ -219,22 +201,14 @@ class ObjectStorageAdapter:
         Atomic on local (one ``rename(2)``); on S3 and memory it is a copy followed by a delete (see
         ``capabilities.atomic_rename``): a crash in between leaves both.
         """
-        src, dst = self._key(src), self._key(dst)
-        if self._local is not None:
-            local = self._local
-            self._backend.call(src, f"rename to {dst!r}", lambda: local.rename(src, dst))
-        else:
-            self._backend.rename(src, dst)
+        self._backend.rename(self._key(src), self._key(dst))
 
     def remove_orphans(self, min_age_s: float = 3600.0) -> int:
         """Remove crash leftovers older than ``min_age_s``: staged local files that were never published.
 
         They are never listed or read, so this only reclaims space. Returns the count; 0 off local.
         """
-        if self._local is None:
-            return 0
-        local = self._local
-        return self._backend.call("", "remove_orphans", lambda: local.remove_orphans(min_age_s))
+        return self._backend.remove_orphans(min_age_s)
 
 
 def open_adapter(url: str, **options: Any) -> ObjectStorageAdapter:

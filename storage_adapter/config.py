@@ -58,9 +58,10 @@ S3_DEFAULTS: dict[str, Any] = {
 class AdapterConfig:
     """A resolved adapter configuration. Equal configs address the same objects.
 
-    ``backend`` is ``local``, ``s3`` or ``memory``; ``location`` is the absolute directory, the bucket or
-    the memory store's name; ``prefix`` is the key prefix inside it (always empty for local, whose
-    location already includes it). ``options`` holds resolved settings; secrets never appear in repr.
+    ``backend`` is ``local``, ``s3`` or ``memory``; ``location`` is the opened directory (created if
+    missing), the bucket or the memory store's name; ``prefix`` is the key prefix inside it (set by
+    ``child``: a child creates nothing until it writes). ``options`` holds resolved settings; secrets
+    never appear in repr.
     """
 
     backend: str
@@ -70,10 +71,9 @@ class AdapterConfig:
 
     @property
     def url(self) -> str:
-        if self.backend == "local":
-            return f"file://{self.location}"
-        scheme = "s3" if self.backend == "s3" else "memory"
-        return f"{scheme}://{self.location}" + (f"/{self.prefix}" if self.prefix else "")
+        scheme = {"local": "file", "s3": "s3", "memory": "memory"}[self.backend]
+        location = self.location.rstrip("/") if self.backend == "local" else self.location
+        return f"{scheme}://{location}" + (f"/{self.prefix}" if self.prefix else "")
 
     def option(self, name: str) -> Any:
         return dict(self.options).get(name)
@@ -85,8 +85,6 @@ class AdapterConfig:
     def child(self, prefix: str) -> AdapterConfig:
         """The config of an adapter rooted at ``prefix`` below this one."""
         sub = validate_prefix(prefix, self.backend)
-        if self.backend == "local":
-            return AdapterConfig("local", os.path.join(self.location, sub), "", self.options)
         return AdapterConfig(self.backend, self.location, join_key(self.prefix, sub), self.options)
 
     def __repr__(self) -> str:

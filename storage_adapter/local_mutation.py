@@ -160,19 +160,30 @@ class LocalMutator:
         self._prune(os.path.dirname(path))
 
     def rename(self, src: str, dst: str) -> None:
-        """Atomically move ``src`` over ``dst``. Raises FileNotFoundError if ``src`` is absent."""
+        """Atomically move ``src`` over ``dst``. Raises FileNotFoundError if ``src`` is absent.
+
+        Creates ``dst``'s directory only once ``src`` is known to exist, so a failed rename leaves
+        nothing behind.
+        """
         src_path, dst_path = self._path(src), self._path(dst)
-        with self._locked(src, dst, create=True):
-            current = self._stat(src_path)
-            if current is None:
+        while True:
+            if self._stat(src_path) is None:
                 raise FileNotFoundError(errno.ENOENT, "no such object", src_path)
-            # Keep dst's mtime chain strictly increasing, as _stage does, so its token cannot repeat.
-            previous = self._stat(dst_path)
-            mtime_us = max(time.time_ns() // 1000, current.st_mtime_ns // 1000)
-            if previous is not None:
-                mtime_us = max(mtime_us, previous.st_mtime_ns // 1000 + 1)
-            os.utime(src_path, ns=(mtime_us * 1000, mtime_us * 1000))
-            os.rename(src_path, dst_path)
+            os.makedirs(os.path.dirname(dst_path), exist_ok=True)
+            with self._locked(src, dst, create=False) as present:
+                current = self._stat(src_path)
+                if current is None:
+                    raise FileNotFoundError(errno.ENOENT, "no such object", src_path)
+                if not present:
+                    continue  # dst's directory was pruned after we created it: create it again
+                # Keep dst's mtime chain strictly increasing, as _stage does, so its token cannot repeat.
+                previous = self._stat(dst_path)
+                mtime_us = max(time.time_ns() // 1000, current.st_mtime_ns // 1000)
+                if previous is not None:
+                    mtime_us = max(mtime_us, previous.st_mtime_ns // 1000 + 1)
+                os.utime(src_path, ns=(mtime_us * 1000, mtime_us * 1000))
+                os.rename(src_path, dst_path)
+                break
         self._prune(os.path.dirname(src_path))
 
     def _prune(self, directory: str) -> None:

@@ -214,10 +214,14 @@ class ObstoreBackend:
                 return None
 
     def delete(self, key: str) -> None:
-        with self.translated(key, "delete"):
-            with suppress(FileNotFoundError):  # deletes are idempotent
-                obstore.delete(self._store, self.path(key))
+        # Deletes are idempotent: a missing object (local raises, S3 and memory do not) is success.
+        with self.translated(key, "delete"), suppress(FileNotFoundError):
+            obstore.delete(self._store, self.path(key))
 
     def rename(self, src: str, dst: str) -> None:
         with self.translated(src, f"rename to {dst!r}"):
             obstore.rename(self._store, self.path(src), self.path(dst))
+
+    def remove_orphans(self, min_age_s: float) -> int:
+        """Crash leftovers to reclaim: none here (S3 multipart leftovers belong to bucket lifecycle rules)."""
+        return 0

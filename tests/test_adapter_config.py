@@ -91,7 +91,11 @@ def test_equal_configs_compare_equal_and_pickle() -> None:
 def test_local_child_and_plain_absolute_path_are_the_same_store(tmp_path: object) -> None:
     root = open_adapter(str(tmp_path))
     assert root == open_adapter(f"file://{tmp_path}")
-    assert root.child("sub") == open_adapter(f"file://{tmp_path}/sub")
+    child = root.child("sub")
+    assert child.url == f"file://{tmp_path}/sub"
+    assert not (tmp_path / "sub").exists()  # type: ignore[operator]  # a child creates nothing until it writes
+    child.write("k", b"v")
+    assert open_adapter(child.url).read_bytes("k") == b"v"
 
 
 def test_memory_stores_are_shared_by_name_within_a_process() -> None:

