@@ -1,0 +1,120 @@
+"""Deliberately broken adapters: the bugs the contract suite and the linearizability checker must catch.
+
+Each wraps a real adapter (``open_adapter(url, **options)``) and breaks exactly one operation, widening
+its race window with a sleep so a synchronized burst of workers hits the window every run:
+
+* :func:`open_racy_cas` - ``write_if_match`` as an unserialized read, compare, sleep, unconditional write:
+  two callers holding the same token both succeed (a lost update).
+* :func:`open_torn_write` - ``write`` stores a prefix of the body, sleeps, then stores the whole body:
+  a concurrent reader sees bytes nobody wrote.
+* :func:`open_check_then_act_create` - ``write_if_absent`` as ``exists()``, sleep, ``write()``:
+  several callers win the same create.
+
+Everything else is delegated; ``child(prefix)`` returns the same broken kind; the wrappers pickle (so
+processes and Spark tasks reopen the same bug), compare equal by (kind, inner adapter, window), and
+report the inner adapter's ``capabilities``. The factories accept one extra option, ``bug_window_s``
+(default 0.05), the sleep inside the race window. Usable as a contract target:
+``--storage-factory contract_tests.planted_bugs:open_racy_cas``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from storage_adapter import open_adapter
+from storage_adapter.errors import NotFoundError
+
+DEFAULT_WINDOW_S = 0.05
+
+
+class PlantedBugAdapter:
+    """Base of the broken adapters: delegates every attribute to ``inner``."""
+
+    def __init__(self, inner: Any, window_s: float = DEFAULT_WINDOW_S) -> None:
+        self.inner = inner
+        self.window_s = window_s
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def child(self, prefix: str) -> PlantedBugAdapter:
+        return type(self)(self.inner.child(prefix), self.window_s)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.inner, self.window_s))
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            type(other) is type(self)
+            and other.inner == self.inner  # type: ignore[attr-defined]
+            and other.window_s == self.window_s  # type: ignore[attr-defined]
+        )
+
+    def __hash__(self) -> int:
+        return hash((type(self).__name__, self.inner, self.window_s))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.inner!r}, window_s={self.window_s})"
+
+
+class RacyCasAdapter(PlantedBugAdapter):
+    """BUG: compare-and-swap by read, compare, then an unconditional write (nothing serializes them)."""
+
+    def write_if_match(self, key: str, data: bytes | str, token: str) -> str | None:
+        try:
+            current = self.inner.read_versioned(key)
+        except NotFoundError:
+            return None
+        if current.token != token:
+            return None
+        time.sleep(self.window_s)
+        return self.inner.write(key, data)  # type: ignore[no-any-return]
+
+
+class TornWriteAdapter(PlantedBugAdapter):
+    """BUG: a write that is visible half-done: first a prefix of the body, then the whole body."""
+
+    def write(self, key: str, data: bytes | str) -> str:
+        body = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+        self.inner.write(key, body[: len(body) // 2])
+        time.sleep(self.window_s)
+        return self.inner.write(key, body)  # type: ignore[no-any-return]
+
+
+class CheckThenActCreateAdapter(PlantedBugAdapter):
+    """BUG: create-if-absent as a check followed by an unconditional write."""
+
+    def write_if_absent(self, key: str, data: bytes | str) -> bool:
+        if self.inner.exists(key):
+            return False
+        time.sleep(self.window_s)
+        self.inner.write(key, data)
+        return True
+
+
+def _open(kind: type[PlantedBugAdapter], url: str, options: dict[str, Any]) -> PlantedBugAdapter:
+    window_s = float(options.pop("bug_window_s", DEFAULT_WINDOW_S))
+    return kind(open_adapter(url, **options), window_s)
+
+
+def open_racy_cas(url: str, **options: Any) -> PlantedBugAdapter:
+    """An adapter for ``url`` whose ``write_if_match`` loses updates under concurrency."""
+    return _open(RacyCasAdapter, url, options)
+
+
+def open_torn_write(url: str, **options: Any) -> PlantedBugAdapter:
+    """An adapter for ``url`` whose ``write`` is visible half-done."""
+    return _open(TornWriteAdapter, url, options)
+
+
+def open_check_then_act_create(url: str, **options: Any) -> PlantedBugAdapter:
+    """An adapter for ``url`` whose ``write_if_absent`` lets several concurrent callers win."""
+    return _open(CheckThenActCreateAdapter, url, options)
+
+
+PLANTED_BUGS = {
+    "racy_cas": open_racy_cas,
+    "torn_write": open_torn_write,
+    "check_then_act_create": open_check_then_act_create,
+}
