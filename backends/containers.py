@@ -126,8 +126,8 @@ class ContainerS3Server(S3Server):
             secret_access_key=self.secret_access_key,
         )
         deadline = time.monotonic() + self.ready_timeout_s
-        create_bucket(endpoint, deadline, self._is_running)
         try:
+            create_bucket(endpoint, deadline, self._is_running)
             wait_until_bucket_answers(endpoint, max(deadline - time.monotonic(), 5.0), self._is_running)
         except ServerUnavailable as exc:
             raise ServerUnavailable(f"{exc}; container log tail:\n{self._log_tail()}") from exc

@@ -397,9 +397,7 @@ def shrink_counterexample(
     return tuple(sorted(current, key=lambda o: (o.invoke_ns, o.op_id)))
 
 
-def check_key(
-    key: str, operations: Sequence[Operation], budget: _Budget, shrink: bool = True
-) -> KeyResult:
+def check_key(key: str, operations: Sequence[Operation], budget: _Budget, shrink: bool = True) -> KeyResult:
     """Check one key's operations (all must be on ``key``)."""
     started = time.monotonic()
     ops = sorted(_relevant(operations), key=lambda o: (o.invoke_ns, o.op_id))

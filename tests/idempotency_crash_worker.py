@@ -1,6 +1,5 @@
 """Processes for the idempotency tests: the crash worker (run as a script and killed with SIGKILL at a
-failpoint), the race worker (spawned processes and Spark tasks), and a minimal storage-backed fake engine
-with the two methods reconciliation needs (``commit`` and ``find_commit``).
+failpoint), the race worker (spawned processes and Spark tasks), and helpers around the real engine.
 
 Run as ``python idempotency_crash_worker.py SPEC_JSON``; the spec names a pickled adapter (base64), the
 request, and ``crash_at``: one of CRASH_POINTS. At that point the worker writes ``marker`` and sleeps
@@ -10,16 +9,19 @@ until the test kills it with ``kill -9``.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import pickle
 import sys
 import time
 import uuid
-from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+
+from storage_adapter.engine import Engine, TableExistsError, failpoints
 from storage_adapter.idempotency import (
     HandlerResult,
     IdempotencyStore,
@@ -31,58 +33,28 @@ from storage_adapter.idempotency import (
 )
 from storage_adapter.idempotency.engine_reconciler import EngineReconciler
 
-CRASH_POINTS = ("after_reserve", "mid_commit", "after_commit", "after_finalize")
-LOG = "log.json"
+# Where the owning process is killed: in the handler before committing, inside the engine's commit at
+# each of its protocol steps (engine failpoints), after the commit returned, and after finalize.
+ENGINE_POINTS = ("commit.after_sidecar", "commit.before_publish", "commit.after_publish")
+CRASH_POINTS = ("after_reserve", *ENGINE_POINTS, "after_commit", "after_finalize")
+TABLE = "orders"
 
 
-@dataclass(frozen=True)
-class CommitRecord:
-    version: int
-    idempotency_key: str | None
+def open_engine(adapter: Any) -> Engine:
+    """The real engine under ``engine/`` with one table (created by whoever gets there first)."""
+    engine = Engine.open(adapter.child("engine"))
+    with contextlib.suppress(TableExistsError):  # another client created it: exactly what we wanted
+        engine.create_table(TABLE, pa.schema([("id", pa.int64())]))
+    return engine
 
 
-class FakeEngine:
-    """A minimal engine on the adapter: a commit writes a data object, then publishes by CAS on one log
-    object that records the idempotency key in the same write (so ``find_commit`` is exact and a second
-    commit with a recorded key publishes nothing). ``before_publish`` is a failpoint hook."""
-
-    def __init__(self, adapter: Any, before_publish: Any = None) -> None:
-        self.adapter = adapter
-        self.before_publish = before_publish
-
-    def _log(self) -> tuple[list[dict[str, Any]], str | None]:
-        versioned = self.adapter.read_versioned(LOG) if self.adapter.exists(LOG) else None
-        return ([], None) if versioned is None else (json.loads(versioned.data), versioned.token)
-
-    def commit(self, tables: dict[str, Any], mode: str = "append", idempotency_key: str | None = None) -> CommitRecord:
-        data_key = f"data/{uuid.uuid4().hex}"
-        self.adapter.write(data_key, json.dumps(tables))
-        if self.before_publish is not None:
-            self.before_publish()
-        while True:
-            log, token = self._log()
-            for entry in log:
-                if idempotency_key is not None and entry["key"] == idempotency_key:
-                    return CommitRecord(entry["version"], idempotency_key)
-            entry = {"version": len(log) + 1, "key": idempotency_key, "data": data_key}
-            body = json.dumps([*log, entry])
-            published = (
-                self.adapter.write_if_absent(LOG, body) if token is None else self.adapter.write_if_match(LOG, body, token)
-            )
-            if published:
-                return CommitRecord(entry["version"], idempotency_key)
-
-    def find_commit(self, idempotency_key: str) -> CommitRecord | None:
-        for entry in self._log()[0]:
-            if entry["key"] == idempotency_key:
-                return CommitRecord(entry["version"], idempotency_key)
-        return None
-
-    def commits(self) -> list[dict[str, Any]]:
-        return self._log()[0]
+def committed_keys(engine: Engine) -> list[str | None]:
+    """Idempotency keys of every data commit in the engine's history (table creation excluded)."""
+    return [record.idempotency_key for record in engine.history() if record.mode != "create"]
 
 
-def describe_commit(commit: CommitRecord) -> HandlerResult:
+def describe_commit(commit: Any) -> HandlerResult:
+    """The response of a commit request, from the engine's Commit or its CommitRecord (both have it)."""
     return HandlerResult(201, {"version": commit.version})
 
 
@@ -90,25 +62,30 @@ def commit_request(key: str, realm: str = "tenant-a") -> IdempotentRequest:
     return IdempotentRequest(realm, key, "commit", "table/orders", {"rows": [1, 2, 3]})
 
 
-def committing_handler(engine: FakeEngine, pause: Any = lambda point: None) -> Any:
+def committing_handler(engine: Engine, pause: Any = lambda point: None) -> Any:
     def handler(ctx: OwnerContext) -> HandlerResult:
         pause("after_reserve")
-        commit = engine.commit({"orders": [1, 2, 3]}, idempotency_key=ctx.commit_key)
+        commit = engine.commit({TABLE: pa.table({"id": [1, 2, 3]})}, idempotency_key=ctx.commit_key)
         pause("after_commit")
         return describe_commit(commit)
 
     return handler
 
 
-def run_commit(store: IdempotencyStore, engine: FakeEngine, key: str, pause: Any = lambda point: None) -> Response:
+def run_commit(
+    store: IdempotencyStore, engine: Engine, key: str, pause: Any = lambda point: None
+) -> Response:
     reconciler = EngineReconciler(engine, describe_commit)
-    return run_idempotent(store, commit_request(key), committing_handler(engine, pause), reconciler=reconciler)
+    return run_idempotent(
+        store, commit_request(key), committing_handler(engine, pause), reconciler=reconciler
+    )
 
 
 def race_effect(adapter: Any, key: str, worker: str) -> tuple[str, int, bool]:
     """One client of a same-key race: the side effect writes a unique object under ``effects/``.
-    Returns (worker, status, summary's effect id, replayed) without the worker for Spark's sake."""
-    store = IdempotencyStore(adapter, executor_id=worker)
+    Returns (summary as canonical JSON, status, replayed)."""
+    # A generous deadline: the race measures exactly-once, not how a loaded CI machine's latency looks.
+    store = IdempotencyStore(adapter, executor_id=worker, call_timeout=timedelta(seconds=60))
 
     def handler(ctx: OwnerContext) -> HandlerResult:
         effect = uuid.uuid4().hex
@@ -137,8 +114,12 @@ def main(spec_path: str) -> None:
             while True:
                 time.sleep(60)  # the test kills us here with SIGKILL
 
-    store = IdempotencyStore(adapter.child("store"), lease=timedelta(seconds=spec["lease_s"]), executor_id="crasher")
-    engine = FakeEngine(adapter.child("engine"), before_publish=lambda: pause("mid_commit"))
+    store = IdempotencyStore(
+        adapter.child("store"), lease=timedelta(seconds=spec["lease_s"]), executor_id="crasher"
+    )
+    engine = open_engine(adapter)
+    if spec["crash_at"] in ENGINE_POINTS:
+        failpoints.arm(spec["crash_at"], pause)
     response = run_commit(store, engine, spec["key"], pause)
     print(json.dumps({"status": response.status, "summary": response.summary}), flush=True)
     pause("after_finalize")

@@ -12,6 +12,10 @@ for process death); ``exit`` kills the process with SIGKILL (no cleanup at all).
 then disarms; ``@K`` skips the first K hits (to crash between the table writes of a multi-table commit).
 In-process, a callable may be armed instead of an action: it runs at the point (to interleave another
 actor deterministically).
+
+``*N`` counts per process. When ``STORAGE_ADAPTER_FAILPOINTS_DIR`` names a directory, it counts across
+every process sharing it instead (each firing claims a marker file with O_EXCL): this is how a Spark task
+attempt fails once in total, although every retry runs in a fresh worker process.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from dataclasses import dataclass
 from storage_adapter.errors import StorageError
 
 ENV_VAR = "STORAGE_ADAPTER_FAILPOINTS"
+SHARED_COUNT_DIR_VAR = "STORAGE_ADAPTER_FAILPOINTS_DIR"
 
 # Every failpoint the engine hits, in protocol order. Tests iterate this to crash between every step.
 COMMIT_POINTS = (
@@ -49,14 +54,17 @@ RECOVERY_POINTS = (
     "recovery.after_restore",  # fires after each roll-back restore version write
     "recovery.after_audit",  # audit written, sidecar not yet deleted
 )
-ALL_POINTS = COMMIT_POINTS + STORAGE_POINTS + RECOVERY_POINTS
+LOAD_POINTS = (
+    "spark_load.after_fragment",  # a bulk-load task wrote a fragment and has not reported it yet
+)
+ALL_POINTS = COMMIT_POINTS + STORAGE_POINTS + RECOVERY_POINTS + LOAD_POINTS
 
 
 class InjectedFault(StorageError):
     """A storage request failed because a failpoint said so."""
 
 
-class SimulatedCrash(BaseException):  # noqa: N818 - it models process death, not an error to handle
+class SimulatedCrash(BaseException):  # models process death: not an error to handle
     """The process "died" at a failpoint. Deliberately not an Exception: no handler in the engine catches it,
     so no cleanup runs that a real crash would skip."""
 
@@ -66,6 +74,7 @@ class _Arming:
     action: str | Callable[[str], None]
     remaining: int | None  # None: fires until disarmed
     skip: int
+    times: int | None = None  # the armed budget, for counting across processes
 
 
 _ARMED: dict[str, _Arming] = {}
@@ -87,6 +96,8 @@ def _fire(name: str) -> None:
             arming.skip -= 1
             return
         if arming.remaining is not None:
+            if not _claim_shared_firing(name, arming):
+                return
             arming.remaining -= 1
             if arming.remaining <= 0:
                 del _ARMED[name]
@@ -101,6 +112,20 @@ def _fire(name: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+def _claim_shared_firing(name: str, arming: _Arming) -> bool:
+    """With a shared count directory, claim one of the ``times`` firings across processes (else: True)."""
+    directory = os.environ.get(SHARED_COUNT_DIR_VAR)
+    if not directory:
+        return True
+    for index in range(arming.times or 0):
+        try:
+            os.close(os.open(os.path.join(directory, f"{name}.{index}"), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            return True
+        except FileExistsError:
+            continue
+    return False
+
+
 def arm(name: str, action: str | Callable[[str], None], times: int | None = None, skip: int = 0) -> None:
     """Arm ``name``. ``action`` is ``error``, ``crash``, ``exit`` or a callable taking the name."""
     if name not in ALL_POINTS:
@@ -108,7 +133,7 @@ def arm(name: str, action: str | Callable[[str], None], times: int | None = None
     if not callable(action) and action not in ("error", "crash", "exit"):
         raise ValueError(f"unknown failpoint action {action!r} for {name!r}")
     with _LOCK:
-        _ARMED[name] = _Arming(action, times, skip)
+        _ARMED[name] = _Arming(action, times, skip, times)
 
 
 def disarm(name: str | None = None) -> None:

@@ -18,7 +18,7 @@ from storage_adapter.engine.errors import CorruptManifestError, HistoryExpiredEr
 from storage_adapter.errors import NotFoundError
 
 MANIFEST_FORMAT = "storage-adapter-engine/manifest"
-DEFAULT_RETENTION = 1000
+DEFAULT_RETENTION = 256  # ~60 KB of manifest (about 235 bytes per record); see docs/engine.md
 
 
 @dataclass(frozen=True)

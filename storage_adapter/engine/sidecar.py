@@ -75,7 +75,7 @@ class Sidecar:
         try:
             tables = {
                 str(name): SidecarPin(str(p["key"]), p["expected_version"], int(p["post_commit_pin"]),
-                                      p.get("schema"))  # fmt: skip
+                                      p.get("schema"))
                 for name, p in req(doc, "tables", dict, key, CorruptSidecarError).items()
             }
         except (KeyError, TypeError, ValueError, AttributeError) as exc:

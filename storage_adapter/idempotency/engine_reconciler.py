@@ -1,10 +1,13 @@
 """Reconciliation against the commit engine (``storage_adapter.engine``).
 
 The engine records the idempotency key inside its manifest publish, in the same atomic step as the data,
-so ``Engine.find_commit(key)`` answers exactly: a commit carrying the key is durable (APPLIED), and no
-such commit means it never became visible (NOT_APPLIED): a crashed commit's unpublished files are
-invisible and reclaimed by vacuum. Handlers must pass ``OwnerContext.commit_key`` as the engine's
-``idempotency_key`` (it is realm-qualified, see ``handler.commit_key``).
+so ``Engine.find_commit(key)`` answers exactly which commits are visible. A commit whose writer died
+mid-protocol leaves a recovery sidecar that the engine's ``heal`` rolls forward or back, so the
+reconciler heals first: after that, a commit carrying the key is durable (APPLIED) and none means it
+never became visible (NOT_APPLIED). A writer that is still alive (a slow former owner) is left alone by
+heal; it cannot double the effect either, because ``Engine.commit`` returns the already-landed commit for
+a key instead of publishing again (it checks on every publish attempt). Handlers must pass
+``OwnerContext.commit_key`` as the engine's ``idempotency_key`` (it is realm-qualified).
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from storage_adapter.idempotency.responses import HandlerResult
 class CommitFinder(Protocol):
     """The part of the engine reconciliation needs."""
 
+    def heal(self) -> Any: ...
+
     def find_commit(self, idempotency_key: str) -> Any | None: ...
 
 
@@ -38,6 +43,7 @@ class EngineReconciler:
         """APPLIED(describe(commit)) or NOT_APPLIED. Raises StoreUnavailableError when the engine's storage
         is unavailable (the handler answers 503; a later retry reconciles again)."""
         try:
+            self.engine.heal()
             found = self.engine.find_commit(commit_key(record.realm, record.key))
         except BackendUnavailableError as exc:
             raise StoreUnavailableError(

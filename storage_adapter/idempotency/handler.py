@@ -129,7 +129,7 @@ def run_idempotent(
                 return _as_owner(store, claim, request, handler, reconciler, replayer, policy)
             record = claim.record
             if (record.operation, record.resource, record.fingerprint) != binding:
-                detail = f"key {key!r} was used for {record.operation} on {record.resource}, other payload"
+                detail = f"key {key!r} is bound to another request ({record.operation} on {record.resource})"
                 return problem(422, KEY_CONFLICT, detail)
             if record.status is RecordStatus.FINALIZED:
                 return _replay(record, replayer)

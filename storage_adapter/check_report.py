@@ -1,0 +1,162 @@
+"""Present a ConformanceRun: the clause x backend matrix (rich), and Markdown and JSON report files."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+from rich.text import Text
+
+from storage_adapter.conformance import CheckTarget, ConformanceRun, Outcome
+
+_CELL_STYLE = {Outcome.PASSED: "green", Outcome.FAILED: "bold red", Outcome.ERROR: "bold red", Outcome.SKIPPED: "dim"}
+_CELL_TEXT = {Outcome.PASSED: "pass", Outcome.FAILED: "FAIL", Outcome.ERROR: "ERROR", Outcome.SKIPPED: "skip"}
+REPORT_FORMAT = "storage-adapter-check/1"
+
+
+def ordered_targets(run: ConformanceRun) -> list[CheckTarget]:
+    """Judged targets first, then peers, each in the order given."""
+    return [t for t in run.targets if not t.peer] + [t for t in run.targets if t.peer]
+
+
+def _heading(target: CheckTarget) -> str:
+    return f"{target.name}\n(peer)" if target.peer else target.name
+
+
+def notes(run: ConformanceRun) -> list[tuple[int, str]]:
+    """Numbered reasons for every non-pass cell; identical reasons share a number."""
+    numbered: dict[str, int] = {}
+    for target in ordered_targets(run):
+        for clause in run.clauses:
+            result = run.result(clause.name, target.name)
+            if result is not None and result.outcome is not Outcome.PASSED and result.reason:
+                numbered.setdefault(result.reason, len(numbered) + 1)
+    return [(n, reason) for reason, n in numbered.items()]
+
+
+def matrix_table(run: ConformanceRun) -> Table:
+    """Rows are clauses, columns backends; a cell shows the outcome and the number of its reason note."""
+    note_of = {reason: n for n, reason in notes(run)}
+    table = Table(title="storage contract: clause x backend", show_lines=False, header_style="bold")
+    table.add_column("clause", no_wrap=True)
+    targets = ordered_targets(run)
+    for target in targets:
+        table.add_column(_heading(target), justify="center", style="dim" if target.peer else None)
+    for clause in run.clauses:
+        cells: list[Text | str] = [clause.name.removeprefix("test_")]
+        for target in targets:
+            result = run.result(clause.name, target.name)
+            if result is None:
+                cells.append("-")
+                continue
+            label = _CELL_TEXT[result.outcome]
+            if result.outcome is not Outcome.PASSED and result.reason:
+                label += f" [{note_of[result.reason]}]"
+            cells.append(Text(label, style=_CELL_STYLE[result.outcome]))
+        table.add_row(*cells)
+    return table
+
+
+def verdict_lines(run: ConformanceRun) -> list[str]:
+    return [run.verdict(t).line() for t in ordered_targets(run)]
+
+
+def to_json(run: ConformanceRun) -> dict[str, Any]:
+    """The machine-readable report (format ``storage-adapter-check/1``)."""
+    return {
+        "format": REPORT_FORMAT,
+        "written_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "conforms": run.conforms,
+        "duration_s": round(run.duration_s, 3),
+        "sizes": vars(run.sizes),
+        "peer_sizes": vars(run.peer_sizes),
+        "versions": dict(run.versions),
+        "clauses": [{"name": c.name, "summary": c.summary} for c in run.clauses],
+        "targets": [
+            {
+                "name": t.name,
+                "url": t.url,
+                "factory": t.factory,
+                "peer": t.peer,
+                "conforms": run.verdict(t).conforms,
+                "violations": list(run.verdict(t).violations),
+                "duration_s": round(sum(r.duration_s for r in run.results if r.target == t.name), 3),
+            }
+            for t in ordered_targets(run)
+        ],
+        "results": [
+            {
+                "clause": r.clause,
+                "target": r.target,
+                "outcome": r.outcome.value,
+                "reason": r.reason,
+                "duration_s": round(r.duration_s, 3),
+                "cases": r.cases,
+            }
+            for r in run.results
+        ],
+    }
+
+
+def _md_escape(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def to_markdown(run: ConformanceRun) -> str:
+    targets = ordered_targets(run)
+    note_of = {reason: n for n, reason in notes(run)}
+    lines = [
+        "# storage-adapter check",
+        "",
+        f"Overall: **{'conforms' if run.conforms else 'VIOLATIONS'}** (peers are shown for comparison and never "
+        f"judged). Duration {run.duration_s:.1f} s.",
+        "",
+        *[f"- {_md_escape(line)}" for line in verdict_lines(run)],
+        "",
+        "| clause | " + " | ".join(t.name + (" (peer)" if t.peer else "") for t in targets) + " |",
+        "|---|" + "---|" * len(targets),
+    ]
+    for clause in run.clauses:
+        cells = []
+        for target in targets:
+            result = run.result(clause.name, target.name)
+            if result is None:
+                cells.append("-")
+                continue
+            cell = _CELL_TEXT[result.outcome]
+            if result.outcome is not Outcome.PASSED and result.reason:
+                cell += f" [{note_of[result.reason]}]"
+            cells.append(cell)
+        lines.append(f"| {clause.name.removeprefix('test_')} | " + " | ".join(cells) + " |")
+    lines += ["", "## Notes", ""]
+    lines += [f"{n}. {_md_escape(reason)}" for n, reason in notes(run)] or ["(none)"]
+    lines += ["", "## Clauses", ""]
+    lines += [f"- `{c.name}`: {_md_escape(c.summary)}" for c in run.clauses]
+    lines += ["", "## Targets", ""]
+    lines += [f"- {t.name}{' (peer)' if t.peer else ''}: `{t.url}` via `{t.factory}`" for t in targets]
+    lines += ["", "## Sizes and versions", ""]
+    lines.append(f"- race sizes: {vars(run.sizes)}; peers: {vars(run.peer_sizes)}")
+    lines += [f"- {name}: {version}" for name, version in run.versions]
+    return "\n".join(lines) + "\n"
+
+
+def report_paths(path: str | Path) -> tuple[Path, Path]:
+    """``--report PATH``: a directory gets ``storage-adapter-check.{md,json}`` inside it; otherwise PATH
+    (with a ``.md`` or ``.json`` suffix dropped) is the stem of both files."""
+    path = Path(path)
+    stem = path / "storage-adapter-check" if path.is_dir() else path
+    if stem.suffix in (".md", ".json"):
+        stem = stem.with_suffix("")
+    return stem.with_name(stem.name + ".md"), stem.with_name(stem.name + ".json")
+
+
+def write_report(run: ConformanceRun, path: str | Path) -> tuple[Path, Path]:
+    """Write the Markdown and JSON reports; return their paths. Creates the parent directory."""
+    md_path, json_path = report_paths(path)
+    md_path.parent.mkdir(parents=True, exist_ok=True)
+    md_path.write_text(to_markdown(run), encoding="utf-8")
+    json_path.write_text(json.dumps(to_json(run), indent=2) + "\n", encoding="utf-8")
+    return md_path, json_path

@@ -1,0 +1,34 @@
+"""The commit engine: atomic multi-table commits of Arrow tables, published by manifest compare-and-swap,
+with recovery sidecars for crash safety. See docs/engine.md and docs/recovery.md."""
+
+from storage_adapter.engine.audit import AuditRecord, RecoveryOutcome
+from storage_adapter.engine.commit import Commit
+from storage_adapter.engine.engine import Engine, EngineSettings
+from storage_adapter.engine.errors import (
+    CommitConflictError,
+    CommitRetriesExhaustedError,
+    CorruptManifestError,
+    CorruptMetadataError,
+    CorruptSidecarError,
+    EngineError,
+    HistoryExpiredError,
+    ReadOnlyEngineError,
+    RecoveryInvariantError,
+    SchemaMismatchError,
+    StaleFragmentError,
+    TableExistsError,
+    UnknownTableError,
+)
+from storage_adapter.engine.manifest import CommitRecord, TableChange
+from storage_adapter.engine.recovery import HealReport
+from storage_adapter.engine.snapshot import Snapshot
+from storage_adapter.engine.tables import FragmentRef
+from storage_adapter.engine.vacuum import VacuumReport
+
+__all__ = [
+    "AuditRecord", "Commit", "CommitConflictError", "CommitRecord", "CommitRetriesExhaustedError",
+    "CorruptManifestError", "CorruptMetadataError", "CorruptSidecarError", "Engine", "EngineError",
+    "EngineSettings", "FragmentRef", "HealReport", "HistoryExpiredError", "ReadOnlyEngineError",
+    "RecoveryInvariantError", "RecoveryOutcome", "SchemaMismatchError", "Snapshot", "StaleFragmentError",
+    "TableChange", "TableExistsError", "UnknownTableError", "VacuumReport",
+]  # fmt: skip

@@ -1,0 +1,230 @@
+"""The commit protocol of one writer: Phase A sidecar, Phase B table versions, Phase C manifest CAS,
+Phase D sidecar delete, with bounded rebase-and-retry for appends that lose the publish race.
+
+Atomicity: readers see only what the manifest pins, and the manifest changes by one compare-and-swap that
+moves every pin of the commit together with its commit record. Table versions written before a lost or
+crashed publish are invisible; the sidecar lets recovery finish or undo them (see recovery.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import time
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ulid import ULID
+
+from storage_adapter.engine import codec, layout
+from storage_adapter.engine.errors import CommitConflictError, CommitRetriesExhaustedError, TableExistsError
+from storage_adapter.engine.failpoints import failpoint
+from storage_adapter.engine.manifest import CommitRecord, ManifestState, ManifestStore, TableChange
+from storage_adapter.engine.recovery import Recovery
+from storage_adapter.engine.sidecar import HOST, LIVE, LeaseKeeper, Sidecar, SidecarPin, SidecarStore
+from storage_adapter.engine.tables import TableVersion, TableVersionStore
+
+log = logging.getLogger(__name__)
+MODES = ("append", "overwrite")
+
+
+@dataclass(frozen=True)
+class TableWrite:
+    """What a commit does to one table: add ``fragments`` (append), replace with them (overwrite), or
+    create the table with ``schema`` (create)."""
+
+    table: str
+    schema: str
+    fragments: tuple[tuple[str, int, int], ...]
+
+
+@dataclass(frozen=True)
+class Commit:
+    """The result of a commit. ``replayed``: an earlier commit with the same idempotency key had already
+    landed and is returned instead (nothing new was written). ``sidecar_pending``: the Phase D delete
+    failed; the commit is durable and the next write's heal consumes the stale sidecar."""
+
+    version: int
+    record: CommitRecord
+    attempts: int
+    replayed: bool = False
+    sidecar_pending: bool = False
+
+    @property
+    def tables(self) -> dict[str, int]:
+        return self.record.tables
+
+
+@dataclass(frozen=True)
+class CommitPolicy:
+    max_attempts: int = 32
+    lease_s: float = 30.0
+    backoff_s: float = 0.005
+    backoff_cap_s: float = 0.2
+
+
+class _Replay(Exception):  # control flow inside this module only
+    def __init__(self, record: CommitRecord) -> None:
+        self.record = record
+
+
+class CommitOperation:
+    """One commit by one writer. Not reusable; not shared between threads."""
+
+    def __init__(self, adapter: Any, root: str, policy: CommitPolicy, versions: TableVersionStore,
+                 recovery: Recovery) -> None:  # fmt: skip
+        self._root = root
+        self._policy = policy
+        self._manifests = ManifestStore(adapter)
+        self._versions = versions
+        self._sidecars = SidecarStore(adapter)
+        self._recovery = recovery
+        self._keeper = LeaseKeeper(self._sidecars, policy.lease_s)
+        self.operation_id = str(ULID())
+
+    def run(self, state: ManifestState, writes: dict[str, TableWrite], mode: str, *,
+            expected_version: int | None, idempotency_key: str | None, actor: str | None) -> Commit:  # fmt: skip
+        """Commit ``writes`` on top of ``state``. The caller validated tables and schemas against it."""
+        if idempotency_key is not None:
+            landed = state.manifest.record_for_key(idempotency_key)
+            if landed is not None:
+                return Commit(landed.version, landed, 0, replayed=True)
+        check_expected_version(state, expected_version)
+        LIVE.register(self._root, self.operation_id)
+        try:
+            return self._run(state, writes, mode, expected_version, idempotency_key, actor)
+        finally:
+            LIVE.unregister(self._root, self.operation_id)
+
+    def _run(self, state: ManifestState, writes: dict[str, TableWrite], mode: str,
+             expected_version: int | None, idempotency_key: str | None, actor: str | None) -> Commit:  # fmt: skip
+        failpoint("commit.before_sidecar")
+        bases = {name: _pin(state, name) for name in writes}
+        pins = {
+            name: SidecarPin(layout.table_prefix(name), bases[name], _next(bases[name]),
+                             writes[name].schema if mode == "create" else None)
+            for name in writes
+        }
+        now = codec.now_iso()
+        kind = "create_table" if mode == "create" else "commit"
+        self._sidecar = self._keeper.write(Sidecar(
+            self.operation_id, kind, actor, now, now, HOST, os.getpid(), state.manifest.version, mode,
+            idempotency_key, pins,
+        ))  # fmt: skip  (Phase A: a failure here raises with nothing advanced)
+        failpoint("commit.after_sidecar")
+        written: dict[str, TableVersion] = {}
+        for attempt in range(1, self._policy.max_attempts + 1):
+            for name in sorted(writes):  # Phase B
+                if name not in written:
+                    written[name] = self._write_version(writes[name], mode, bases[name])
+                    failpoint("commit.after_table_version")
+            failpoint("commit.before_publish")
+            self._sidecar = self._keeper.renew_if_due(self._sidecar)
+            record = CommitRecord(
+                state.manifest.version + 1, codec.now_iso(), actor, self.operation_id, idempotency_key, mode,
+                False, tuple(TableChange(n, bases[n], written[n].version) for n in sorted(writes)),
+            )  # fmt: skip
+            schemas = {n: w.schema for n, w in writes.items()} if mode == "create" else {}
+            if self._manifests.publish(state, state.manifest.advance(record, schemas)) is not None:  # Phase C
+                return self._finish(record, attempt)
+            state = self._manifests.load()
+            landed = state.manifest.record_for_operation(self.operation_id)
+            if landed is not None:  # our lease lapsed and a healer rolled us forward
+                return self._finish(landed, attempt)
+            try:
+                self._rebase(state, writes, mode, bases, written, expected_version, idempotency_key)
+            except _Replay as replay:
+                self._abandon()
+                return Commit(replay.record.version, replay.record, attempt, replayed=True)
+            except (CommitConflictError, TableExistsError):
+                self._abandon()
+                raise
+            time.sleep(random.uniform(0, min(self._policy.backoff_cap_s, self._policy.backoff_s * 2**attempt)))
+        self._abandon()
+        raise CommitRetriesExhaustedError(
+            f"commit {self.operation_id} lost the manifest race {self._policy.max_attempts} times; nothing "
+            f"of it is visible (manifest now at version {state.manifest.version})",
+            expected=None, actual=state.manifest.version, key=layout.MANIFEST_KEY,
+        )  # fmt: skip
+
+    def _write_version(self, write: TableWrite, mode: str, base: int | None) -> TableVersion:
+        """Phase B for one table: the first free version at or above the sidecar's pin."""
+        base_content = self._versions.read(write.table, base) if mode == "append" and base is not None else None
+        fragments = (base_content.fragments if base_content else ()) + write.fragments
+
+        def make(number: int) -> TableVersion:
+            return TableVersion(write.table, number, base, self.operation_id, mode, write.schema, fragments)
+
+        def record_new_pin(number: int) -> None:  # the sidecar names a version before the head reaches it
+            self._sidecar = self._keeper.write(self._sidecar.with_pin(write.table, number))
+
+        first = self._sidecar.tables[write.table].post_commit_pin
+        return self._versions.write_next(make, write.table, first, record_new_pin)
+
+    def _rebase(self, state: ManifestState, writes: dict[str, TableWrite], mode: str,
+                bases: dict[str, int | None], written: dict[str, TableVersion],
+                expected_version: int | None, idempotency_key: str | None) -> None:  # fmt: skip
+        """After a lost publish: raise a conflict, or re-base moved tables (appends) for the next attempt."""
+        if idempotency_key is not None:
+            landed = state.manifest.record_for_key(idempotency_key)
+            if landed is not None:
+                raise _Replay(landed)
+        check_expected_version(state, expected_version)
+        pins = dict(self._sidecar.tables)
+        for name in writes:
+            now_pin = _pin(state, name)
+            if now_pin == bases[name]:
+                continue  # untouched by the winner: our version of it is still built on the current pin
+            if mode == "create":
+                raise TableExistsError(f"table {name!r} was created concurrently", key=layout.table_prefix(name))
+            if mode == "overwrite":
+                raise CommitConflictError(
+                    f"overwrite of table {name!r} conflicts with a concurrent commit: expected table version "
+                    f"{bases[name]} but the manifest now pins {now_pin}",
+                    expected=bases[name], actual=now_pin, table=name, key=layout.table_prefix(name),
+                )  # fmt: skip
+            first = max(_next(now_pin), written[name].version + 1)
+            bases[name] = now_pin
+            del written[name]
+            pins[name] = replace(pins[name], expected_version=now_pin, post_commit_pin=first)
+        self._sidecar = self._keeper.write(
+            replace(self._sidecar, manifest_version=state.manifest.version, tables=pins)
+        )
+
+    def _finish(self, record: CommitRecord, attempts: int) -> Commit:
+        failpoint("commit.after_publish")
+        pending = False
+        try:  # Phase D: the commit is durable; a failure here only leaves work for the next heal
+            self._sidecars.delete(self.operation_id)
+        except Exception as exc:
+            log.warning("commit %s is durable but its sidecar delete failed (%s); the next write's heal "
+                        "consumes it", self.operation_id, exc)  # fmt: skip
+            pending = True
+        failpoint("commit.after_sidecar_delete")
+        return Commit(record.version, record, attempts, sidecar_pending=pending)
+
+    def _abandon(self) -> None:
+        """Undo our own unpublished operation (we are its live writer, so no one else touches it)."""
+        try:
+            self._recovery.resolve(self._sidecar, abandon=True)
+        except Exception as exc:
+            log.warning("could not roll back abandoned commit %s (%s); the next heal will", self.operation_id, exc)
+
+
+def _pin(state: ManifestState, table: str) -> int | None:
+    entry = state.manifest.tables.get(table)
+    return None if entry is None else entry.version
+
+
+def _next(pin: int | None) -> int:
+    return 0 if pin is None else pin + 1
+
+
+def check_expected_version(state: ManifestState, expected_version: int | None) -> None:
+    """Raise CommitConflictError naming both versions unless ``expected_version`` is None or current."""
+    if expected_version is not None and state.manifest.version != expected_version:
+        raise CommitConflictError(
+            f"expected manifest version {expected_version} but the current version is {state.manifest.version}",
+            expected=expected_version, actual=state.manifest.version, key=layout.MANIFEST_KEY,
+        )  # fmt: skip

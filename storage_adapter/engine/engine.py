@@ -1,0 +1,268 @@
+"""Engine: atomic multi-table commits of Arrow data on any ObjectStorageAdapter.
+
+Layering (each module one job): layout (keys) -> codec (metadata JSON) -> tables (fragments, table
+versions) -> manifest (the visibility authority) -> sidecar/audit/recovery (crash safety) -> commit (the
+writer protocol) -> vacuum -> this facade. Only the adapter's public API is used, so the engine runs
+unchanged on memory, local and S3.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pyarrow as pa
+from ulid import ULID
+
+from storage_adapter.adapter import ObjectStorageAdapter, open_adapter
+from storage_adapter.engine import codec, layout
+from storage_adapter.engine.audit import AuditLog, AuditRecord
+from storage_adapter.engine.commit import (
+    MODES,
+    Commit,
+    CommitOperation,
+    CommitPolicy,
+    TableWrite,
+    check_expected_version,
+)
+from storage_adapter.engine.errors import (
+    ReadOnlyEngineError,
+    SchemaMismatchError,
+    StaleFragmentError,
+    TableExistsError,
+)
+from storage_adapter.engine.manifest import DEFAULT_RETENTION, CommitRecord, ManifestState, ManifestStore
+from storage_adapter.engine.recovery import HealReport, Recovery, recovered_by
+from storage_adapter.engine.snapshot import Snapshot
+from storage_adapter.engine.tables import (
+    FragmentRef,
+    TableVersionStore,
+    check_schema,
+    read_fragment,
+    schema_fingerprint,
+    schema_from_text,
+    schema_to_text,
+    write_fragment,
+)
+from storage_adapter.engine.vacuum import VacuumReport, vacuum
+from storage_adapter.errors import NotFoundError
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """``retention``: commit records (history and idempotency keys) kept in the manifest, set when the
+    root is initialized. ``max_attempts``: publish attempts of a non-conflicting append. ``lease_s``: a
+    writer's sidecar lease. ``grace_s``: vacuum's grace period; commits refuse fragments older than half."""
+
+    retention: int = DEFAULT_RETENTION
+    max_attempts: int = 32
+    lease_s: float = 30.0
+    grace_s: float = 24 * 3600.0
+
+
+class Engine:
+    """Tables of Arrow data under one storage root. Thread-safe; any number of engines in any number of
+    processes may share a root (memory roots: one process).
+
+    Every write entry point (``create_table``, ``commit``, ``commit_fragments``, ``vacuum``) first heals
+    pending recovery sidecars of dead writers (one LIST when there are none).
+    """
+
+    def __init__(self, adapter: Any, *, actor: str | None, read_only: bool, settings: EngineSettings) -> None:
+        self._adapter = adapter
+        self._actor = actor
+        self._read_only = read_only
+        self._settings = settings
+        self._root = adapter.url
+        self._manifests = ManifestStore(adapter)
+        self._versions = TableVersionStore(adapter)
+        self._recovery = Recovery(adapter, self._root, recovered_by(actor), settings.max_attempts, self._versions)
+        self._schemas: dict[str, pa.Schema] = {}  # tables are never dropped nor re-schemaed: cache for good
+        self.last_heal: HealReport | None = None
+
+    @classmethod
+    def open(cls, url_or_adapter: str | ObjectStorageAdapter | Any, actor: str | None = None,
+             read_only: bool = False, *, options: Mapping[str, Any] | None = None,
+             settings: EngineSettings | None = None) -> Engine:  # fmt: skip
+        """Open the engine rooted at a URL (with adapter ``options``) or an adapter.
+
+        Read-write: initializes an empty root (manifest version 0, one winner) and runs a full recovery
+        sweep; fails loudly if the sweep does (listing error, corrupt sidecar, invariant violation).
+        Read-only: only checks the manifest is present and valid (NotFoundError, CorruptManifestError);
+        pending or corrupt sidecars do not matter to readers.
+        """
+        adapter = open_adapter(url_or_adapter, **dict(options or {})) if isinstance(url_or_adapter, str) \
+            else url_or_adapter  # fmt: skip
+        settings = settings or EngineSettings()
+        engine = cls(adapter, actor=actor, read_only=read_only, settings=settings)
+        if read_only:
+            engine._manifests.load()
+            return engine
+        try:
+            engine._manifests.load()
+        except NotFoundError:
+            engine._manifests.initialize(str(ULID()), settings.retention)
+        engine.heal()
+        return engine
+
+    @property
+    def adapter(self) -> Any:
+        return self._adapter
+
+    @property
+    def settings(self) -> EngineSettings:
+        return self._settings
+
+    # -- writes ---------------------------------------------------------------------------------------
+    def create_table(self, name: str, schema: pa.Schema, actor: str | None = None) -> Commit:
+        """Create an empty table with ``schema``: one commit. TableExistsError if it exists (also when
+        created concurrently by another writer)."""
+        layout.check_table_name(name)
+        state = self._begin_write()
+        if name in state.manifest.tables:
+            raise TableExistsError(f"table {name!r} already exists", key=layout.table_prefix(name))
+        write = TableWrite(name, schema_to_text(schema), ())
+        return self._operation().run(state, {name: write}, "create", expected_version=None,
+                                     idempotency_key=None, actor=actor or self._actor)  # fmt: skip
+
+    def write_fragment(self, table: str, data: pa.Table) -> FragmentRef:
+        """Write ``data`` as one immutable Parquet file under the table's data prefix (write_if_absent on a
+        fresh ULID key) after checking its schema. Invisible until committed by ``commit_fragments``;
+        reclaimed by vacuum if never committed. Raises UnknownTableError, SchemaMismatchError.
+
+        Allowed on read-only engines: a fragment changes nothing visible, and executors of a bulk load
+        should open ``read_only=True`` (no recovery sweep per task) and leave the commit to the driver."""
+        check_schema(table, self._table_schema(table), data.schema)
+        return write_fragment(self._adapter, table, data, str(ULID()))
+
+    def commit_fragments(self, fragments: Mapping[str, Sequence[FragmentRef]], mode: str = "append",
+                         expected_version: int | None = None, idempotency_key: str | None = None,
+                         actor: str | None = None) -> Commit:  # fmt: skip
+        """Publish written fragments as one atomic commit over all named tables.
+
+        ``append`` adds them; ``overwrite`` replaces each named table's content with them. Appends that
+        lose the publish race to non-conflicting commits rebase and retry (``settings.max_attempts``).
+        Raises, with nothing visible: CommitConflictError (``expected_version`` is not the manifest version,
+        or an overwrite raced another commit to its table), UnknownTableError, SchemaMismatchError,
+        StaleFragmentError, CorruptManifestError. With ``idempotency_key`` already landed, returns that
+        commit (``replayed=True``) and writes nothing.
+        """
+        state = self._begin_write()
+        return self._commit(state, {t: tuple(refs) for t, refs in fragments.items()}, mode, expected_version,
+                            idempotency_key, actor)  # fmt: skip
+
+    def commit(self, data: Mapping[str, pa.Table], mode: str = "append", expected_version: int | None = None,
+               idempotency_key: str | None = None, actor: str | None = None) -> Commit:  # fmt: skip
+        """``write_fragment`` for each table's data, then ``commit_fragments``, with every check made
+        before any data file is written. Same guarantees and errors as ``commit_fragments``."""
+        state = self._begin_write()
+        if idempotency_key is not None and (landed := state.manifest.record_for_key(idempotency_key)):
+            return Commit(landed.version, landed, 0, replayed=True)
+        self._validate(state, data.keys(), mode)
+        check_expected_version(state, expected_version)
+        for table, table_data in data.items():
+            check_schema(table, schema_from_text(state.manifest.tables[table].schema), table_data.schema)
+        refs = {t: (write_fragment(self._adapter, t, d, str(ULID())),) for t, d in data.items()}
+        return self._commit(state, refs, mode, expected_version, idempotency_key, actor)
+
+    def vacuum(self, grace_s: float | None = None, dry_run: bool = False) -> VacuumReport:
+        """Delete table files no retained version references and older than the grace period
+        (default ``settings.grace_s``). Heals first; never deletes what a live commit may publish."""
+        self._begin_write()
+        return vacuum(self._adapter, self._versions, self._settings.grace_s if grace_s is None else grace_s,
+                      dry_run)  # fmt: skip
+
+    def heal(self) -> HealReport:
+        """Recover pending sidecars of dead writers now (what every write entry point does first)."""
+        self._check_writable()
+        self.last_heal = self._recovery.heal()
+        return self.last_heal
+
+    # -- reads ----------------------------------------------------------------------------------------
+    def snapshot(self, version: int | None = None) -> Snapshot:
+        """The current manifest's pins (one GET), or those of an older manifest ``version`` inside the
+        retained history (HistoryExpiredError outside it)."""
+        manifest = self._manifests.load().manifest
+        pins = {n: e.version for n, e in manifest.tables.items()} if version is None else manifest.pins_at(version)
+        schemas = {n: manifest.tables[n].schema for n in pins}
+        return Snapshot(manifest.version if version is None else version, pins, schemas)
+
+    def read(self, table: str, snapshot_or_version: Snapshot | int | None = None) -> pa.Table:
+        """The table's rows as of the snapshot (a fresh one if None; a manifest version if an int).
+        Reads only immutable files named by that one snapshot."""
+        snap = snapshot_or_version if isinstance(snapshot_or_version, Snapshot) else self.snapshot(snapshot_or_version)
+        content = self._versions.read(table, snap.table_version(table))
+        parts = [read_fragment(self._adapter, key) for key, _, _ in content.fragments]
+        if not parts:
+            return snap.schema(table).empty_table()
+        return pa.concat_tables(parts)
+
+    def history(self) -> list[CommitRecord]:
+        """Retained commit records, oldest first (the manifest keeps the last ``retention``)."""
+        return list(self._manifests.load().manifest.commits)
+
+    def find_commit(self, idempotency_key: str) -> CommitRecord | None:
+        """The published commit carrying ``idempotency_key``, or None if none of the retained commits
+        carries it. Exact for any attempt that started at or after the manifest's ``history_floor``
+        (see docs/engine.md, retention). One GET."""
+        return self._manifests.load().manifest.record_for_key(idempotency_key)
+
+    def audit_log(self) -> list[AuditRecord]:
+        return AuditLog(self._adapter).records()
+
+    # -- internals ------------------------------------------------------------------------------------
+    def _check_writable(self) -> None:
+        if self._read_only:
+            raise ReadOnlyEngineError(f"engine at {self._root} was opened read-only", key=self._root)
+
+    def _begin_write(self) -> ManifestState:
+        """Every write entry: heal, then read the manifest the operation builds on."""
+        self.heal()
+        return self._manifests.load()
+
+    def _operation(self) -> CommitOperation:
+        policy = CommitPolicy(max_attempts=self._settings.max_attempts, lease_s=self._settings.lease_s)
+        return CommitOperation(self._adapter, self._root, policy, self._versions, self._recovery)
+
+    def _table_schema(self, table: str) -> pa.Schema:
+        schema = self._schemas.get(table)
+        if schema is None:
+            schema = schema_from_text(self._manifests.load().manifest.entry(table).schema)
+            self._schemas[table] = schema
+        return schema
+
+    def _validate(self, state: ManifestState, tables: Any, mode: str) -> None:
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
+        names = list(tables)
+        if not names:
+            raise ValueError("a commit needs at least one table")
+        for table in names:
+            state.manifest.entry(table)  # UnknownTableError
+
+    def _commit(self, state: ManifestState, refs: dict[str, tuple[FragmentRef, ...]], mode: str,
+                expected_version: int | None, idempotency_key: str | None, actor: str | None) -> Commit:  # fmt: skip
+        self._validate(state, refs.keys(), mode)
+        oldest_allowed = datetime.now(timezone.utc) - timedelta(seconds=self._settings.grace_s / 2)
+        writes: dict[str, TableWrite] = {}
+        for table, table_refs in refs.items():
+            schema_text = state.manifest.tables[table].schema
+            fingerprint = schema_fingerprint(schema_from_text(schema_text))
+            for ref in table_refs:
+                if ref.table != table or not ref.key.startswith(layout.data_prefix(table) + "/"):
+                    raise SchemaMismatchError(f"fragment {ref.key} belongs to table {ref.table!r}, not {table!r}",
+                                              key=ref.key)  # fmt: skip
+                if ref.schema_fingerprint != fingerprint:
+                    raise SchemaMismatchError(f"fragment {ref.key} does not have table {table!r}'s schema",
+                                              key=ref.key)  # fmt: skip
+                if codec.parse_iso(ref.written_at) < oldest_allowed:
+                    raise StaleFragmentError(
+                        f"fragment {ref.key} was written at {ref.written_at}, more than half the grace period "
+                        f"({self._settings.grace_s / 2:.0f} s) ago: vacuum may reclaim it; write it again",
+                        key=ref.key,
+                    )
+            writes[table] = TableWrite(table, schema_text, tuple((r.key, r.rows, r.bytes) for r in table_refs))
+        return self._operation().run(state, writes, mode, expected_version=expected_version,
+                                     idempotency_key=idempotency_key, actor=actor or self._actor)  # fmt: skip

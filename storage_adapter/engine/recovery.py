@@ -1,0 +1,290 @@
+"""Recovery: classify a pending sidecar against the manifest and the table heads, decide, act, audit.
+
+Per table of a sidecar (E = ``expected_version``, P = ``post_commit_pin``, M = the manifest's pin now,
+H = the table's head now; a table absent from the manifest counts as version -1):
+
+=======================  ==========================================================================
+classification           condition
+=======================  ==========================================================================
+INVARIANT_VIOLATION      M < E (the manifest went backwards) or the pinned version M is missing
+MOVED_PAST_PIN           M != E: the manifest moved this table since the writer started
+NO_MOVEMENT              M == E and neither version P nor the head is this operation's
+ROLLED_FORWARD_EXACT     M == E, version P is this operation's and it is the head (H == P)
+UNEXPECTED               M == E and anything else (e.g. a version above P, or our head at another number)
+=======================  ==========================================================================
+
+Decision for the whole sidecar, in order: the manifest's history shows the operation published (at or
+beyond its pins, by its writer or an earlier recovery) -> COMPLETED, delete without publishing; any
+INVARIANT_VIOLATION -> abort loudly, keep the sidecar; every table ROLLED_FORWARD_EXACT -> ROLL_FORWARD
+(one manifest publish moving every pin); every table NO_MOVEMENT -> DISCARD_ORPHAN; otherwise ROLL_BACK
+(each head this operation wrote gets a new version restoring the pinned content; published files are never
+modified or deleted). A roll-forward publishes with the token of the manifest it just read, never at a
+version remembered from earlier: when the manifest moves under it, the sidecar is classified again.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import os
+from dataclasses import dataclass, replace
+from typing import Any
+
+from storage_adapter.engine import codec, layout
+from storage_adapter.engine.audit import AuditLog, AuditRecord, RecoveryOutcome
+from storage_adapter.engine.errors import RecoveryInvariantError
+from storage_adapter.engine.failpoints import failpoint
+from storage_adapter.engine.manifest import CommitRecord, Manifest, ManifestStore, TableChange
+from storage_adapter.engine.sidecar import HOST, LIVE, Sidecar, SidecarStore, writer_alive
+from storage_adapter.engine.tables import TableVersion, TableVersionStore
+
+log = logging.getLogger(__name__)
+ABSENT = -1  # the "version" of a table the manifest does not have
+
+
+class TableState(enum.Enum):
+    NO_MOVEMENT = "no_movement"
+    ROLLED_FORWARD_EXACT = "rolled_forward_exact"
+    MOVED_PAST_PIN = "moved_past_pin"
+    UNEXPECTED = "unexpected"
+    INVARIANT_VIOLATION = "invariant_violation"
+
+
+class Decision(enum.Enum):
+    COMPLETED = "completed"
+    ROLL_FORWARD = "roll_forward"
+    ROLL_BACK = "roll_back"
+    DISCARD_ORPHAN = "discard_orphan"
+    ABORT = "abort"
+
+
+@dataclass(frozen=True)
+class TableClassification:
+    table: str
+    state: TableState
+    expected: int
+    post_commit_pin: int
+    manifest_pin: int
+    head: int
+    head_is_ours: bool
+
+
+@dataclass(frozen=True)
+class Classification:
+    decision: Decision
+    tables: tuple[TableClassification, ...]
+    landed: CommitRecord | None  # the manifest record of the operation, when it was published
+
+
+@dataclass(frozen=True)
+class HealReport:
+    """What one heal pass did. ``deferred``: sidecars whose writer is alive (left alone)."""
+
+    listed: int
+    recovered: tuple[AuditRecord, ...]
+    deferred: tuple[str, ...]
+    vanished: int
+
+
+class Recovery:
+    """Recovery for one engine root. ``root`` identifies the root in the in-process live registry."""
+
+    def __init__(self, adapter: Any, root: str, recovered_by: str, max_attempts: int,
+                 versions: TableVersionStore) -> None:  # fmt: skip
+        self._root = root
+        self._recovered_by = recovered_by
+        self._max_attempts = max_attempts
+        self._manifests = ManifestStore(adapter)
+        self._versions = versions
+        self._sidecars = SidecarStore(adapter)
+        self._audit = AuditLog(adapter)
+
+    # -- heal -----------------------------------------------------------------------------------------
+    def heal(self) -> HealReport:
+        """Recover every pending sidecar whose writer is dead. One LIST when there is none.
+
+        Raises the listing's error (never skips recovery silently), CorruptSidecarError for a sidecar that
+        cannot be decoded (kept for inspection), RecoveryInvariantError for an impossible state.
+        """
+        keys = self._sidecars.list_keys()
+        recovered: list[AuditRecord] = []
+        deferred: list[str] = []
+        vanished = 0
+        for key in keys:
+            operation_id = layout.operation_id_from_key(key)
+            if not LIVE.claim(self._root, operation_id):
+                deferred.append(operation_id)  # its writer (or another healer) is running in this process
+                continue
+            try:
+                sidecar = self._sidecars.read(key)
+                if sidecar is None:
+                    vanished += 1
+                elif writer_alive(sidecar, self._root):
+                    deferred.append(operation_id)
+                else:
+                    recovered.append(self.resolve(sidecar))
+            finally:
+                LIVE.release(self._root, operation_id)
+        return HealReport(len(keys), tuple(recovered), tuple(deferred), vanished)
+
+    # -- one sidecar ----------------------------------------------------------------------------------
+    def resolve(self, sidecar: Sidecar, abandon: bool = False) -> AuditRecord:
+        """Bring the sidecar's operation to all-or-nothing, audit it once, delete the sidecar.
+
+        The caller guarantees no live writer works on it (heal's liveness check, or the writer itself
+        abandoning its own operation: ``abandon`` then turns a roll-forward into a roll-back, since the
+        writer is about to report failure). Idempotent: safe to re-run after a crash at any step.
+        """
+        for _ in range(self._max_attempts):
+            state = self._manifests.load()
+            found = self.classify(sidecar, state.manifest)
+            if abandon and found.decision is Decision.ROLL_FORWARD:
+                found = replace(found, decision=Decision.ROLL_BACK)
+            failpoint("recovery.after_classify")
+            if found.decision is Decision.ABORT:
+                bad = [t for t in found.tables if t.state is TableState.INVARIANT_VIOLATION]
+                raise RecoveryInvariantError(
+                    f"{sidecar.key}: invariant violation, refusing to recover: {bad}; sidecar kept",
+                    key=sidecar.key,
+                )
+            if found.decision is Decision.ROLL_FORWARD:
+                record = self._roll_forward_record(sidecar, state.manifest)
+                schemas = {t: p.schema for t, p in sidecar.tables.items() if p.schema is not None}
+                if self._manifests.publish(state, state.manifest.advance(record, schemas)) is None:
+                    continue  # the manifest moved: classify again against the new one
+                failpoint("recovery.after_roll_forward_publish")
+                return self._finish(sidecar, RecoveryOutcome.ROLLED_FORWARD, _moves(record))
+            if found.decision is Decision.COMPLETED:
+                assert found.landed is not None
+                outcome = RecoveryOutcome.ROLLED_FORWARD if found.landed.recovered else RecoveryOutcome.COMPLETED
+                return self._finish(sidecar, outcome, _moves(found.landed))
+            if found.decision is Decision.DISCARD_ORPHAN:
+                moves = {t.table: _pair(t.manifest_pin, t.manifest_pin) for t in found.tables}
+                return self._finish(sidecar, RecoveryOutcome.ORPHAN_DISCARDED, moves)
+            return self._finish(sidecar, RecoveryOutcome.ROLLED_BACK, self._roll_back(sidecar, found))
+        raise RecoveryInvariantError(
+            f"{sidecar.key}: the manifest kept moving during {self._max_attempts} recovery attempts; "
+            "sidecar kept for the next heal",
+            key=sidecar.key,
+        )
+
+    def classify(self, sidecar: Sidecar, manifest: Manifest) -> Classification:
+        """Classify every table of the sidecar and decide (see the module docstring). Read-only."""
+        landed = self._landed(sidecar, manifest)
+        tables = tuple(self._classify_table(sidecar, name, manifest) for name in sorted(sidecar.tables))
+        states = {t.state for t in tables}
+        if landed is not None:
+            decision = Decision.COMPLETED
+        elif TableState.INVARIANT_VIOLATION in states:
+            decision = Decision.ABORT
+        elif states == {TableState.ROLLED_FORWARD_EXACT}:
+            decision = Decision.ROLL_FORWARD
+        elif states == {TableState.NO_MOVEMENT}:
+            decision = Decision.DISCARD_ORPHAN
+        else:
+            decision = Decision.ROLL_BACK
+        return Classification(decision, tables, landed)
+
+    def _classify_table(self, sidecar: Sidecar, table: str, manifest: Manifest) -> TableClassification:
+        pin = sidecar.tables[table]
+        expected = ABSENT if pin.expected_version is None else pin.expected_version
+        entry = manifest.tables.get(table)
+        pinned = ABSENT if entry is None else entry.version
+        head = self._versions.head(table, pinned)
+        head_content = self._versions.read(table, head) if head > pinned else None
+        head_is_ours = head_content is not None and head_content.operation_id == sidecar.operation_id
+
+        def result(state: TableState) -> TableClassification:
+            return TableClassification(table, state, expected, pin.post_commit_pin, pinned, head, head_is_ours)
+
+        if pinned < expected or (pinned > ABSENT and self._versions.read_if_exists(table, pinned) is None):
+            return result(TableState.INVARIANT_VIOLATION)
+        if pinned != expected:
+            return result(TableState.MOVED_PAST_PIN)
+        at_pin = self._versions.read_if_exists(table, pin.post_commit_pin) if pin.post_commit_pin <= head else None
+        pin_is_ours = at_pin is not None and at_pin.operation_id == sidecar.operation_id
+        if not pin_is_ours and not head_is_ours:
+            return result(TableState.NO_MOVEMENT)
+        if pin_is_ours and head == pin.post_commit_pin:
+            return result(TableState.ROLLED_FORWARD_EXACT)
+        return result(TableState.UNEXPECTED)
+
+    def _landed(self, sidecar: Sidecar, manifest: Manifest) -> CommitRecord | None:
+        """The manifest record of the operation if it was published, else None, exactly.
+
+        The retained history answers whenever it reaches back to the writer's base version; past that
+        (a sidecar older than the retention window), each table's published chain is walked instead.
+        """
+        record = manifest.record_for_operation(sidecar.operation_id)
+        if record is not None or sidecar.manifest_version >= manifest.history_floor:
+            return record
+        for name, pin in sidecar.tables.items():
+            entry = manifest.tables.get(name)
+            if entry is None:
+                continue
+            version: int | None = entry.version
+            floor = ABSENT if pin.expected_version is None else pin.expected_version
+            while version is not None and version > floor:
+                content = self._versions.read(name, version)
+                if content.operation_id == sidecar.operation_id:
+                    change = TableChange(name, pin.expected_version, version)
+                    return CommitRecord(manifest.version, "", sidecar.actor, sidecar.operation_id,
+                                        sidecar.idempotency_key, sidecar.mode, False, (change,))  # fmt: skip
+                version = content.base_version
+        return None
+
+    # -- actions --------------------------------------------------------------------------------------
+    def _roll_forward_record(self, sidecar: Sidecar, manifest: Manifest) -> CommitRecord:
+        changes = tuple(
+            TableChange(name, pin.expected_version, pin.post_commit_pin)
+            for name, pin in sorted(sidecar.tables.items())
+        )
+        return CommitRecord(manifest.version + 1, codec.now_iso(), sidecar.actor, sidecar.operation_id,
+                            sidecar.idempotency_key, sidecar.mode, True, changes)  # fmt: skip
+
+    def _roll_back(self, sidecar: Sidecar, found: Classification) -> dict[str, tuple[int | None, int | None]]:
+        """Give every head this operation wrote a successor restoring the manifest's pinned content."""
+        moves: dict[str, tuple[int | None, int | None]] = {}
+        for table in found.tables:
+            if not table.head_is_ours:
+                moves[table.table] = _pair(table.manifest_pin, table.manifest_pin)
+                continue
+            ours = self._versions.read(table.table, table.head)
+            restored = self._versions.write_next(
+                lambda number, t=table, ours=ours: self._restore_content(t, ours, sidecar, number),
+                table.table,
+                table.head + 1,
+            )
+            failpoint("recovery.after_restore")
+            moves[table.table] = (table.head, restored.version)
+        return moves
+
+    def _restore_content(self, table: TableClassification, ours: TableVersion, sidecar: Sidecar,
+                         number: int) -> TableVersion:  # fmt: skip
+        if table.manifest_pin == ABSENT:  # a creation that never published: restore to "no content"
+            return TableVersion(table.table, number, None, sidecar.operation_id, "restore", ours.schema, ())
+        pinned = self._versions.read(table.table, table.manifest_pin)
+        return TableVersion(table.table, number, table.manifest_pin, sidecar.operation_id, "restore",
+                            pinned.schema, pinned.fragments)  # fmt: skip
+
+    def _finish(self, sidecar: Sidecar, outcome: RecoveryOutcome,
+                moves: dict[str, tuple[int | None, int | None]]) -> AuditRecord:  # fmt: skip
+        record = AuditRecord(sidecar.operation_id, outcome, moves, codec.now_iso(), self._recovered_by)
+        if not self._audit.record_once(record):
+            log.info("recovery of %s was already audited (an earlier attempt crashed after its audit)",
+                     sidecar.operation_id)  # fmt: skip
+        failpoint("recovery.after_audit")
+        self._sidecars.delete(sidecar.operation_id)
+        return record
+
+
+def _pair(before: int, after: int) -> tuple[int | None, int | None]:
+    return (None if before == ABSENT else before, None if after == ABSENT else after)
+
+
+def _moves(record: CommitRecord) -> dict[str, tuple[int | None, int | None]]:
+    return {c.table: (c.from_version, c.to_version) for c in record.changes}
+
+
+def recovered_by(actor: str | None) -> str:
+    return f"{actor or 'engine'}@{HOST}:{os.getpid()}"

@@ -1,0 +1,246 @@
+"""Stress workloads for the linearizability checker, and runners for threads and OS processes.
+
+A workload is a number of *rounds* over a small key set. Every worker runs the same rounds; round ``r``
+has a hot key, ``keys[r % len(keys)]``:
+
+1. (every third round) worker 0 deletes the hot key;         -> sync
+2. every worker reads the hot key with ``read_versioned``;    -> sync
+3. every worker tries to replace it: ``write_if_match`` with the token it just read, or
+   ``write_if_absent`` if it was absent. All workers hold the same token, so exactly one may win;
+                                                              -> sync
+4. half the workers (alternating by round) ``write`` the hot key, the others poll it with ``read``
+   ``reads_per_round`` times, ``read_spacing_s`` apart, catching any write that is visible half-done;
+5. ``random_ops`` random operations on random keys (read, read_versioned, exists, write,
+   write_if_absent, write_if_match with the worker's latest - possibly stale - token, delete).
+
+``sync`` is a barrier across all workers (``threading.Barrier``, a spawn-context
+``multiprocessing.Barrier``, or a Spark barrier stage's ``BarrierTaskContext.barrier``); it makes each
+contention phase a synchronized burst, so a planted race with a window of tens of milliseconds is hit
+in every run, by design rather than by luck. Every worker calls ``sync`` exactly ``3 * rounds`` times
+whatever happens, as Spark barrier stages require.
+
+Every body is unique in the run and all bodies have the same length, so a token identifies a version on
+every backend (S3 ETags are content MD5s) and a half-written body can never equal a whole one.
+Operations that raise StorageError are recorded (see :mod:`storage_adapter.history`) and the worker
+goes on.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import queue
+import random
+import threading
+import time
+import traceback
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from storage_adapter.errors import StorageError
+from storage_adapter.history import Event, History, HistoryRecorder
+
+BODY_LENGTH = 64
+_RANDOM_OPS = ("read", "read_versioned", "exists", "write", "write_if_absent", "write_if_match", "delete")
+_RANDOM_WEIGHTS = (3, 3, 1, 2, 1, 3, 1)
+SYNC_TIMEOUT_S = 300.0
+
+
+class WorkloadError(RuntimeError):
+    """A worker crashed, hung or was retried: the recorded history would be incomplete, so no verdict."""
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    """The size and shape of a stress workload (see the module docstring). Each worker records about
+    ``rounds * (3 + reads_per_round / 2 + random_ops)`` operations."""
+
+    keys: int = 3
+    rounds: int = 8
+    random_ops: int = 6
+    reads_per_round: int = 6
+    read_spacing_s: float = 0.005
+    seed: int = 0
+
+    def key_names(self) -> list[str]:
+        return [f"stress/k{i}" for i in range(self.keys)]
+
+
+def no_sync() -> None:
+    """The ``sync`` of a worker that runs without a barrier."""
+    return None
+
+
+class _Worker:
+    """One worker's run of the workload through its recorder."""
+
+    def __init__(self, adapter: Any, spec: WorkloadSpec, index: int, run_id: str, sync: Callable[[], None]):
+        self.store = HistoryRecorder(adapter, worker=f"w{index}")
+        self.spec = spec
+        self.index = index
+        self.run_id = run_id
+        self.sync = sync
+        self.rng = random.Random(spec.seed * 1_000_003 + index)
+        self.tokens: dict[str, str] = {}
+        self.sequence = 0
+
+    def body(self) -> bytes:
+        self.sequence += 1
+        text = f"{self.run_id}:w{self.index}:{self.sequence}:"
+        return text.ljust(BODY_LENGTH, "~").encode()
+
+    def attempt(self, op: str, key: str) -> None:
+        """One recorded operation; storage errors are already in the history, so the worker goes on."""
+        try:
+            if op == "read":
+                self.store.read_if_exists(key)
+            elif op == "read_versioned":
+                self.tokens[key] = self.store.read_versioned(key).token
+            elif op == "exists":
+                self.store.exists(key)
+            elif op == "write":
+                self.tokens[key] = self.store.write(key, self.body())
+            elif op == "write_if_absent":
+                self.store.write_if_absent(key, self.body())
+            elif op == "write_if_match":
+                token = self.tokens.get(key)
+                if token is None:
+                    self.store.write_if_absent(key, self.body())
+                else:
+                    new = self.store.write_if_match(key, self.body(), token)
+                    if new is not None:
+                        self.tokens[key] = new
+            elif op == "delete":
+                self.store.delete(key)
+            else:
+                raise ValueError(f"unknown workload operation {op!r}")
+        except StorageError:
+            pass
+
+    def run(self) -> list[Event]:
+        keys = self.spec.key_names()
+        for round_ in range(self.spec.rounds):
+            hot = keys[round_ % len(keys)]
+            if round_ % 3 == 0 and self.index == 0:
+                self.attempt("delete", hot)
+            self.sync()
+            self.tokens.pop(hot, None)
+            self.attempt("read_versioned", hot)
+            self.sync()
+            self.attempt("write_if_match", hot)  # write_if_absent when the read found nothing
+            self.sync()
+            if (self.index + round_) % 2 == 0:
+                self.attempt("write", hot)
+            else:
+                for _ in range(self.spec.reads_per_round):
+                    self.attempt("read", hot)
+                    time.sleep(self.spec.read_spacing_s)
+            for _ in range(self.spec.random_ops):
+                op = self.rng.choices(_RANDOM_OPS, _RANDOM_WEIGHTS)[0]
+                self.attempt(op, self.rng.choice(keys))
+        return self.store.events
+
+
+def run_worker(
+    adapter: Any, spec: WorkloadSpec, index: int, run_id: str, sync: Callable[[], None] = no_sync
+) -> list[Event]:
+    """Run worker ``index`` of the workload on ``adapter``; return its recorded events.
+
+    ``run_id`` must be the same for all workers of one run and unique across runs (it makes bodies
+    unique); ``sync`` is the barrier shared by all workers of the run.
+    """
+    return _Worker(adapter, spec, index, run_id, sync).run()
+
+
+def new_run_id() -> str:
+    return uuid.uuid4().hex[:10]
+
+
+def run_threads(adapter: Any, spec: WorkloadSpec, workers: int = 4) -> History:
+    """Run the workload in ``workers`` threads sharing ``adapter``; return the merged history.
+
+    Raises WorkloadError if a worker crashes (its traceback in the message).
+    """
+    barrier = threading.Barrier(workers, timeout=SYNC_TIMEOUT_S)
+    run_id = new_run_id()
+    results: dict[int, list[Event]] = {}
+    failures: list[str] = []
+
+    def target(index: int) -> None:
+        try:
+            results[index] = run_worker(adapter, spec, index, run_id, barrier.wait)
+        except BaseException:
+            failures.append(traceback.format_exc())
+            barrier.abort()  # release the others instead of letting them wait out the timeout
+
+    threads = [threading.Thread(target=target, args=(i,), name=f"stress-{i}") for i in range(workers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if failures:
+        raise WorkloadError(f"{len(failures)} of {workers} thread workers failed; first:\n{failures[0]}")
+    return History.merge(*results.values())
+
+
+def _process_main(adapter: Any, spec: WorkloadSpec, index: int, run_id: str, barrier: Any, out: Any) -> None:
+    try:
+        out.put((index, run_worker(adapter, spec, index, run_id, barrier.wait), None))
+    except BaseException:
+        barrier.abort()
+        out.put((index, None, traceback.format_exc()))
+
+
+def run_processes(adapter: Any, spec: WorkloadSpec, workers: int = 4, timeout_s: float = 600.0) -> History:
+    """Run the workload in ``workers`` OS processes (``spawn`` context: no fork after obstore started
+    threads); each reopens ``adapter`` by unpickling it. Returns the merged history.
+
+    Raises ValueError when the adapter's store is not shared across processes (memory), and
+    WorkloadError if a worker crashes or does not report within ``timeout_s``.
+    """
+    capabilities = adapter.capabilities
+    if not capabilities.shared_across_processes:
+        raise ValueError(
+            f"{adapter!r}: a {capabilities.backend} store is per-process "
+            "(capabilities.shared_across_processes is False); a multi-process history is meaningless"
+        )
+    context = multiprocessing.get_context("spawn")
+    barrier = context.Barrier(workers, timeout=SYNC_TIMEOUT_S)
+    out = context.Queue()
+    run_id = new_run_id()
+    processes = [
+        context.Process(
+            target=_process_main, args=(adapter, spec, i, run_id, barrier, out), name=f"stress-{i}"
+        )
+        for i in range(workers)
+    ]
+    for process in processes:
+        process.start()
+    results: dict[int, list[Event]] = {}
+    failures: list[str] = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        # Drain before joining: a child blocks on exit until its queued events are read.
+        while len(results) + len(failures) < workers:
+            try:
+                index, events, failure = out.get(timeout=1.0)
+            except queue.Empty:
+                dead = [p.name for p in processes if p.exitcode not in (None, 0)]
+                if dead or time.monotonic() > deadline:
+                    what = f"workers {dead} died" if dead else f"workers did not report within {timeout_s} s"
+                    raise WorkloadError(f"process {what}; the history is incomplete") from None
+                continue
+            if failure is None:
+                results[index] = events
+            else:
+                failures.append(failure)
+    finally:
+        for process in processes:
+            process.join(timeout=30)
+            if process.is_alive():
+                process.kill()
+                process.join()
+    if failures:
+        raise WorkloadError(f"{len(failures)} of {workers} process workers failed; first:\n{failures[0]}")
+    return History.merge(*results.values())

@@ -1,0 +1,224 @@
+"""Many clients with one Idempotency-Key at once (threads, spawned processes, Spark tasks): the side effect
+happens exactly once and everyone gets the same outcome. And a slow-but-alive owner is fenced."""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import idempotency_crash_worker
+import pytest
+from idempotency_crash_worker import (
+    commit_request,
+    committed_keys,
+    committing_handler,
+    describe_commit,
+    open_engine,
+    race_effect,
+)
+
+from storage_adapter.idempotency import (
+    HandlerResult,
+    IdempotencyStore,
+    OwnerContext,
+    Policy,
+    RecordStatus,
+    run_idempotent,
+)
+from storage_adapter.idempotency.engine_reconciler import EngineReconciler
+
+THREADS = 8
+PROCESSES = 4
+SPARK_TASKS = 8
+
+
+def assert_exactly_once(adapter: Any, outcomes: list[tuple[str, int, bool]], clients: int) -> None:
+    effects = adapter.list("effects")
+    assert len(effects) == 1, f"side effect ran {len(effects)} times"
+    assert len(outcomes) == clients
+    assert {summary for summary, _, _ in outcomes} == {f'{{"effect": "{effects[0].key.split("/")[-1]}"}}'}
+    assert {status for _, status, _ in outcomes} == {201}
+    assert sorted(replayed for _, _, replayed in outcomes) == [False] + [True] * (clients - 1)
+
+
+def test_threads_same_key_exactly_once(adapter: Any) -> None:
+    key = str(uuid.uuid4())
+    barrier = threading.Barrier(THREADS)
+    outcomes: list[tuple[str, int, bool]] = []
+
+    def client(worker: str) -> None:
+        barrier.wait()
+        outcomes.append(race_effect(adapter, key, worker))
+
+    threads = [threading.Thread(target=client, args=(f"t{i}",)) for i in range(THREADS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert_exactly_once(adapter, outcomes, THREADS)
+
+
+def test_processes_same_key_exactly_once(adapter: Any) -> None:
+    if not adapter.capabilities.shared_across_processes:
+        pytest.skip("memory stores are per process: processes cannot share one")
+    key = str(uuid.uuid4())
+    context = multiprocessing.get_context("spawn")
+    barrier, results = context.Barrier(PROCESSES), context.Queue()
+    processes = [
+        context.Process(
+            target=idempotency_crash_worker.race_process, args=(adapter, key, f"p{i}", barrier, results)
+        )
+        for i in range(PROCESSES)
+    ]
+    for process in processes:
+        process.start()
+    outcomes = [results.get(timeout=120) for _ in processes]
+    for process in processes:
+        process.join(timeout=60)
+        assert process.exitcode == 0
+    assert_exactly_once(adapter, outcomes, PROCESSES)
+
+
+def test_spark_tasks_same_key_exactly_once(adapter: Any, spark: Any) -> None:
+    if not adapter.capabilities.shared_across_processes:
+        pytest.skip("memory stores are per process: Spark's Python workers cannot share one")
+    from pyspark import cloudpickle
+
+    cloudpickle.register_pickle_by_value(idempotency_crash_worker)  # executors cannot import tests/
+    key = str(uuid.uuid4())
+    tasks = spark.sparkContext.parallelize(range(SPARK_TASKS), SPARK_TASKS)
+    outcomes = tasks.map(lambda i: race_effect(adapter, key, f"task{i}")).collect()
+    assert_exactly_once(adapter, outcomes, SPARK_TASKS)
+
+
+def later(minutes: float) -> Any:
+    return lambda: datetime.now(UTC) + timedelta(minutes=minutes)
+
+
+@pytest.mark.parametrize("stalls", ["before_commit", "after_commit"])
+def test_slow_owner_is_fenced_and_the_effect_happens_once(adapter: Any, stalls: str) -> None:
+    """The owner stalls (no heartbeats) past its lease; a successor whose clock shows the lease stale takes
+    over and reconciles. When the owner resumes, its finalize is rejected and the commit exists once."""
+    engine = open_engine(adapter)
+    reconciler = EngineReconciler(engine, describe_commit)
+    key = str(uuid.uuid4())
+    owner_store = IdempotencyStore(adapter, lease=timedelta(seconds=30), executor_id="slow-owner")
+    successor_store = IdempotencyStore(adapter, clock=later(10), executor_id="successor")
+    stalled, resume = threading.Event(), threading.Event()
+
+    def pause(point: str) -> None:
+        if point == {"before_commit": "after_reserve", "after_commit": "after_commit"}[stalls]:
+            stalled.set()
+            resume.wait(60)
+
+    owner_result: list[Any] = []
+    owner = threading.Thread(
+        target=lambda: owner_result.append(
+            run_idempotent(
+                owner_store,
+                commit_request(key),
+                committing_handler(engine, pause),
+                reconciler=reconciler,
+                policy=Policy(heartbeat_s=3600),  # a stalled owner: no heartbeats
+            )
+        )
+    )
+    owner.start()
+    assert stalled.wait(60)
+    successor = run_idempotent(
+        successor_store, commit_request(key), committing_handler(engine), reconciler=reconciler
+    )
+    landed = engine.find_commit(f"tenant-a/{key}")
+    assert landed is not None and (successor.status, successor.summary) == (201, {"version": landed.version})
+    assert successor.replayed is (stalls == "after_commit")  # reconciled APPLIED vs NOT_APPLIED and ran
+    settled = successor_store.load("tenant-a", key)
+    assert settled is not None and settled.record.executor_id == "successor"
+    resume.set()
+    owner.join(60)
+    assert owner_result[0].status == 201
+    final = successor_store.load("tenant-a", key)
+    assert final == settled  # the old owner's finalize was fenced: not one byte changed
+    assert final is not None and final.record.status is RecordStatus.FINALIZED
+    assert committed_keys(engine) == [f"tenant-a/{key}"]
+
+
+def test_lost_ownership_is_visible_to_a_running_handler(adapter: Any) -> None:
+    """A handler whose lease keeper learns the reservation was taken over sees ``ctx.lost`` and can stop
+    before its irreversible step."""
+    key = str(uuid.uuid4())
+    owner_store = IdempotencyStore(adapter, lease=timedelta(seconds=30))
+    successor_store = IdempotencyStore(adapter, clock=later(10))
+    taken_over = threading.Event()
+    seen: list[bool] = []
+
+    def handler(ctx: OwnerContext) -> HandlerResult:
+        taken_over.wait(60)
+        while not ctx.lost and ctx.keeper.heartbeats < 100:
+            threading.Event().wait(0.02)
+        seen.append(ctx.lost)
+        return HandlerResult(503)
+
+    owner = threading.Thread(target=run_idempotent, args=(owner_store, commit_request(key), handler),
+                             kwargs={"policy": Policy(heartbeat_s=0.05)})  # fmt: skip
+    owner.start()
+    while owner_store.load("tenant-a", key) is None:
+        threading.Event().wait(0.01)
+    claim = successor_store.reserve(
+        "tenant-a",
+        key,
+        operation="commit",
+        resource="table/orders",
+        fingerprint=owner_store.load("tenant-a", key).record.fingerprint,
+    )  # type: ignore[union-attr]
+    assert successor_store.takeover(claim) is not None  # type: ignore[arg-type]
+    taken_over.set()
+    owner.join(60)
+    assert seen == [True]
+
+
+class PlantedBug:
+    """Delegates to an adapter but breaks one conditional write, to show the checks above catch it:
+    ``write_if_absent`` that always writes, or ``write_if_match`` that ignores the token."""
+
+    def __init__(self, inner: Any, broken: str) -> None:
+        self.inner, self.broken = inner, broken
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def write_if_absent(self, key: str, data: bytes) -> bool:
+        if self.broken == "write_if_absent":
+            self.inner.write(key, data)
+            return True
+        return self.inner.write_if_absent(key, data)
+
+    def write_if_match(self, key: str, data: bytes, token: str) -> str | None:
+        if self.broken == "write_if_match":
+            return self.inner.write(key, data)
+        return self.inner.write_if_match(key, data, token)
+
+
+def test_checker_catches_a_reserve_that_is_not_first_writer_wins(adapter: Any) -> None:
+    broken = PlantedBug(adapter, "write_if_absent")
+    key = str(uuid.uuid4())
+    outcomes = [race_effect(broken, key, f"c{i}") for i in range(3)]
+    with pytest.raises(AssertionError, match="side effect ran 3 times"):
+        assert_exactly_once(adapter, outcomes, 3)
+
+
+def test_checker_catches_an_unfenced_finalize(adapter: Any) -> None:
+    key = str(uuid.uuid4())
+    owner_store = IdempotencyStore(PlantedBug(adapter, "write_if_match"), lease=timedelta(seconds=30))
+    successor_store = IdempotencyStore(adapter, clock=later(10))
+    owned = owner_store.reserve("r", key, operation="op", resource="x", fingerprint="f")
+    owned = owner_store.heartbeat(owned).owned  # type: ignore[arg-type, union-attr]  # caches a token
+    stale = successor_store.reserve("r", key, operation="op", resource="x", fingerprint="f")
+    successor = successor_store.takeover(stale)  # type: ignore[arg-type]
+    assert successor is not None
+    successor_store.finalize(successor, http_status=201, summary="successor's")
+    settled = successor_store.load("r", key)
+    owner_store.finalize(owned, http_status=201, summary="stale owner's", error_subtype=None)  # type: ignore[arg-type]
+    assert successor_store.load("r", key) != settled  # the planted bug overwrote the successor's outcome

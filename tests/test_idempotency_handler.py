@@ -1,0 +1,400 @@
+"""run_idempotent on every backend: the status-code table, replay, bounded waiting, reconciliation verdicts,
+store failures, and the storage requests one idempotent request adds."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from idempotency_crash_worker import (
+    TABLE,
+    commit_request,
+    committed_keys,
+    describe_commit,
+    open_engine,
+    run_commit,
+)
+
+from storage_adapter import open_adapter
+from storage_adapter.counting import CountingAdapter
+from storage_adapter.errors import BackendUnavailableError
+from storage_adapter.idempotency import (
+    ByOperation,
+    HandlerResult,
+    IdempotencyStore,
+    IdempotentRequest,
+    KeyFormat,
+    Owned,
+    Policy,
+    Reconciliation,
+    RecordStatus,
+    ReplayUnavailableError,
+    Verdict,
+    payload_fingerprint,
+    run_idempotent,
+)
+from storage_adapter.idempotency.engine_reconciler import EngineReconciler
+
+
+class Calls:
+    """A handler that counts its runs and answers with a fixed result."""
+
+    def __init__(self, result: HandlerResult) -> None:
+        self.result = result
+        self.runs = 0
+
+    def __call__(self, ctx: Any) -> HandlerResult:
+        self.runs += 1
+        return self.result
+
+
+def request(key: str | None, **changes: Any) -> IdempotentRequest:
+    fields = {"realm": "tenant-a", "key": key, "operation": "commit", "resource": "t", "payload": {"a": 1}}
+    return IdempotentRequest(**{**fields, **changes})
+
+
+def new_key() -> str:
+    return str(uuid.uuid4())
+
+
+def later(minutes: float) -> Any:
+    """A clock ``minutes`` ahead of real time: a retrier for whom every earlier lease is stale."""
+    return lambda: datetime.now(UTC) + timedelta(minutes=minutes)
+
+
+def test_missing_and_malformed_keys_are_400_and_write_nothing(adapter: Any) -> None:
+    counting = CountingAdapter(adapter)
+    store = IdempotencyStore(counting)
+    handler = Calls(HandlerResult(200))
+    for bad in (None, "", "nope", new_key().upper(), "x" * 5000):
+        response = run_idempotent(store, request(bad), handler)
+        assert (response.status, response.problem_type) == (400, "idempotency_key_invalid")
+    assert handler.runs == 0 and counting.total == 0
+
+
+def test_key_format_is_configurable(adapter: Any) -> None:
+    store = IdempotencyStore(adapter, key_format=KeyFormat("order ids", r"order-[0-9]{1,12}", 18))
+    assert run_idempotent(store, request("order-42"), Calls(HandlerResult(201))).status == 201
+    assert run_idempotent(store, request(new_key()), Calls(HandlerResult(201))).status == 400
+
+
+def test_finalized_outcome_is_replayed_and_the_handler_does_not_rerun(adapter: Any) -> None:
+    store = IdempotencyStore(adapter)
+    key = new_key()
+    handler = Calls(HandlerResult(201, {"version": 7}, (("Location", "/t/7"),)))
+    first = run_idempotent(store, request(key), handler)
+    assert (first.status, first.summary, first.replayed) == (201, {"version": 7}, False)
+    second = run_idempotent(store, request(key, payload={"a": 1}), handler)
+    assert (second.status, second.summary, second.headers, second.replayed) == (
+        201,
+        {"version": 7},
+        first.headers,
+        True,
+    )
+    assert handler.runs == 1
+
+
+@pytest.mark.parametrize(
+    "change",
+    [{"operation": "drop"}, {"resource": "other"}, {"payload": {"a": 2}}],
+    ids=["op", "resource", "payload"],
+)
+def test_same_key_for_another_request_is_422(adapter: Any, change: dict[str, Any]) -> None:
+    store = IdempotencyStore(adapter)
+    key = new_key()
+    run_idempotent(store, request(key), Calls(HandlerResult(200)))
+    handler = Calls(HandlerResult(200))
+    response = run_idempotent(store, request(key, **change), handler)
+    assert (response.status, response.problem_type) == (422, "idempotency_key_conflict") and handler.runs == 0
+
+
+def test_same_key_in_another_realm_is_another_request(adapter: Any) -> None:
+    store = IdempotencyStore(adapter)
+    key = new_key()
+    run_idempotent(store, request(key), Calls(HandlerResult(200, "tenant-a's")))
+    handler = Calls(HandlerResult(200, "tenant-b's"))
+    response = run_idempotent(store, request(key, realm="tenant-b"), handler)
+    assert (response.summary, response.replayed, handler.runs) == ("tenant-b's", False, 1)
+
+
+def test_deterministic_4xx_is_stored_other_errors_cancel(adapter: Any) -> None:
+    store = IdempotencyStore(adapter)
+    for status, stored in ((404, True), (409, True), (500, False), (503, False), (401, False), (429, False)):
+        key = new_key()
+        handler = Calls(HandlerResult(status, error_subtype="boom"))
+        assert run_idempotent(store, request(key), handler).status == status
+        again = run_idempotent(store, request(key), handler)
+        assert again.replayed is stored and handler.runs == (1 if stored else 2), status
+        loaded = store.load("tenant-a", key)
+        assert loaded is not None
+        assert loaded.record.status is (RecordStatus.FINALIZED if stored else RecordStatus.CANCELLED)
+
+
+def test_handler_exception_cancels_and_propagates(adapter: Any) -> None:
+    store = IdempotencyStore(adapter)
+    key = new_key()
+
+    def explode(ctx: Any) -> HandlerResult:
+        raise RuntimeError("handler failed")
+
+    with pytest.raises(RuntimeError, match="handler failed"):
+        run_idempotent(store, request(key), explode)
+    loaded = store.load("tenant-a", key)
+    assert loaded is not None and loaded.record.status is RecordStatus.CANCELLED
+
+
+def test_in_flight_duplicate_waits_with_bounded_backoff_then_409(adapter: Any) -> None:
+    store = IdempotencyStore(adapter)
+    key = new_key()
+    owned = store.reserve("tenant-a", key, operation="commit", resource="t", fingerprint=_fingerprint())
+    assert isinstance(owned, Owned)
+    sleeps: list[float] = []
+    handler = Calls(HandlerResult(200))
+    policy = Policy(first_wait_s=0.01, max_wait_s=0.04, total_wait_s=0.2)
+    response = run_idempotent(store, request(key), handler, policy=policy, sleep=_recording_sleep(sleeps))
+    assert (response.status, response.problem_type, handler.runs) == (409, "idempotency_in_progress", 0)
+    assert sleeps[:3] == [0.01, 0.02, 0.04] and set(sleeps[2:]) == {0.04}  # doubling, capped; never 0
+    assert sum(sleeps) <= policy.total_wait_s
+
+
+def test_duplicate_replays_once_the_owner_finalizes_during_the_wait(adapter: Any) -> None:
+    store = IdempotencyStore(adapter)
+    key = new_key()
+    owned = store.reserve("tenant-a", key, operation="commit", resource="t", fingerprint=_fingerprint())
+    assert isinstance(owned, Owned)
+
+    def finalize_then_sleep(seconds: float) -> None:
+        store.finalize(owned, http_status=201, summary={"version": 3})
+
+    response = run_idempotent(store, request(key), Calls(HandlerResult(500)), sleep=finalize_then_sleep)
+    assert (response.status, response.summary, response.replayed) == (201, {"version": 3}, True)
+
+
+def test_replay_impossible_is_500_replay_failed_and_never_reruns(adapter: Any) -> None:
+    store = IdempotencyStore(adapter)
+    key = new_key()
+    handler = Calls(HandlerResult(200, {"metadata": "s3://gone/v1.json"}))
+    run_idempotent(store, request(key), handler)
+
+    def purged(record: Any) -> HandlerResult:
+        raise ReplayUnavailableError(f"{record.summary['metadata']} was purged")
+
+    response = run_idempotent(store, request(key), handler, replayer=purged)
+    assert (response.status, response.problem_type, handler.runs) == (500, "idempotency_replay_failed", 1)
+
+
+class Answer:
+    def __init__(self, answer: Reconciliation) -> None:
+        self.answer = answer
+        self.asked: list[Any] = []
+
+    def reconcile(self, record: Any) -> Reconciliation:
+        self.asked.append(record)
+        return self.answer
+
+
+@pytest.mark.parametrize("verdict", list(Verdict))
+def test_stale_owner_is_reconciled(adapter: Any, verdict: Verdict) -> None:
+    crashed = IdempotencyStore(adapter)
+    key = new_key()
+    assert isinstance(
+        crashed.reserve("tenant-a", key, operation="commit", resource="t", fingerprint=_fingerprint()), Owned
+    )
+    retrier = IdempotencyStore(adapter, clock=later(10))
+    outcome = HandlerResult(201, {"version": 9}) if verdict is Verdict.APPLIED else None
+    reconciler = Answer(Reconciliation(verdict, outcome, reason="partial state"))
+    handler = Calls(HandlerResult(201, {"version": 10}))
+    response = run_idempotent(retrier, request(key), handler, reconciler=reconciler)
+    assert len(reconciler.asked) == 1 and reconciler.asked[0].key == key
+    expected = {
+        Verdict.APPLIED: (201, {"version": 9}, True, 0),
+        Verdict.NOT_APPLIED: (201, {"version": 10}, False, 1),
+        Verdict.AMBIGUOUS: (500, None, True, 0),
+    }[verdict]
+    summary = response.summary if verdict is not Verdict.AMBIGUOUS else None
+    assert (response.status, summary, response.replayed, handler.runs) == expected
+    if verdict is Verdict.AMBIGUOUS:
+        assert response.problem_type == "idempotency_reconcile_failed"
+    again = run_idempotent(retrier, request(key), handler, reconciler=reconciler)  # one stable answer
+    assert (again.status, again.replayed, handler.runs, len(reconciler.asked)) == (
+        response.status,
+        True,
+        expected[3],
+        1,
+    )
+
+
+def test_stale_owner_without_a_reconciler_is_ambiguous(adapter: Any) -> None:
+    key = new_key()
+    IdempotencyStore(adapter).reserve(
+        "tenant-a", key, operation="commit", resource="t", fingerprint=_fingerprint()
+    )
+    handler = Calls(HandlerResult(200))
+    response = run_idempotent(IdempotencyStore(adapter, clock=later(10)), request(key), handler)
+    assert (response.status, response.problem_type, handler.runs) == (500, "idempotency_reconcile_failed", 0)
+
+
+def test_unstorable_response_cancels_and_a_retry_reconciles_from_the_engine(adapter: Any) -> None:
+    """A 2xx whose summary is too large to store is returned, the record cancelled; the retry asks the
+    engine (the commit landed) and replays the engine's answer instead of committing twice."""
+    store = IdempotencyStore(adapter, max_summary_bytes=256)
+    engine = open_engine(adapter)
+    key = new_key()
+
+    def big(ctx: Any) -> HandlerResult:
+        commit = engine.commit({TABLE: pa.table({"id": [1]})}, idempotency_key=ctx.commit_key)
+        return HandlerResult(201, {"version": commit.version, "rows": "x" * 1000})
+
+    reconciler = EngineReconciler(engine, describe_commit)
+    first = run_idempotent(store, commit_request(key), big, reconciler=reconciler)
+    assert first.status == 201 and not first.replayed
+    loaded = store.load("tenant-a", key)
+    assert loaded is not None and loaded.record.status is RecordStatus.CANCELLED
+    retry = run_commit(store, engine, key)
+    assert (retry.status, retry.summary, retry.replayed) == (201, {"version": first.summary["version"]}, True)
+    assert committed_keys(engine) == [f"tenant-a/{key}"]
+
+
+def test_reconcilers_by_operation_never_guess(adapter: Any) -> None:
+    key = new_key()
+    IdempotencyStore(adapter).reserve(
+        "tenant-a", key, operation="drop", resource="t", fingerprint=_fingerprint()
+    )
+    applied = Answer(Reconciliation(Verdict.APPLIED, HandlerResult(204)))
+    by_operation = ByOperation({"commit": applied})
+    handler = Calls(HandlerResult(204))
+    retrier = IdempotencyStore(adapter, clock=later(10))
+    response = run_idempotent(retrier, request(key, operation="drop"), handler, reconciler=by_operation)
+    assert (response.status, response.problem_type, handler.runs) == (500, "idempotency_reconcile_failed", 0)
+    assert applied.asked == []
+
+
+class UnreachableEngine:
+    """The engine's side of reconciliation when its storage is down."""
+
+    def heal(self) -> None:
+        raise BackendUnavailableError("engine storage down", key="manifest")
+
+    def find_commit(self, idempotency_key: str) -> None:
+        raise AssertionError("not reached")
+
+
+def test_engine_unavailable_during_reconciliation_is_503_and_retried_later(adapter: Any) -> None:
+    key = new_key()
+    IdempotencyStore(adapter).reserve(
+        "tenant-a", key, operation="commit", resource="t", fingerprint=_fingerprint()
+    )
+    retrier = IdempotencyStore(adapter, clock=later(10))
+    handler = Calls(HandlerResult(201))
+    reconciler = EngineReconciler(UnreachableEngine(), describe_commit)
+    response = run_idempotent(retrier, request(key), handler, reconciler=reconciler)
+    assert (response.status, response.problem_type, handler.runs) == (503, "idempotency_store_unavailable", 0)
+    stored = retrier.load("tenant-a", key)
+    assert stored is not None and stored.record.status is RecordStatus.IN_PROGRESS  # reconciled again later
+
+
+class Slow:
+    """Delegates to an adapter, but every request first sleeps: a store slower than its deadline."""
+
+    def __init__(self, inner: Any, seconds: float) -> None:
+        self.inner, self.seconds = inner, seconds
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self.inner, name)
+
+        def slow(*args: Any, **kwargs: Any) -> Any:
+            time.sleep(self.seconds)
+            return method(*args, **kwargs)
+
+        return slow
+
+
+def test_slow_store_fails_fast_with_503(adapter: Any) -> None:
+    store = IdempotencyStore(Slow(adapter, 2.0), call_timeout=timedelta(seconds=0.1))
+    handler = Calls(HandlerResult(200))
+    response = run_idempotent(store, request(new_key()), handler)
+    assert (response.status, response.problem_type, handler.runs) == (503, "idempotency_store_unavailable", 0)
+
+
+def test_unreachable_store_is_503() -> None:
+    dead = open_adapter("s3://nowhere", endpoint="http://127.0.0.1:9", allow_http=True, max_retries=0,
+                        access_key_id="x", secret_access_key="y", region="us-east-1")  # fmt: skip
+    handler = Calls(HandlerResult(200))
+    response = run_idempotent(IdempotencyStore(dead, call_timeout=None), request(new_key()), handler)
+    assert (response.status, response.problem_type, handler.runs) == (503, "idempotency_store_unavailable", 0)
+
+
+class FailFinalize:
+    """Delegates to an adapter whose CAS writes are unavailable: finalize can never land."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.attempts = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def write_if_match(self, key: str, data: bytes, token: str) -> str | None:
+        self.attempts += 1
+        raise BackendUnavailableError(f"injected outage writing {key}", key=key)
+
+
+def test_finalize_is_best_effort_and_does_not_hang_the_caller(adapter: Any) -> None:
+    failing = FailFinalize(adapter)
+    store = IdempotencyStore(failing)
+    key = new_key()
+    response = run_idempotent(
+        store, request(key), Calls(HandlerResult(201, {"v": 1})), policy=Policy(settle_attempts=3)
+    )
+    assert (response.status, response.replayed) == (201, False)
+    assert failing.attempts == 3
+    loaded = store.load("tenant-a", key)
+    assert loaded is not None and loaded.record.status is RecordStatus.IN_PROGRESS  # reconciled later
+
+
+def test_heartbeats_keep_a_long_handler_owned(adapter: Any) -> None:
+    store = IdempotencyStore(adapter, lease=timedelta(seconds=3))
+    key = new_key()
+    seen: list[Any] = []
+
+    def long_handler(ctx: Any) -> HandlerResult:
+        while ctx.keeper.heartbeats < 2:
+            time.sleep(0.02)
+        seen.append(ctx.lost)
+        return HandlerResult(200)
+
+    response = run_idempotent(store, request(key), long_handler, policy=Policy(heartbeat_s=0.05))
+    assert response.status == 200 and seen == [False]
+    loaded = store.load("tenant-a", key)
+    assert (
+        loaded is not None and loaded.record.status is RecordStatus.FINALIZED and loaded.record.revision >= 3
+    )
+
+
+def test_request_counts_per_idempotent_request(adapter: Any) -> None:
+    """Storage requests the idempotency layer adds (the handler's own requests excluded)."""
+    counting = CountingAdapter(adapter)
+    store = IdempotencyStore(counting)
+    key = new_key()
+    run_idempotent(store, request(key), Calls(HandlerResult(201, {"version": 1})))
+    assert counting.counts == Counter({"write_if_absent": 1, "read_versioned": 1, "write_if_match": 1})
+    counting.reset()
+    assert run_idempotent(store, request(key), Calls(HandlerResult(201))).replayed
+    assert counting.counts == Counter({"write_if_absent": 1, "read_versioned": 1})
+
+
+def _fingerprint() -> str:
+    return payload_fingerprint({"a": 1})
+
+
+def _recording_sleep(sleeps: list[float]) -> Any:
+    def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        time.sleep(seconds)
+
+    return sleep

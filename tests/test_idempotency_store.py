@@ -1,0 +1,330 @@
+"""IdempotencyStore on every backend (the ``adapter`` fixture: memory, local, SeaweedFS): first writer wins,
+fenced transitions, takeover, corrupt records, purge and tombstones, clock skew, realms."""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from storage_adapter.counting import CountingAdapter
+from storage_adapter.idempotency import (
+    Cancelled,
+    CorruptRecordError,
+    Duplicate,
+    Finalized,
+    IdempotencyStore,
+    InvalidIdempotencyKeyError,
+    LostOwnership,
+    Owned,
+    RecordStatus,
+    SummaryTooLargeError,
+    Updated,
+)
+from storage_adapter.idempotency.records import decode_record, encode_record
+
+BINDING = {"operation": "commit", "resource": "table/t", "fingerprint": "sha256:aa"}
+
+
+class Clock:
+    """An injectable clock: starts at a fixed instant and moves only when told."""
+
+    def __init__(self, start: datetime | None = None) -> None:
+        self.now = start or datetime(2026, 1, 1, tzinfo=UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, **delta: float) -> None:
+        self.now += timedelta(**delta)
+
+
+def new_key() -> str:
+    return str(uuid.uuid4())
+
+
+def make_store(adapter: Any, clock: Clock, **options: Any) -> IdempotencyStore:
+    defaults: dict[str, Any] = {"lease": timedelta(seconds=30), "lifetime": timedelta(hours=1)}
+    return IdempotencyStore(adapter, clock=clock, **{**defaults, **options})
+
+
+def test_concurrent_reservers_exactly_one_owner(adapter: Any) -> None:
+    store = make_store(adapter, Clock())
+    key = new_key()
+    barrier = threading.Barrier(8)
+    claims: list[Any] = []
+
+    def reserve() -> None:
+        barrier.wait()
+        claims.append(store.reserve("r", key, **BINDING))
+
+    threads = [threading.Thread(target=reserve) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    owners = [c for c in claims if isinstance(c, Owned)]
+    assert len(owners) == 1 and len(claims) == 8
+    assert all(
+        c.record.reservation_id == owners[0].record.reservation_id for c in claims if isinstance(c, Duplicate)
+    )
+
+
+def test_lifecycle_and_fencing_of_a_former_owner(adapter: Any) -> None:
+    clock = Clock()
+    store = make_store(adapter, clock)
+    key = new_key()
+    first = store.reserve("r", key, **BINDING)
+    assert isinstance(first, Owned)
+    beat = store.heartbeat(first)
+    assert isinstance(beat, Updated) and beat.owned.record.lease_expires_at == clock.now + store.lease
+
+    clock.advance(seconds=30 + 5 + 1)  # lease + skew grace + 1: stale
+    stale = store.reserve("r", key, **BINDING)
+    assert isinstance(stale, Duplicate) and store.is_lease_stale(stale.record)
+    successor = store.takeover(stale)
+    assert isinstance(successor, Owned) and successor.previous == stale.record
+    assert successor.record.reservation_id != first.record.reservation_id
+    assert store.takeover(stale) is None  # the same stale version cannot be taken over twice
+
+    before = store.load("r", key)
+    for fenced in (
+        store.heartbeat(beat.owned),
+        store.finalize(beat.owned, http_status=201, summary={"v": "old"}),
+        store.cancel(first),
+    ):
+        assert (
+            isinstance(fenced, LostOwnership)
+            and fenced.record.reservation_id == successor.record.reservation_id
+        )
+    assert store.load("r", key) == before  # nothing written, not even the token changed
+
+    done = store.finalize(successor, http_status=201, summary={"v": 1}, headers=(("ETag", "x"),))
+    assert isinstance(done, Finalized) and done.record.status is RecordStatus.FINALIZED
+    again = store.finalize(successor, http_status=201, summary={"v": 1})  # a retried finalize
+    assert isinstance(again, Finalized) and again.record == done.record
+    assert isinstance(store.heartbeat(successor), Finalized)
+    loaded = store.load("r", key)
+    assert (
+        loaded is not None and loaded.record.summary == {"v": 1} and loaded.record.headers == (("ETag", "x"),)
+    )
+
+
+def test_live_lease_cannot_be_taken_over(adapter: Any) -> None:
+    clock = Clock()
+    store = make_store(adapter, clock)
+    key = new_key()
+    assert isinstance(store.reserve("r", key, **BINDING), Owned)
+    clock.advance(seconds=30 + 4)  # expired, but within the 5 s skew grace
+    duplicate = store.reserve("r", key, **BINDING)
+    assert isinstance(duplicate, Duplicate) and not store.is_lease_stale(duplicate.record)
+    with pytest.raises(ValueError, match="not stale"):
+        store.takeover(duplicate)
+
+
+def test_clock_skew_within_grace(adapter: Any) -> None:
+    """The owner's clock runs 3 s behind real time and a duplicate's 3 s ahead (6 s apart; grace 10 s).
+    Two seconds after the lease really ended the duplicate's clock says it ended 8 s ago: without the grace
+    it would take over a live owner. The owner's heartbeat then succeeds; only a reader more than the
+    grace past the lease sees it stale."""
+    real = Clock()
+    behind, ahead = Clock(real.now - timedelta(seconds=3)), Clock(real.now + timedelta(seconds=3))
+    grace = timedelta(seconds=10)
+    owner_store = make_store(adapter, behind, skew_grace=grace)
+    dup_store = make_store(adapter, ahead, skew_grace=grace)
+    key = new_key()
+    owned = owner_store.reserve("r", key, **BINDING)
+    assert isinstance(owned, Owned)
+    for clock in (real, behind, ahead):
+        clock.advance(seconds=30 + 2)
+    duplicate = dup_store.reserve("r", key, **BINDING)
+    assert isinstance(duplicate, Duplicate)
+    assert ahead.now > duplicate.record.lease_expires_at + timedelta(seconds=5)  # stale without the grace
+    assert not dup_store.is_lease_stale(duplicate.record)
+    beat = owner_store.heartbeat(owned)
+    assert isinstance(beat, Updated)
+    beyond = make_store(
+        adapter, Clock(beat.owned.record.lease_expires_at + grace + timedelta(seconds=1)), skew_grace=grace
+    )
+    assert beyond.is_lease_stale(beat.owned.record)
+
+
+def test_cancelled_record_is_taken_over_by_the_same_request_only(adapter: Any) -> None:
+    store = make_store(adapter, Clock())
+    key = new_key()
+    owned = store.reserve("r", key, **BINDING)
+    assert isinstance(owned, Owned)
+    assert isinstance(store.cancel(owned), Cancelled)
+    other = store.reserve("r", key, **{**BINDING, "fingerprint": "sha256:bb"})
+    assert isinstance(other, Duplicate) and other.record.status is RecordStatus.CANCELLED
+    retry = store.reserve("r", key, **BINDING)
+    assert isinstance(retry, Owned) and retry.previous is not None
+    assert (
+        retry.previous.status is RecordStatus.CANCELLED
+        and retry.record.revision == retry.previous.revision + 1
+    )
+    assert isinstance(store.cancel(owned), LostOwnership)
+
+
+def test_realms_never_share_a_record(adapter: Any) -> None:
+    store = make_store(adapter, Clock())
+    key = new_key()
+    a, b = store.reserve("realm-a", key, **BINDING), store.reserve("realm-b", key, **BINDING)
+    assert isinstance(a, Owned) and isinstance(b, Owned)
+    assert store.location("realm-a", key) != store.location("realm-b", key)
+
+
+def test_malformed_keys_are_refused_before_any_request(adapter: Any) -> None:
+    counting = CountingAdapter(adapter)
+    store = make_store(counting, Clock())
+    for bad in (None, "", "not-a-uuid", str(uuid.uuid4()).upper(), str(uuid.uuid4()) + "0", 42):
+        with pytest.raises(InvalidIdempotencyKeyError):
+            store.reserve("r", bad, **BINDING)  # type: ignore[arg-type]
+    assert counting.total == 0
+
+
+def test_oversized_summary_is_a_typed_error_and_nothing_is_written(adapter: Any) -> None:
+    counting = CountingAdapter(adapter)
+    store = make_store(counting, Clock(), max_summary_bytes=1024)
+    key = new_key()
+    owned = store.reserve("r", key, **BINDING)
+    assert isinstance(owned, Owned)
+    before = store.load("r", key)
+    counting.reset()
+    with pytest.raises(SummaryTooLargeError, match="over the limit of 1024"):
+        store.finalize(owned, http_status=200, summary={"rows": "x" * 2000})
+    assert counting.total == 0
+    assert store.load("r", key) == before
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"{not json",
+        b"[]",
+        json.dumps({"schema": 99}).encode(),
+        json.dumps({"schema": 1, "realm": "r"}).encode(),
+    ],
+    ids=["not-json", "not-object", "unknown-schema", "missing-fields"],
+)
+def test_corrupt_record_is_refused_loudly_and_kept(adapter: Any, body: bytes) -> None:
+    store = make_store(adapter, Clock())
+    key = new_key()
+    location = store.location("r", key)
+    adapter.write(location, body)
+    with pytest.raises(CorruptRecordError, match="left in place") as caught:
+        store.reserve("r", key, **BINDING)
+    assert location in str(caught.value)
+    with pytest.raises(CorruptRecordError):
+        store.load("r", key)
+    assert adapter.read_bytes(location) == body
+
+
+def test_misplaced_record_is_refused(adapter: Any) -> None:
+    """A well-formed record stored under another realm's location is corrupt, never replayed."""
+    store = make_store(adapter, Clock())
+    key = new_key()
+    owned = store.reserve("realm-a", key, **BINDING)
+    assert isinstance(owned, Owned)
+    body = adapter.read_bytes(store.location("realm-a", key))
+    adapter.write(store.location("realm-b", key), body)
+    with pytest.raises(CorruptRecordError, match="expected 'realm-b'"):
+        store.reserve("realm-b", key, **BINDING)
+    assert adapter.read_bytes(store.location("realm-b", key)) == body
+
+
+def test_record_round_trips_canonically(adapter: Any) -> None:
+    store = make_store(adapter, Clock())
+    owned = store.reserve("r", new_key(), **BINDING)
+    assert isinstance(owned, Owned)
+    data = encode_record(owned.record)
+    assert decode_record(data, "x") == owned.record and encode_record(decode_record(data, "x")) == data
+
+
+def test_purge_expired_keeps_live_leases_and_corrupt_records(adapter: Any) -> None:
+    clock = Clock()
+    store = make_store(adapter, clock, lifetime=timedelta(minutes=10))
+    keys = {name: new_key() for name in ("finalized", "cancelled", "live", "stale", "corrupt")}
+    owned = {name: store.reserve("r", key, **BINDING) for name, key in keys.items() if name != "corrupt"}
+    adapter.write(store.location("r", keys["corrupt"]), b"garbage")
+    assert isinstance(store.finalize(owned["finalized"], http_status=200, summary=None), Finalized)
+    assert isinstance(store.cancel(owned["cancelled"]), Cancelled)
+    clock.advance(minutes=20)  # everything so far is past its lifetime
+    assert isinstance(store.heartbeat(owned["live"]), Updated)  # expired, but its lease is live
+    fresh = new_key()
+    assert isinstance(store.reserve("r", fresh, **BINDING), Owned)  # not expired
+    with pytest.raises(CorruptRecordError, match="1 corrupt record") as caught:
+        store.purge_expired(clock.now + timedelta(minutes=1))
+    assert caught.value.purged == 3  # type: ignore[attr-defined]  # finalized, cancelled, stale
+    for name in ("finalized", "cancelled", "stale"):
+        assert store.load("r", keys[name]) is None
+    assert store.load("r", keys["live"]) is not None and store.load("r", fresh) is not None
+    assert adapter.read_bytes(store.location("r", keys["corrupt"])) == b"garbage"
+    # Even with ``before`` far in the future, a live lease survives.
+    adapter.delete(store.location("r", keys["corrupt"]))
+    assert store.purge_expired(clock.now + timedelta(days=365)) == 0
+    assert store.load("r", keys["live"]) is not None and store.load("r", fresh) is not None
+
+
+class HeartbeatBeforeCas:
+    """Delegates to an adapter; right before the first write_if_match it lets the owner heartbeat, so a
+    purger that judged the record stale loses its CAS (the race, made deterministic)."""
+
+    def __init__(self, inner: Any, beat: Any) -> None:
+        self.inner, self.beat, self.fired = inner, beat, False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def write_if_match(self, key: str, data: bytes, token: str) -> str | None:
+        if not self.fired:
+            self.fired = True
+            self.beat()
+        return self.inner.write_if_match(key, data, token)
+
+
+def test_purge_loses_to_an_owner_heartbeating_meanwhile(adapter: Any) -> None:
+    clock = Clock()
+    owner_store = make_store(adapter, clock, lifetime=timedelta(minutes=10))
+    key = new_key()
+    owned = owner_store.reserve("r", key, **BINDING)
+    assert isinstance(owned, Owned)
+    clock.advance(minutes=20)  # expired and stale: a purge candidate
+    beats: list[Any] = []
+    purger = make_store(
+        HeartbeatBeforeCas(adapter, lambda: beats.append(owner_store.heartbeat(owned))), clock
+    )
+    assert purger.purge_expired(clock.now) == 0
+    assert isinstance(beats[0], Updated)
+    stored = owner_store.load("r", key)
+    assert stored is not None and stored.record.status is RecordStatus.IN_PROGRESS
+
+
+def test_tombstones_block_reservation_and_are_adopted_when_their_purger_died(adapter: Any) -> None:
+    clock = Clock()
+    store = make_store(adapter, clock, lifetime=timedelta(minutes=10), tombstone_grace=timedelta(minutes=10))
+    key = new_key()
+    owned = store.reserve("r", key, **BINDING)
+    assert isinstance(owned, Owned)
+    assert isinstance(store.finalize(owned, http_status=200, summary=None), Finalized)
+    location = store.location("r", key)
+    current = adapter.read_versioned(location)
+    tombstone = decode_record(current.data, location).next(
+        status=RecordStatus.PURGING, heartbeat_at=clock.now
+    )
+    assert adapter.write_if_match(location, encode_record(tombstone), current.token)  # a purger died here
+    duplicate = store.reserve("r", key, **BINDING)
+    assert isinstance(duplicate, Duplicate) and duplicate.record.status is RecordStatus.PURGING
+    assert store.purge_expired(clock.now + timedelta(days=1)) == 0  # young tombstone: its purger's alone
+    clock.advance(minutes=11)
+    assert store.purge_expired(clock.now) == 1  # adopted by CAS, then deleted
+    assert isinstance(store.reserve("r", key, **BINDING), Owned)
+
+
+def test_lifetime_is_advertised_as_iso8601(adapter: Any) -> None:
+    assert make_store(adapter, Clock(), lifetime=timedelta(hours=24)).lifetime_iso8601 == "P1D"
+    assert make_store(adapter, Clock(), lifetime=timedelta(hours=1, minutes=30)).lifetime_iso8601 == "PT1H30M"
