@@ -83,3 +83,50 @@ def test_nothing_outside_the_root_is_touched(tmp_path: Path) -> None:
     adapter.delete_prefix("x")
     assert (tmp_path / "outside").read_bytes() == b"precious"
     assert (tmp_path / "root").is_dir()
+
+
+KILL_LOOP = """
+import sys
+from contract_tests.bodies import make_body
+from storage_adapter import open_adapter
+adapter = open_adapter(sys.argv[1])
+token = adapter.read_versioned("hot").token
+i = 0
+print("ready", flush=True)
+while True:
+    i += 1
+    body = make_body(f"w{i}", 2 * 1024 * 1024)
+    if i % 2:
+        adapter.write("hot", body)
+    else:
+        token = adapter.write_if_match("hot", body, adapter.read_versioned("hot").token) or token
+"""
+
+
+def test_kill_9_mid_write_leaves_a_whole_object_and_only_inert_leftovers(tmp_path: Path) -> None:
+    """SIGKILL a process while it writes and CASes 2 MiB bodies, many times: the object is always whole,
+    nothing but the key lists, the directory lock is released by the kernel, leftovers are reclaimed."""
+    import random
+    import signal
+    import subprocess
+    import sys
+
+    from contract_tests.bodies import body_is_whole, make_body
+
+    adapter = open_adapter(f"file://{tmp_path}")
+    adapter.write("hot", make_body("initial", 2 * 1024 * 1024))
+    rng = random.Random(7)
+    for _ in range(12):
+        proc = subprocess.Popen([sys.executable, "-c", KILL_LOOP, adapter.url], stdout=subprocess.PIPE)
+        assert proc.stdout is not None and proc.stdout.readline().strip() == b"ready"
+        time.sleep(rng.uniform(0.01, 0.3))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        assert body_is_whole(adapter.read_bytes("hot"))
+        assert [i.key for i in adapter.list()] == ["hot"]
+        # The killed process may have held the directory lock: the kernel released it.
+        current = adapter.read_versioned("hot")
+        assert adapter.write_if_match("hot", make_body("after-kill", 1024), current.token) is not None
+        adapter.write("hot", make_body("reset", 2 * 1024 * 1024))
+    adapter.remove_orphans(min_age_s=0)
+    assert sorted(os.listdir(tmp_path)) == ["hot"]
