@@ -44,6 +44,14 @@ def fresh_engine(adapter: Any) -> Engine:
 
 def measure(adapter: Any, spark: Any, rows: int, rounds: int, partitions: int) -> dict[str, Any]:
     table = arrow_rows(rows)
+    # Warm up: the first job of a session starts Python workers and JIT-compiles the plan.
+    bulk_load(
+        fresh_engine(adapter),
+        "events",
+        spark.range(0, 1000, numPartitions=partitions).selectExpr(
+            "id", "concat('row-', id) AS label", "id * 0.5 AS score"
+        ),
+    )
     single, parallel = [], []
     for _ in range(rounds):
         engine = fresh_engine(adapter)

@@ -21,7 +21,7 @@ URLs and options are those of ``open_adapter`` (same parser, same ``AWS_*`` envi
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import datetime, timezone
 from typing import Any
 
@@ -109,6 +109,12 @@ def _token(info: dict[str, Any]) -> str:
 
     # info() and ls() disagree on the type of "created" on MemoryFileSystem: hash normalized fields.
     return str(tokenize(info["size"], _timestamp(info).timestamp(), info.get("ino")))
+
+
+def _precondition_failed(exc: OSError) -> bool:
+    """s3fs reports a lost ``If-None-Match`` create as a plain OSError caused by a botocore 412."""
+    response = getattr(exc.__cause__, "response", None)
+    return isinstance(response, dict) and response.get("Error", {}).get("Code") == "PreconditionFailed"
 
 
 class FsspecAdapter:
@@ -251,6 +257,10 @@ class FsspecAdapter:
                 self._fs.pipe_file(path, body, mode="create")
             except FileExistsError:
                 return False
+            except OSError as exc:
+                if _precondition_failed(exc):
+                    return False
+                raise
         return True
 
     def write_if_match(self, key: str, data: bytes | str, token: str) -> str | None:
@@ -268,11 +278,8 @@ class FsspecAdapter:
 
     def delete(self, key: str) -> None:
         path = self._path(key)
-        with self._translated(key, "delete"):
-            try:
-                self._fs.rm_file(path)
-            except FileNotFoundError:
-                pass
+        with self._translated(key, "delete"), suppress(FileNotFoundError):
+            self._fs.rm_file(path)
 
     def delete_prefix(self, prefix: str) -> int:
         if not validate_prefix(prefix, self.backend):

@@ -1,0 +1,288 @@
+"""``storage-adapter`` command line: ``check`` (the contract as a conformance matrix) and ``bench``.
+
+Exit status of ``check``: 0 when every judged backend keeps every clause, 1 on any violation of a judged
+backend (peers never count), 2 on bad input (unknown scheme, unreachable endpoint, missing credentials,
+no permission), printed as one line without a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import subprocess
+import sys
+import tempfile
+import uuid
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
+
+from contract_tests.plugin import ContractSizes
+from contract_tests.targets import parse_target
+from storage_adapter.check_report import matrix_table, notes, ordered_targets, write_report
+from storage_adapter.conformance import (
+    DEFAULT_SIZES,
+    PEER_SIZES,
+    CheckTarget,
+    ContractRunError,
+    Outcome,
+    preflight,
+    run_contract,
+)
+from storage_adapter.errors import ConfigurationError, PermissionDeniedError, StorageError
+
+PEER_FACTORY = "storage_adapter.peers:open_peer"
+EXIT_OK, EXIT_VIOLATION, EXIT_BAD_INPUT = 0, 1, 2
+# Preflight fails fast: one retry, short timeouts (the suite itself uses the URL's normal settings).
+_S3_PREFLIGHT_OPTIONS = {"max_retries": 1, "retry_timeout_s": 5.0, "connect_timeout_s": 3.0}
+_PEER_KIND = {"memory": "fsspec-memory", "file": "fsspec-local", "s3": "s3fs"}
+
+
+class InputError(Exception):
+    """Bad input for the command: reported as one line, exit status 2."""
+
+
+# -- progress -------------------------------------------------------------------------------------------------
+class _RichProgress:
+    """ProgressListener drawing one bar per backend."""
+
+    def __init__(self, progress: Progress) -> None:
+        self.progress = progress
+        self.tasks: dict[str, Any] = {}
+        self.violations: dict[str, int] = {}
+
+    def collected(self, target: str, clauses: int) -> None:
+        self.tasks[target] = self.progress.add_task(target, total=clauses)
+        self.violations[target] = 0
+
+    def finished(self, target: str, clause: str, outcome: Outcome) -> None:
+        self.violations[target] += outcome.is_violation
+        bad = self.violations[target]
+        label = f"{target} [red]{bad} failing[/red]" if bad else target
+        self.progress.update(self.tasks[target], advance=1, description=f"{label} [dim]{clause}[/dim]")
+
+
+@contextlib.contextmanager
+def _terminal() -> Iterator[IO[str]]:
+    """A private duplicate of stdout: pytest's fd-level capture swaps fd 1 while a clause runs, and the
+    progress display must keep drawing on the real terminal meanwhile."""
+    try:
+        fd = os.dup(sys.stdout.fileno())
+    except (AttributeError, OSError, ValueError):  # no real file descriptor (embedded use)
+        yield sys.stdout
+        return
+    with os.fdopen(fd, "w", buffering=1) as stream:
+        yield stream
+
+
+@contextlib.contextmanager
+def _environment(values: dict[str, str]) -> Iterator[None]:
+    """Set environment variables for the duration (spawned clause workers inherit them)."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+# -- targets --------------------------------------------------------------------------------------------------
+def _peer_of(target: CheckTarget, name: str | None = None) -> CheckTarget:
+    scheme = target.url.split("://", 1)[0]
+    kind = _PEER_KIND[scheme]
+    return CheckTarget(name=name or f"{kind}:{target.name}", url=target.url, factory=PEER_FACTORY, peer=True)
+
+
+def _user_targets(specs: Sequence[str], peers: bool) -> list[CheckTarget]:
+    targets = []
+    for spec in specs:
+        parsed = parse_target(spec)
+        url = parsed.url or spec
+        if url.startswith("/"):
+            url = "file://" + url
+        scheme = url.split("://", 1)[0] if "://" in url else ""
+        if scheme not in _PEER_KIND:
+            raise InputError(f"unsupported storage URL {url!r}: use s3://bucket/prefix, file:///abs/dir or memory://name")
+        targets.append(CheckTarget(name=parsed.name, url=url))
+    if len({t.name for t in targets}) != len(targets):
+        raise InputError("two URLs have the same name: name them, e.g. a=s3://bucket/x b=s3://bucket/y")
+    return targets + ([_peer_of(t) for t in targets] if peers else [])
+
+
+def _preflight_all(targets: list[CheckTarget], console: Console) -> list[CheckTarget]:
+    """Probe every target. A judged target that fails is bad input; a failing peer is dropped."""
+    usable = []
+    for target in targets:
+        options = _S3_PREFLIGHT_OPTIONS if target.url.startswith("s3://") else {}
+        try:
+            preflight(target, **options)
+        except (StorageError, OSError) as exc:
+            message = _explain(target, exc)
+            if not target.peer:
+                raise InputError(message) from None
+            console.print(f"[yellow]peer skipped:[/yellow] {message}")
+            continue
+        usable.append(target)
+    return usable
+
+
+def _explain(target: CheckTarget, exc: BaseException) -> str:
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    hint = ""
+    if isinstance(exc, PermissionDeniedError) and target.url.startswith("s3://"):
+        if not os.environ.get("AWS_ACCESS_KEY_ID"):
+            hint = " (no credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)"
+        else:
+            hint = " (check the credentials and the bucket's permissions)"
+    elif target.url.startswith("s3://") and not os.environ.get("AWS_ENDPOINT_URL") and "ConfigurationError" not in type(exc).__name__:
+        hint = " (no AWS_ENDPOINT_URL set: talking to AWS S3)"
+    return f"{target.name} ({target.url}): {type(exc).__name__}: {first}{hint}"
+
+
+@contextlib.contextmanager
+def _embedded_targets(peers: bool, console: Console) -> Iterator[tuple[list[CheckTarget], list[tuple[str, str]]]]:
+    """memory, a temporary local directory and an embedded SeaweedFS (started and stopped here), plus the
+    peers on the same stores. Yields the targets and the server's version."""
+    from backends.seaweedfs import SeaweedFS, weed_binary
+    from backends.server import ServerUnavailable
+
+    run = uuid.uuid4().hex[:8]
+    with contextlib.ExitStack() as stack:
+        local_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="storage-check-local-"))
+        peer_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="storage-check-fsspec-"))
+        with console.status("starting an embedded SeaweedFS S3 server ..."):
+            try:
+                endpoint = stack.enter_context(SeaweedFS(bucket="check"))
+            except ServerUnavailable as exc:
+                raise InputError(f"embedded SeaweedFS: {exc}") from None
+        stack.enter_context(_environment(endpoint.environment()))
+        targets = [
+            CheckTarget("memory", f"memory://check-{run}"),
+            CheckTarget("local", f"file://{local_dir}"),
+            CheckTarget("seaweedfs", endpoint.url(f"adapter-{run}")),
+        ]
+        if peers:
+            targets += [
+                _peer_of(CheckTarget("m", f"memory://peer-{run}"), "fsspec-memory"),
+                _peer_of(CheckTarget("l", f"file://{peer_dir}"), "fsspec-local"),
+                _peer_of(CheckTarget("s", endpoint.url(f"s3fs-{run}")), "s3fs"),
+            ]
+        version = subprocess.run([weed_binary(), "version"], capture_output=True, text=True, timeout=30)
+        yield targets, [("seaweedfs", (version.stdout.strip().splitlines() or ["unknown"])[0])]
+
+
+# -- commands -------------------------------------------------------------------------------------------------
+def _check(args: argparse.Namespace, console: Console) -> int:
+    sizes = ContractSizes(args.threads, args.processes, args.increments)
+    with contextlib.ExitStack() as stack:
+        if args.urls:
+            targets, server = _user_targets(args.urls, args.peers), [("server", "user-supplied")]
+        else:
+            targets, server = stack.enter_context(_embedded_targets(args.peers, console))
+        targets = _preflight_all(targets, console)
+        progress = Progress(
+            SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+            TimeElapsedColumn(), console=console, redirect_stdout=False, redirect_stderr=False,
+        )  # fmt: skip
+        with progress:
+            run = run_contract(
+                targets, sizes=sizes, peer_sizes=PEER_SIZES if args.peer_sizes is None else args.peer_sizes,
+                listener=_RichProgress(progress), extra_versions=server,
+            )  # fmt: skip
+    console.print(matrix_table(run))
+    for number, reason in notes(run):
+        console.print(f"[dim]\\[{number}][/dim] {reason}", highlight=False)
+    console.print()
+    for target in ordered_targets(run):
+        verdict = run.verdict(target)
+        style = "green" if verdict.conforms else ("yellow" if target.peer else "bold red")
+        console.print(verdict.line(), style=style, highlight=False)
+    console.print(f"checked in {run.duration_s:.0f} s; overall: {'conforms' if run.conforms else 'VIOLATIONS'}")
+    if args.report:
+        md_path, json_path = write_report(run, args.report)
+        console.print(f"report: {md_path} and {json_path}")
+    return EXIT_OK if run.conforms else EXIT_VIOLATION
+
+
+def _bench(extra: Sequence[str]) -> int:
+    """Run the benchmark harness (``python -m bench.storage_bench``) from the source tree."""
+    root = Path(__file__).resolve().parent.parent
+    if not (root / "bench" / "storage_bench.py").exists():
+        raise InputError(f"the benchmarks ship with the source tree (bench/), not found under {root}: run from a clone")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
+    return subprocess.run([sys.executable, "-m", "bench.storage_bench", *extra], env=env).returncode
+
+
+def _sizes_arg(text: str) -> ContractSizes:
+    try:
+        threads, processes, increments = (int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError("expected THREADS,PROCESSES,INCREMENTS, e.g. 8,2,5") from None
+    return ContractSizes(threads, processes, increments)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="storage-adapter", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    check = commands.add_parser(
+        "check",
+        help="run the storage contract and print a clause x backend conformance matrix",
+        description="Run the storage contract against URLs (s3://bucket/prefix with the AWS_* environment, "
+        "file:///dir, memory://name; NAME=URL to name one), or with no URL against memory, a temporary "
+        "local directory and an embedded SeaweedFS. Peers (fsspec, s3fs) run side by side, never judged.",
+    )
+    check.add_argument("urls", nargs="*", metavar="URL", help="targets to check (default: embedded backends)")
+    check.add_argument("--peers", action=argparse.BooleanOptionalAction, default=True,
+                       help="also run the peer adapters (fsspec local/memory, s3fs) for comparison")  # fmt: skip
+    check.add_argument("--report", metavar="PATH", help="write PATH.md and PATH.json (or into a directory)")
+    check.add_argument("--threads", type=int, default=DEFAULT_SIZES.threads, help="threads in thread races")
+    check.add_argument("--processes", type=int, default=DEFAULT_SIZES.processes, help="processes in races")
+    check.add_argument("--increments", type=int, default=DEFAULT_SIZES.increments, help="CAS increments/worker")
+    check.add_argument("--peer-sizes", type=_sizes_arg, default=None, metavar="T,P,I",
+                       help=f"race sizes for peers (default {PEER_SIZES.threads},{PEER_SIZES.processes},"
+                       f"{PEER_SIZES.increments})")  # fmt: skip
+    commands.add_parser(
+        "bench", add_help=False, help="run the benchmarks (arguments go to bench; --help for theirs)"
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    if argv[:1] == ["bench"]:
+        try:
+            return _bench(argv[1:])
+        except InputError as exc:
+            print(f"storage-adapter bench: error: {exc}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+    args = parser.parse_args(argv)
+    with _terminal() as stream:
+        console = Console(file=stream, highlight=False)
+        try:
+            return _check(args, console)
+        except (InputError, ConfigurationError, ContractRunError) as exc:
+            console.print(f"[bold red]storage-adapter check: error:[/bold red] {exc}", highlight=False)
+            return EXIT_BAD_INPUT
+        except KeyboardInterrupt:
+            console.print("interrupted")
+            return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
