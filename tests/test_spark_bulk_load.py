@@ -119,3 +119,16 @@ def test_memory_stores_are_refused(spark: Any) -> None:
     engine.create_table("events", SCHEMA)
     with pytest.raises(UnsupportedOperationError, match="per-process"):
         bulk_load(engine, "events", frame_of(spark, 10, 1))
+
+
+def test_vacuum_also_reclaims_local_staging_leftovers(tmp_path: Path) -> None:
+    """A writer killed mid-stage leaves `name#digits` beside its target; vacuum reclaims it past grace."""
+    engine = Engine.open(f"file://{tmp_path}")
+    engine.create_table("events", SCHEMA)
+    leftover = tmp_path / "tables" / "events" / "leftover.parquet#123456789012"
+    leftover.parent.mkdir(parents=True, exist_ok=True)
+    leftover.write_bytes(b"half a file")
+    assert engine.vacuum(grace_s=3600).staging_removed == 0  # young: may belong to a live writer
+    os.utime(leftover, (0, 0))
+    assert engine.vacuum(grace_s=3600).staging_removed == 1
+    assert not leftover.exists()

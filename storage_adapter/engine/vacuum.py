@@ -26,6 +26,7 @@ class VacuumReport:
     kept_referenced: int
     kept_young: int
     dry_run: bool
+    staging_removed: int = 0  # crash leftovers the adapter reclaimed (local staging files), same grace
 
 
 def retained_versions(manifest: Manifest) -> set[tuple[str, int]]:
@@ -86,7 +87,9 @@ def vacuum(adapter: Any, versions: TableVersionStore, grace_s: float, dry_run: b
             kept_young += 1
         else:
             deleted.append(info.key)
+    staging_removed = 0
     if not dry_run:
         for key in deleted:
             adapter.delete(key)
-    return VacuumReport(tuple(deleted), kept_referenced, kept_young, dry_run)
+        staging_removed = adapter.remove_orphans(min_age_s=grace_s)
+    return VacuumReport(tuple(deleted), kept_referenced, kept_young, dry_run, staging_removed)
