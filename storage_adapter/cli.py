@@ -149,7 +149,7 @@ def _explain(target: CheckTarget, exc: BaseException) -> str:
             hint = " (no credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)"
         else:
             hint = " (check the credentials and the bucket's permissions)"
-    elif target.url.startswith("s3://") and not os.environ.get("AWS_ENDPOINT_URL") and "ConfigurationError" not in type(exc).__name__:
+    elif target.url.startswith("s3://") and not os.environ.get("AWS_ENDPOINT_URL") and not isinstance(exc, ConfigurationError):
         hint = " (no AWS_ENDPOINT_URL set: talking to AWS S3)"
     return f"{target.name} ({target.url}): {type(exc).__name__}: {first}{hint}"
 
@@ -274,10 +274,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     with _terminal() as stream:
         console = Console(file=stream, highlight=False)
+        if not console.is_terminal:  # a log or a pipe: give the matrix room instead of wrapping it
+            console = Console(file=stream, highlight=False, width=200)
         try:
             return _check(args, console)
         except (InputError, ConfigurationError, ContractRunError) as exc:
-            console.print(f"[bold red]storage-adapter check: error:[/bold red] {exc}", highlight=False)
+            console.print(f"[bold red]storage-adapter check: error:[/bold red] {exc}", highlight=False, soft_wrap=True)
             return EXIT_BAD_INPUT
         except KeyboardInterrupt:
             console.print("interrupted")

@@ -105,7 +105,7 @@ class Verdict:
         counts = f"{self.passed} passed, {self.skipped} skipped"
         if self.conforms:
             return f"{self.target.name}{role}: conforms - {counts}"
-        broken = ", ".join(self.violations)
+        broken = ", ".join(v.removeprefix("test_") for v in self.violations)
         return f"{self.target.name}{role}: VIOLATES {len(self.violations)} clause(s) - {counts}; {broken}"
 
 

@@ -54,8 +54,6 @@ from storage_adapter.errors import (
 )
 from storage_adapter.keys import join_key
 
-REGISTER_OPS = ("read", "read_versioned", "exists", "write", "write_if_absent", "write_if_match", "delete")
-MUTATING_OPS = frozenset({"write", "write_if_absent", "write_if_match", "delete"})
 # Errors raised before any request changes anything: the operation certainly had no effect.
 _NO_EFFECT_ERRORS = (
     InvalidKeyError,
@@ -118,10 +116,6 @@ class Operation:
     @property
     def ambiguous(self) -> bool:
         return self.outcome is Outcome.UNKNOWN
-
-    @property
-    def mutating(self) -> bool:
-        return self.op in MUTATING_OPS
 
     def describe(self, origin_ns: int = 0) -> str:
         """One line: worker, call, answer and the real-time interval in ms from ``origin_ns``."""

@@ -31,7 +31,7 @@ or dropped; the search succeeds once every completed operation is linearized. Fa
 
 The search is exponential in the worst case; a time and a step budget make it answer UNKNOWN instead of
 hanging. On a violation, the checker shrinks the key's history to a small counterexample (see
-:func:`shrink_counterexample`) and reports its operations.
+:func:`_shrink_counterexample`) and reports its operations.
 """
 
 from __future__ import annotations
@@ -356,7 +356,7 @@ def _removable_mutation(op: Operation, rest: Sequence[Operation], tokens: TokenB
     return True
 
 
-def shrink_counterexample(
+def _shrink_counterexample(
     ops: Sequence[Operation], tokens: TokenBodies, budget: _Budget
 ) -> tuple[Operation, ...]:
     """A small non-linearizable sub-history of the key's (non-linearizable) history.
@@ -397,7 +397,7 @@ def shrink_counterexample(
     return tuple(sorted(current, key=lambda o: (o.invoke_ns, o.op_id)))
 
 
-def check_key(key: str, operations: Sequence[Operation], budget: _Budget, shrink: bool = True) -> KeyResult:
+def _check_key(key: str, operations: Sequence[Operation], budget: _Budget, shrink: bool = True) -> KeyResult:
     """Check one key's operations (all must be on ``key``)."""
     started = time.monotonic()
     ops = sorted(_relevant(operations), key=lambda o: (o.invoke_ns, o.op_id))
@@ -414,7 +414,7 @@ def check_key(key: str, operations: Sequence[Operation], budget: _Budget, shrink
             return result(Verdict.LINEARIZABLE)
     except _OutOfBudget:
         return result(Verdict.UNKNOWN, "the search ran out of its time/step budget")
-    example = shrink_counterexample(ops, tokens, budget) if shrink else tuple(ops)
+    example = _shrink_counterexample(ops, tokens, budget) if shrink else tuple(ops)
     reason = "no order of these operations consistent with real time explains their results"
     return result(Verdict.VIOLATION, reason, example)
 
@@ -438,7 +438,7 @@ def check_history(
     per_key: dict[str, list[Operation]] = defaultdict(list)
     for op in operations:
         per_key[op.key].append(op)
-    results = tuple(check_key(key, per_key[key], budget, shrink) for key in sorted(per_key))
+    results = tuple(_check_key(key, per_key[key], budget, shrink) for key in sorted(per_key))
     verdicts = {r.verdict for r in results}
     verdict = (
         Verdict.VIOLATION

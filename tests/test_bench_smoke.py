@@ -1,0 +1,48 @@
+"""Smoke test of `storage-adapter bench`: it runs end to end and writes its table, JSON and chart.
+
+Numbers are never asserted (they belong to bench/ and reports); only that every part was measured.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def _bench(results: Path, backends: str) -> dict[str, object]:
+    done = subprocess.run(
+        [sys.executable, "-m", "storage_adapter", "bench", "--quick", "--backends", backends, "--results", str(results)],
+        capture_output=True, text=True, timeout=900, env=dict(os.environ),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "## Targets" in done.stdout
+    for name in ("bench.md", "bench.json", "bench.png"):
+        assert (results / name).stat().st_size > 0
+    return json.loads((results / "bench.json").read_text())
+
+
+def test_bench_quick_memory_and_local(tmp_path: Path) -> None:
+    data = _bench(tmp_path, "memory,local")
+    latency = {(r["backend"], r["op"], r["client"]) for r in data["latency"]}
+    for op in ("get", "put", "write_if_absent", "write_if_match", "list"):
+        assert ("local", op, "adapter") in latency and ("memory", op, "obstore") in latency
+    assert ("local", "write_if_match", "obstore") not in latency  # raw LocalStore has no conditional update
+    assert {r["in_flight"] for r in data["concurrency"]} == {1, 8, 64}
+    assert {(r["mode"], r["processes"]) for r in data["local_cas"]} == {
+        (m, n) for m in ("adapter", "floor") for n in (1, 2, 4)
+    }
+    assert all(isinstance(t["met"], bool) for t in data["targets"])
+
+
+@pytest.mark.stress
+def test_bench_quick_with_seaweedfs(tmp_path: Path) -> None:
+    """Includes boto3 and s3fs; starts its own SeaweedFS inside the bench process (about 30 s)."""
+    data = _bench(tmp_path, "seaweedfs")
+    clients = {r["client"] for r in data["latency"] if r["backend"] == "seaweedfs"}
+    assert clients == {"adapter", "obstore", "boto3", "s3fs"}
+    assert any("boto3" in t["target"] for t in data["targets"])

@@ -1,0 +1,199 @@
+"""`storage-adapter check`: the conformance run, its matrix and reports, and one-line bad-input errors.
+
+Most tests run a tiny suite (a temporary test module using the plugin's ``adapter`` fixture) through
+``run_contract``, so they are fast and their expected outcomes are fixed; the CLI tests run the real
+contract on memory and local with small race sizes. The embedded-defaults run is ``stress``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from backends.server import free_port
+from storage_adapter.check_report import report_paths, to_markdown, write_report
+from storage_adapter.conformance import CheckTarget, ContractRunError, Outcome, run_contract
+
+TINY_SUITE = '''
+import pytest
+
+class TestTiny:
+    def test_round_trip(self, adapter):
+        """Bytes round-trip."""
+        adapter.write("k", b"v")
+        assert adapter.read_bytes("k") == b"v"
+
+    def test_exists_is_for_objects_only(self, adapter):
+        adapter.write("a/b", b"v")
+        assert not adapter.exists("a"), "a prefix reported as an object"
+
+    def test_always_skips(self, adapter):
+        pytest.skip("nothing to check here")
+
+    @pytest.mark.parametrize("case", ["one", "two"])
+    def test_parametrized(self, adapter, case):
+        adapter.write(case, case)
+        assert adapter.read_text(case) == case
+
+    def test_not_a_contract_clause(self):
+        assert True
+'''
+PEER = "storage_adapter.peers:open_peer"
+
+
+@pytest.fixture
+def tiny_suite(tmp_path: Path) -> tuple[str, ...]:
+    # A unique module name: run_contract runs pytest in this process, where modules stay imported.
+    path = tmp_path / f"test_tiny_{uuid.uuid4().hex[:8]}.py"
+    path.write_text(TINY_SUITE)
+    return (str(path),)
+
+
+def _run_cli(
+    *args: str, env: dict[str, str] | None = None, timeout: int = 600
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "storage_adapter", *args],
+        capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})},
+    )  # fmt: skip
+
+
+def test_run_contract_collects_one_result_per_clause_and_target(
+    tiny_suite: tuple[str, ...], tmp_path: Path
+) -> None:
+    targets = [
+        CheckTarget("memory", "memory://tiny-check"),
+        CheckTarget("local", f"file://{tmp_path}/local"),
+        CheckTarget("fsspec-memory", "memory://tiny-peer", factory=PEER, peer=True),
+    ]
+    run = run_contract(targets, suite=tiny_suite)
+    assert [c.name for c in run.clauses] == [
+        "test_round_trip", "test_exists_is_for_objects_only", "test_always_skips", "test_parametrized",
+    ]  # fmt: skip
+    assert run.clauses[0].summary == "Bytes round-trip."
+    assert len(run.results) == 4 * 3  # clause x target; the non-contract test is not a clause
+    assert run.result("test_always_skips", "local").outcome is Outcome.SKIPPED
+    assert run.result("test_always_skips", "local").reason == "nothing to check here"
+    parametrized = run.result("test_parametrized", "memory")
+    assert (parametrized.outcome, parametrized.cases) == (Outcome.PASSED, 2)
+    peer_exists = run.result("test_exists_is_for_objects_only", "fsspec-memory")
+    assert peer_exists.outcome is Outcome.FAILED and "a prefix reported as an object" in peer_exists.reason
+    assert run.verdict(targets[0]).conforms and run.verdict(targets[1]).conforms
+    assert run.verdict(targets[2]).violations == ("test_exists_is_for_objects_only",)
+    assert run.conforms, "a failing peer must not make the run non-conforming"
+    assert dict(run.versions)["obstore"]
+
+
+def test_a_failing_judged_target_makes_the_run_non_conforming(tiny_suite: tuple[str, ...]) -> None:
+    judged_peer = CheckTarget("judged-fsspec", "memory://tiny-judged", factory=PEER, peer=False)
+    run = run_contract([judged_peer], suite=tiny_suite)
+    assert not run.conforms
+    assert "VIOLATES 1 clause" in run.verdict(judged_peer).line()
+
+
+def test_listener_sees_every_clause(tiny_suite: tuple[str, ...]) -> None:
+    seen: list[tuple[str, str, Outcome]] = []
+    collected: dict[str, int] = {}
+
+    class Listener:
+        def collected(self, target: str, clauses: int) -> None:
+            collected[target] = clauses
+
+        def finished(self, target: str, clause: str, outcome: Outcome) -> None:
+            seen.append((target, clause, outcome))
+
+    run_contract([CheckTarget("memory", "memory://tiny-listener")], suite=tiny_suite, listener=Listener())
+    assert collected == {"memory": 4}
+    assert len(seen) == 4 and ("memory", "test_parametrized", Outcome.PASSED) in seen
+
+
+def test_a_suite_that_does_not_run_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(ContractRunError, match="did not run"):
+        run_contract([CheckTarget("memory", "memory://x")], suite=(str(tmp_path / "no_such_suite.py"),))
+
+
+def test_reports_are_markdown_and_json(tiny_suite: tuple[str, ...], tmp_path: Path) -> None:
+    targets = [CheckTarget("memory", "memory://tiny-report"),
+               CheckTarget("fsspec-memory", "memory://tiny-report-peer", factory=PEER, peer=True)]  # fmt: skip
+    run = run_contract(targets, suite=tiny_suite)
+    md_path, json_path = write_report(run, tmp_path / "out" / "check.json")
+    assert (md_path.name, json_path.name) == ("check.md", "check.json")
+    report = json.loads(json_path.read_text())
+    assert report["conforms"] is True
+    assert {t["name"]: t["peer"] for t in report["targets"]} == {"memory": False, "fsspec-memory": True}
+    assert {(r["clause"], r["target"], r["outcome"]) for r in report["results"]} >= {
+        ("test_exists_is_for_objects_only", "fsspec-memory", "fail"), ("test_always_skips", "memory", "skip"),
+    }  # fmt: skip
+    assert "| exists_is_for_objects_only | pass | FAIL [" in to_markdown(run)
+    assert report_paths(tmp_path) == (
+        tmp_path / "storage-adapter-check.md",
+        tmp_path / "storage-adapter-check.json",
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "expected"),
+    [
+        (["ftp://bucket/x"], {}, "unsupported storage URL"),
+        (["s3://bucket/x"], {"AWS_ENDPOINT_URL": "http://127.0.0.1:{port}", "AWS_ALLOW_HTTP": "true"},
+         "BackendUnavailableError"),
+        (["file:///proc/storage-adapter-cannot-write-here"], {}, "file:///proc/storage-adapter-cannot-write-here"),
+        (["memory://a", "memory://a"], {}, "same name"),
+    ],
+    ids=["unknown-scheme", "unreachable-endpoint", "unwritable-directory", "duplicate-names"],
+)  # fmt: skip
+def test_bad_input_is_one_line_and_exit_2(args: list[str], env: dict[str, str], expected: str) -> None:
+    env = {k: v.format(port=free_port()) for k, v in env.items()}
+    result = _run_cli("check", *args, env=env, timeout=120)
+    output = (result.stdout + result.stderr).strip()
+    assert result.returncode == 2, output
+    assert "Traceback" not in output
+    assert len(output.splitlines()) == 1, output
+    assert expected in output
+
+
+def test_check_cli_on_memory_and_local(tmp_path: Path) -> None:
+    """The real contract through the CLI: judged memory + local (no peers), report written, exit 0."""
+    report = tmp_path / "report"
+    result = _run_cli("check", "memory://cli-check", f"file://{tmp_path}/local", "--no-peers",
+                      "--threads", "4", "--processes", "2", "--increments", "3", "--report", str(report))  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "memory:cli-check: conforms" in result.stdout
+    assert "overall: conforms" in result.stdout
+    data = json.loads(report.with_suffix(".json").read_text())
+    assert data["sizes"] == {"threads": 4, "processes": 2, "increments": 3}
+    clauses = {c["name"] for c in data["clauses"]}
+    assert {"test_write_if_absent_one_winner_processes", "test_cas_increments_threads"} <= clauses
+    assert report.with_suffix(".md").exists()
+
+
+def test_check_cli_peer_failures_do_not_change_the_exit_status() -> None:
+    result = _run_cli("check", "mem=memory://cli-peers", "--threads", "4", "--increments", "3")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "fsspec-memory:mem (peer, not judged): VIOLATES" in result.stdout
+    assert "mem: conforms" in result.stdout
+
+
+@pytest.mark.stress
+def test_check_embedded_defaults_with_peers(tmp_path: Any) -> None:
+    """The main job as the README runs it (embedded memory, local, SeaweedFS + three peers; default sizes)."""
+    result = _run_cli("check", "--report", str(tmp_path / "check"), timeout=1200)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    data = json.loads((tmp_path / "check.json").read_text())
+    assert [t["name"] for t in data["targets"]] == [
+        "memory",
+        "local",
+        "seaweedfs",
+        "fsspec-memory",
+        "fsspec-local",
+        "s3fs",
+    ]
+    assert all(t["conforms"] for t in data["targets"] if not t["peer"])
+    assert data["versions"]["seaweedfs"]
