@@ -29,7 +29,9 @@ import pytest
 from contract_tests import workers
 from contract_tests.bodies import body_is_whole, make_body
 from storage_adapter.errors import InvalidKeyError, NotFoundError, UnsupportedOperationError
+from storage_adapter.linearizability import check_history
 from storage_adapter.types import Capabilities, DirListing, ObjectInfo, Support
+from storage_adapter.workloads import WorkloadSpec, run_processes, run_threads
 
 SPAWN = multiprocessing.get_context("spawn")  # never fork a process whose Tokio runtime is running
 PROCESS_TIMEOUT_S = 300
@@ -352,6 +354,22 @@ class AdapterContract:
             if adapter.read_if_exists(key) != expected:
                 lost.append(f"{key}: the {'delete' if expected is None else 'write'} was lost")
         assert not lost, lost
+
+    # -- linearizability ---------------------------------------------------------------------------------------
+    def test_mixed_history_is_linearizable_threads(self, adapter: Any, contract_sizes: Any) -> None:
+        """A recorded history of mixed reads, writes, creates, CASes and deletes on a few hot keys, from
+        N threads, is linearizable (storage_adapter.linearizability, per-key register model)."""
+        history = run_threads(adapter, WorkloadSpec(), workers=contract_sizes.threads)
+        result = check_history(history)
+        assert result.ok, result.report()
+
+    @pytest.mark.contract_processes
+    def test_mixed_history_is_linearizable_processes(self, adapter: Any, contract_sizes: Any) -> None:
+        """The same mixed workload from N processes: the merged history is linearizable."""
+        _require_processes(adapter)
+        history = run_processes(adapter, WorkloadSpec(), workers=max(2, contract_sizes.processes))
+        result = check_history(history)
+        assert result.ok, result.report()
 
     # -- delete, exists ----------------------------------------------------------------------------------------
     def test_delete_is_idempotent(self, adapter: Any) -> None:

@@ -97,11 +97,15 @@ class ObjectStorageAdapter:
     def __reduce__(self) -> tuple[Any, ...]:
         return (ObjectStorageAdapter, (self._config,))
 
+    def _identity(self) -> tuple[str, tuple[tuple[str, Any], ...]]:
+        # The URL, not the config: file:///r with child "p" and file:///r/p address the same objects.
+        return (self._config.url, self._config.options)
+
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, ObjectStorageAdapter) and other._config == self._config
+        return isinstance(other, ObjectStorageAdapter) and other._identity() == self._identity()
 
     def __hash__(self) -> int:
-        return hash(self._config)
+        return hash(self._identity())
 
     def __repr__(self) -> str:
         return f"ObjectStorageAdapter({self.url!r})"

@@ -96,6 +96,7 @@ def test_local_child_and_plain_absolute_path_are_the_same_store(tmp_path: object
     assert not (tmp_path / "sub").exists()  # type: ignore[operator]  # a child creates nothing until it writes
     child.write("k", b"v")
     assert open_adapter(child.url).read_bytes("k") == b"v"
+    assert open_adapter(child.url) == child and hash(open_adapter(child.url)) == hash(child)
 
 
 def test_memory_stores_are_shared_by_name_within_a_process() -> None:

@@ -10,16 +10,22 @@ from pathlib import Path
 
 import pytest
 
+LINEARIZABILITY = {
+    "test_mixed_history_is_linearizable_threads",
+    "test_mixed_history_is_linearizable_processes",
+}
 CATCHING_CLAUSES = {
     "racy_cas": {
         "test_cas_increments_threads",
         "test_cas_increments_processes",
         "test_write_or_delete_racing_a_cas_is_never_lost",
+        *LINEARIZABILITY,
     },
-    "torn_write": {"test_atomic_replace_threads", "test_atomic_replace_processes"},
+    "torn_write": {"test_atomic_replace_threads", "test_atomic_replace_processes", *LINEARIZABILITY},
     "check_then_act_create": {
         "test_write_if_absent_one_winner_threads",
         "test_write_if_absent_one_winner_processes",
+        *LINEARIZABILITY,
     },
 }
 
