@@ -63,6 +63,15 @@ def crash_at(adapter: Any, key: str, point: str, workdir: Path) -> None:
     assert process.returncode == -signal.SIGKILL
 
 
+def retrier_store(adapter: Any) -> IdempotencyStore:
+    """The store as a retrying client sees it: its clock is past the crashed owner's lease (no sleeping)."""
+    return IdempotencyStore(
+        adapter.child("store"),
+        clock=lambda: datetime.now(UTC) + timedelta(minutes=10),
+        call_timeout=LOADED_CI,
+    )
+
+
 @pytest.mark.parametrize("point", CRASH_POINTS)
 def test_kill_9_of_the_owner_converges_to_one_commit(adapter: Any, point: str, tmp_path: Path) -> None:
     if not adapter.capabilities.shared_across_processes:
@@ -72,12 +81,7 @@ def test_kill_9_of_the_owner_converges_to_one_commit(adapter: Any, point: str, t
     engine = open_engine(adapter)
     crash_at(adapter, key, point, tmp_path)
 
-    # The retrier's clock is past the crashed owner's lease (no sleeping in tests).
-    store = IdempotencyStore(
-        adapter.child("store"),
-        clock=lambda: datetime.now(UTC) + timedelta(minutes=10),
-        call_timeout=LOADED_CI,
-    )
+    store = retrier_store(adapter)
     replayed, status_before = EXPECTED[point]
     found = store.load("tenant-a", key)
     assert found is not None and found.record.status is status_before
@@ -102,11 +106,7 @@ def test_concurrent_retries_after_a_crash_converge(adapter: Any, point: str, tmp
     key = str(uuid.uuid4())
     engine = open_engine(adapter)
     crash_at(adapter, key, point, tmp_path)
-    store = IdempotencyStore(
-        adapter.child("store"),
-        clock=lambda: datetime.now(UTC) + timedelta(minutes=10),
-        call_timeout=LOADED_CI,
-    )
+    store = retrier_store(adapter)
     barrier = threading.Barrier(4)
     answers: list[Any] = []
 
