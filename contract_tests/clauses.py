@@ -20,6 +20,7 @@ import multiprocessing
 import pickle
 import queue
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -81,19 +82,31 @@ def _run_processes(
     procs = [SPAWN.Process(target=target, args=(*args_for(i), barrier, results)) for i in range(count)]
     for p in procs:
         p.start()
-    collected = []
     try:
-        for _ in procs:
-            collected.append(results.get(timeout=PROCESS_TIMEOUT_S))
-    except queue.Empty:
-        raise AssertionError(f"a worker process reported nothing within {PROCESS_TIMEOUT_S}s") from None
+        return _collect(procs, results)
     finally:
         for p in procs:
             p.join(timeout=30)
             if p.is_alive():
                 p.kill()
-    failed = [p.exitcode for p in procs if p.exitcode not in (0, None)]
-    assert not failed, f"worker processes exited with {failed}"
+
+
+def _collect(procs: list[Any], results: Any) -> list[Any]:
+    """One result per process; fails as soon as a process died without reporting (a crashed worker must
+    not cost the whole timeout), or when PROCESS_TIMEOUT_S passes."""
+    collected: list[Any] = []
+    deadline = time.monotonic() + PROCESS_TIMEOUT_S
+    while len(collected) < len(procs):
+        try:
+            collected.append(results.get(timeout=0.5))
+        except queue.Empty:
+            dead = [p.exitcode for p in procs if p.exitcode not in (None, 0)]
+            if dead and results.empty():
+                raise AssertionError(f"worker processes exited with {dead} before reporting") from None
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"a worker process reported nothing within {PROCESS_TIMEOUT_S}s"
+                ) from None
     return collected
 
 
@@ -208,9 +221,13 @@ class AdapterContract:
                 adapter.write("hot", make_body(f"v{i}", 256 * 1024 + (i % 3) * 1000))
         finally:
             stop.set()
-        outcomes = [results.get(timeout=PROCESS_TIMEOUT_S) for _ in readers]
-        for r in readers:
-            r.join(timeout=30)
+        try:
+            outcomes = _collect(readers, results)
+        finally:
+            for r in readers:
+                r.join(timeout=30)
+                if r.is_alive():
+                    r.kill()
         torn = [(n, sample) for _, n, sample in outcomes if n]
         assert not torn, f"torn reads in reader processes: {torn}"
 

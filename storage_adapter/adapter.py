@@ -116,7 +116,7 @@ class ObjectStorageAdapter:
     # -- reads ----------------------------------------------------------------------------------------
     def read_bytes(self, key: str) -> bytes:
         """The object's bytes. Raises NotFoundError if absent."""
-        return self._backend.get(self._key(key))[0]
+        return self._backend.get(self._key(key))
 
     def read_text(self, key: str, encoding: str = "utf-8") -> str:
         """The object decoded as text. Raises NotFoundError if absent."""
@@ -131,7 +131,7 @@ class ObjectStorageAdapter:
 
     def read_versioned(self, key: str) -> Versioned:
         """The object's bytes with the token of exactly those bytes. Raises NotFoundError if absent."""
-        data, token = self._backend.get(self._key(key))
+        data, token = self._backend.get_versioned(self._key(key))
         return Versioned(data=data, token=token)
 
     def exists(self, key: str) -> bool:

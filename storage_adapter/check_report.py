@@ -12,7 +12,12 @@ from rich.text import Text
 
 from storage_adapter.conformance import CheckTarget, ConformanceRun, Outcome
 
-_CELL_STYLE = {Outcome.PASSED: "green", Outcome.FAILED: "bold red", Outcome.ERROR: "bold red", Outcome.SKIPPED: "dim"}
+_CELL_STYLE = {
+    Outcome.PASSED: "green",
+    Outcome.FAILED: "bold red",
+    Outcome.ERROR: "bold red",
+    Outcome.SKIPPED: "dim",
+}
 _CELL_TEXT = {Outcome.PASSED: "pass", Outcome.FAILED: "FAIL", Outcome.ERROR: "ERROR", Outcome.SKIPPED: "skip"}
 REPORT_FORMAT = "storage-adapter-check/1"
 

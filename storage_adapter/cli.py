@@ -27,6 +27,7 @@ from rich.progress import (
     TextColumn,
     TimeElapsedColumn,
 )
+from rich.text import Text
 
 from contract_tests.plugin import ContractSizes
 from contract_tests.targets import parse_target
@@ -117,7 +118,9 @@ def _user_targets(specs: Sequence[str], peers: bool) -> list[CheckTarget]:
             url = "file://" + url
         scheme = url.split("://", 1)[0] if "://" in url else ""
         if scheme not in _PEER_KIND:
-            raise InputError(f"unsupported storage URL {url!r}: use s3://bucket/prefix, file:///abs/dir or memory://name")
+            raise InputError(
+                f"unsupported storage URL {url!r}: use s3://bucket/prefix, file:///abs/dir or memory://name"
+            )
         targets.append(CheckTarget(name=parsed.name, url=url))
     if len({t.name for t in targets}) != len(targets):
         raise InputError("two URLs have the same name: name them, e.g. a=s3://bucket/x b=s3://bucket/y")
@@ -135,7 +138,7 @@ def _preflight_all(targets: list[CheckTarget], console: Console) -> list[CheckTa
             message = _explain(target, exc)
             if not target.peer:
                 raise InputError(message) from None
-            console.print(f"[yellow]peer skipped:[/yellow] {message}")
+            console.print(Text.assemble(("peer skipped: ", "yellow"), message), soft_wrap=True)
             continue
         usable.append(target)
     return usable
@@ -149,13 +152,19 @@ def _explain(target: CheckTarget, exc: BaseException) -> str:
             hint = " (no credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)"
         else:
             hint = " (check the credentials and the bucket's permissions)"
-    elif target.url.startswith("s3://") and not os.environ.get("AWS_ENDPOINT_URL") and not isinstance(exc, ConfigurationError):
+    elif (
+        target.url.startswith("s3://")
+        and not os.environ.get("AWS_ENDPOINT_URL")
+        and not isinstance(exc, ConfigurationError)
+    ):
         hint = " (no AWS_ENDPOINT_URL set: talking to AWS S3)"
     return f"{target.name} ({target.url}): {type(exc).__name__}: {first}{hint}"
 
 
 @contextlib.contextmanager
-def _embedded_targets(peers: bool, console: Console) -> Iterator[tuple[list[CheckTarget], list[tuple[str, str]]]]:
+def _embedded_targets(
+    peers: bool, console: Console
+) -> Iterator[tuple[list[CheckTarget], list[tuple[str, str]]]]:
     """memory, a temporary local directory and an embedded SeaweedFS (started and stopped here), plus the
     peers on the same stores. Yields the targets and the server's version."""
     from backends.seaweedfs import SeaweedFS, weed_binary
@@ -206,13 +215,15 @@ def _check(args: argparse.Namespace, console: Console) -> int:
             )  # fmt: skip
     console.print(matrix_table(run))
     for number, reason in notes(run):
-        console.print(f"[dim]\\[{number}][/dim] {reason}", highlight=False)
+        console.print(Text.assemble((f"[{number}] ", "dim"), reason), highlight=False)
     console.print()
     for target in ordered_targets(run):
         verdict = run.verdict(target)
         style = "green" if verdict.conforms else ("yellow" if target.peer else "bold red")
-        console.print(verdict.line(), style=style, highlight=False)
-    console.print(f"checked in {run.duration_s:.0f} s; overall: {'conforms' if run.conforms else 'VIOLATIONS'}")
+        console.print(verdict.line(), style=style, highlight=False, markup=False)
+    console.print(
+        f"checked in {run.duration_s:.0f} s; overall: {'conforms' if run.conforms else 'VIOLATIONS'}"
+    )
     if args.report:
         md_path, json_path = write_report(run, args.report)
         console.print(f"report: {md_path} and {json_path}")
@@ -223,8 +234,13 @@ def _bench(extra: Sequence[str]) -> int:
     """Run the benchmark harness (``python -m bench.storage_bench``) from the source tree."""
     root = Path(__file__).resolve().parent.parent
     if not (root / "bench" / "storage_bench.py").exists():
-        raise InputError(f"the benchmarks ship with the source tree (bench/), not found under {root}: run from a clone")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
+        raise InputError(
+            f"the benchmarks ship with the source tree (bench/), not found under {root}: run from a clone"
+        )
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])),
+    }
     return subprocess.run([sys.executable, "-m", "bench.storage_bench", *extra], env=env).returncode
 
 
@@ -252,7 +268,9 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--report", metavar="PATH", help="write PATH.md and PATH.json (or into a directory)")
     check.add_argument("--threads", type=int, default=DEFAULT_SIZES.threads, help="threads in thread races")
     check.add_argument("--processes", type=int, default=DEFAULT_SIZES.processes, help="processes in races")
-    check.add_argument("--increments", type=int, default=DEFAULT_SIZES.increments, help="CAS increments/worker")
+    check.add_argument(
+        "--increments", type=int, default=DEFAULT_SIZES.increments, help="CAS increments/worker"
+    )
     check.add_argument("--peer-sizes", type=_sizes_arg, default=None, metavar="T,P,I",
                        help=f"race sizes for peers (default {PEER_SIZES.threads},{PEER_SIZES.processes},"
                        f"{PEER_SIZES.increments})")  # fmt: skip
@@ -273,13 +291,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_BAD_INPUT
     args = parser.parse_args(argv)
     with _terminal() as stream:
-        console = Console(file=stream, highlight=False)
+        console = Console(file=stream, highlight=False, emoji=False)
         if not console.is_terminal:  # a log or a pipe: give the matrix room instead of wrapping it
-            console = Console(file=stream, highlight=False, width=200)
+            console = Console(file=stream, highlight=False, emoji=False, width=200)
         try:
             return _check(args, console)
         except (InputError, ConfigurationError, ContractRunError) as exc:
-            console.print(f"[bold red]storage-adapter check: error:[/bold red] {exc}", highlight=False, soft_wrap=True)
+            message = Text.assemble(("storage-adapter check: error: ", "bold red"), str(exc))
+            console.print(message, highlight=False, soft_wrap=True)
             return EXIT_BAD_INPUT
         except KeyboardInterrupt:
             console.print("interrupted")

@@ -173,9 +173,13 @@ def _reason(report: pytest.TestReport) -> str:
     if isinstance(longrepr, tuple):  # a skip: (path, lineno, "Skipped: why")
         return _first_line(str(longrepr[2]).removeprefix("Skipped: "))
     crash = getattr(longrepr, "reprcrash", None)
-    if crash is not None and getattr(crash, "message", None):
-        return _first_line(crash.message)
-    return _first_line(str(longrepr))
+    message = _first_line(crash.message) if crash is not None and getattr(crash, "message", None) else ""
+    if message in ("", "AssertionError"):
+        # A bare assert (clauses are not assertion-rewritten): name the failing source line instead.
+        failing = [ln.lstrip("> ").strip() for ln in str(longrepr).splitlines() if ln.startswith(">")]
+        if failing:
+            return _first_line(f"{message or 'failed'}: {failing[-1]}")
+    return message or _first_line(str(longrepr))
 
 
 class _Collector:
@@ -224,7 +228,9 @@ class _Collector:
         self.finished_cases[pair] += 1
         siblings = [c for c in self.cases.values() if (c.clause, c.target) == pair]
         if self.finished_cases[pair] == len(siblings):  # a parametrized clause is done with its last case
-            self.listener.finished(case.target, case.clause, _aggregate(case.clause, case.target, siblings).outcome)
+            self.listener.finished(
+                case.target, case.clause, _aggregate(case.clause, case.target, siblings).outcome
+            )
 
     def results(self) -> list[ClauseResult]:
         grouped: dict[tuple[str, str], list[_Case]] = {}

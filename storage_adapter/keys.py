@@ -2,11 +2,9 @@
 
 A valid key is a ``/``-separated relative path of 1 to 1024 UTF-8 bytes whose segments are non-empty,
 are not ``.`` or ``..``, contain no backslash and no control character (U+0000-U+001F, U+007F).
-Two shapes are reserved because they collide with how object stores keep their own bookkeeping:
-
-* a segment ending in ``#`` followed only by digits (object_store's LocalFileSystem stages uploads as
-  ``name#N`` and never lists such files, so the object would be invisible on local storage);
-* the top-level segment ``.storage-adapter`` (reserved for the adapter's own metadata).
+One shape is reserved because it collides with local bookkeeping: a segment ending in ``#`` followed
+only by digits (object_store's LocalFileSystem stages uploads as ``name#N`` and never lists such files,
+and the local backend stages its writes the same way, so such an object would be invisible).
 
 These rules are identical on every backend, so a key that works on memory works on local and S3.
 """
@@ -18,9 +16,13 @@ import re
 from storage_adapter.errors import InvalidKeyError
 
 MAX_KEY_BYTES = 1024
-RESERVED_TOP_SEGMENT = ".storage-adapter"
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _STAGING_SUFFIX = re.compile(r"#\d+$")
+# Fast path for the common case (validation runs on every call): non-empty segments without control
+# characters or backslashes, none of them "." or ".." or ending in "#<digits>", at most 256 characters
+# (so at most 1024 UTF-8 bytes). Anything else takes the detailed path, which names the reason.
+_PLAIN_SEGMENT = r"(?!\.\.?(?:/|$))[^\x00-\x1f\x7f\\/]*[^\x00-\x1f\x7f\\/#]"
+_PLAIN_KEY = re.compile(rf"(?!.*#\d+(?:/|$)){_PLAIN_SEGMENT}(?:/{_PLAIN_SEGMENT})*")
 
 
 def _reject(key: str, reason: str, backend: str | None) -> InvalidKeyError:
@@ -30,6 +32,8 @@ def _reject(key: str, reason: str, backend: str | None) -> InvalidKeyError:
 
 def validate_key(key: object, backend: str | None = None) -> str:
     """Return ``key`` unchanged if it is a valid object key, else raise :class:`InvalidKeyError`."""
+    if isinstance(key, str) and len(key) <= MAX_KEY_BYTES // 4 and _PLAIN_KEY.fullmatch(key):
+        return key
     if not isinstance(key, str):
         raise _reject(repr(key), f"keys are str, not {type(key).__name__}", backend)
     if key == "":
@@ -54,8 +58,6 @@ def validate_key(key: object, backend: str | None = None) -> str:
             raise _reject(key, f"{segment!r} segment", backend)
         if _STAGING_SUFFIX.search(segment):
             raise _reject(key, "segment ending in '#<digits>' is reserved for staging files", backend)
-    if segments[0] == RESERVED_TOP_SEGMENT:
-        raise _reject(key, f"the top-level {RESERVED_TOP_SEGMENT!r} prefix is reserved", backend)
     return key
 
 

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Any
 
 import obstore
 from obstore.exceptions import (
@@ -37,8 +36,6 @@ from storage_adapter.errors import (
 )
 from storage_adapter.keys import join_key
 from storage_adapter.types import ObjectInfo
-
-T = TypeVar("T")
 
 # GenericError carries transport failures as text; these shapes mean "try again later".
 _TRANSIENT = re.compile(
@@ -91,6 +88,54 @@ def _first_line(exc: BaseException) -> str:
     return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
 
+# What the boundary translates: obstore's errors and the OS's (local mutations, connection failures).
+_TRANSLATED = (BaseError, OSError, NotImplementedError)
+
+
+class _Translation:
+    """Translates exceptions leaving its block into our hierarchy, naming key and backend.
+
+    A class rather than a generator-based context manager: it wraps every request, and costs a fraction.
+    """
+
+    __slots__ = ("action", "backend", "key")
+
+    def __init__(self, backend: str, key: str, action: str) -> None:
+        self.backend, self.key, self.action = backend, key, action
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> bool:
+        if exc is None or isinstance(exc, StorageError) or not isinstance(exc, _TRANSLATED):
+            return False  # success, already ours, or a programming error that must surface as it is
+        raise self._translate(exc) from exc
+
+    def _translate(self, exc: Exception) -> StorageError:
+        key, backend = self.key, self.backend
+        where = f"{self.action} {key!r} on {backend}"
+        if isinstance(exc, FileNotFoundError):
+            return NotFoundError(f"not found: {key!r} on {backend}", key=key, backend=backend)
+        if isinstance(exc, (ObstorePermissionDenied, UnauthenticatedError, PermissionError)):
+            return PermissionDeniedError(
+                f"permission denied: {where}: {_first_line(exc)}", key=key, backend=backend
+            )
+        if isinstance(exc, InvalidPathError):
+            return InvalidKeyError(f"invalid key: {where}: {_first_line(exc)}", key=key, backend=backend)
+        if isinstance(exc, (NotSupportedError, NotImplementedError)):
+            return UnsupportedOperationError(
+                f"unsupported: {where}: {_first_line(exc)}", key=key, backend=backend
+            )
+        transient = isinstance(exc, (ConnectionError, TimeoutError)) or (
+            isinstance(exc, (GenericError, OSError)) and _TRANSIENT.search(str(exc)) is not None
+        )
+        if transient:
+            return BackendUnavailableError(
+                f"backend unavailable: {where}: {_first_line(exc)}", key=key, backend=backend
+            )
+        return StorageError(f"failed: {where}: {_first_line(exc)}", key=key, backend=backend)
+
+
 class ObstoreBackend:
     """Thin, exception-translating wrapper over one obstore store."""
 
@@ -108,47 +153,20 @@ class ObstoreBackend:
     def relative(self, path: str) -> str:
         return path[len(self._prefix) + 1 :] if self._prefix else path
 
-    @contextmanager
-    def translated(self, key: str, action: str) -> Iterator[None]:
-        """Translate obstore's (and the OS's) exceptions raised inside the block into StorageError."""
-        where = f"{action} {key!r} on {self.name}"
-        try:
-            yield
-        except StorageError:
-            raise
-        except FileNotFoundError as exc:
-            raise NotFoundError(f"not found: {key!r} on {self.name}", key=key, backend=self.name) from exc
-        except (ObstorePermissionDenied, UnauthenticatedError, PermissionError) as exc:
-            raise PermissionDeniedError(
-                f"permission denied: {where}: {_first_line(exc)}", key=key, backend=self.name
-            ) from exc
-        except InvalidPathError as exc:
-            raise InvalidKeyError(
-                f"invalid key: {where}: {_first_line(exc)}", key=key, backend=self.name
-            ) from exc
-        except (NotSupportedError, NotImplementedError) as exc:
-            raise UnsupportedOperationError(
-                f"unsupported: {where}: {_first_line(exc)}", key=key, backend=self.name
-            ) from exc
-        except (GenericError, OSError) as exc:
-            if isinstance(exc, (ConnectionError, TimeoutError)) or _TRANSIENT.search(str(exc)):
-                raise BackendUnavailableError(
-                    f"backend unavailable: {where}: {_first_line(exc)}", key=key, backend=self.name
-                ) from exc
-            raise StorageError(f"failed: {where}: {_first_line(exc)}", key=key, backend=self.name) from exc
-        except BaseError as exc:
-            raise StorageError(f"failed: {where}: {_first_line(exc)}", key=key, backend=self.name) from exc
-
-    def call(self, key: str, action: str, fn: Callable[[], T]) -> T:
-        with self.translated(key, action):
-            return fn()
+    def translated(self, key: str, action: str) -> _Translation:
+        """A context manager translating obstore's (and the OS's) exceptions raised inside it."""
+        return _Translation(self.name, key, action)
 
     # -- reads ---------------------------------------------------------------------------------------
-    def get(self, key: str) -> tuple[bytes, str]:
+    def get(self, key: str) -> bytes:
+        with self.translated(key, "read"):
+            return bytes(obstore.get(self._store, self.path(key)).bytes())
+
+    def get_versioned(self, key: str) -> tuple[bytes, str]:
+        """The bytes and the token of exactly those bytes (one GET: the token comes with the body)."""
         with self.translated(key, "read"):
             result = obstore.get(self._store, self.path(key))
-            data = bytes(result.bytes())
-            return data, str(result.meta["e_tag"])
+            return bytes(result.bytes()), str(result.meta["e_tag"])
 
     def head_token(self, key: str) -> str:
         with self.translated(key, "head"):

@@ -26,13 +26,6 @@ STRESS_SPEC = WorkloadSpec(keys=4, rounds=30, random_ops=30, reads_per_round=8, 
 CHECK_BUDGET_S = 120.0
 
 
-def require_stress_selection(config: pytest.Config) -> None:
-    """Heavy runs are marked ``stress`` and run only when a ``-m`` expression selects them
-    (``pytest -m stress``); a plain ``pytest`` skips them, keeping the default run a few minutes."""
-    if not config.getoption("markexpr"):
-        pytest.skip("heavy stress run: select it with -m stress")
-
-
 def bug_spec() -> WorkloadSpec:
     return WorkloadSpec(keys=2, rounds=4, random_ops=2, reads_per_round=8)
 

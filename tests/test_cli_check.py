@@ -2,7 +2,7 @@
 
 Most tests run a tiny suite (a temporary test module using the plugin's ``adapter`` fixture) through
 ``run_contract``, so they are fast and their expected outcomes are fixed; the CLI tests run the real
-contract on memory and local with small race sizes. The embedded-defaults run is ``stress``.
+contract on memory and local with small race sizes, and the embedded-defaults run (the README's main job).
 """
 
 from __future__ import annotations
@@ -181,7 +181,6 @@ def test_check_cli_peer_failures_do_not_change_the_exit_status() -> None:
     assert "mem: conforms" in result.stdout
 
 
-@pytest.mark.stress
 def test_check_embedded_defaults_with_peers(tmp_path: Any) -> None:
     """The main job as the README runs it (embedded memory, local, SeaweedFS + three peers; default sizes)."""
     result = _run_cli("check", "--report", str(tmp_path / "check"), timeout=1200)

@@ -16,7 +16,6 @@ from stress_support import (
     assert_linearizable,
     bug_spec,
     planted,
-    require_stress_selection,
     skip_unless_shared,
 )
 
@@ -52,13 +51,11 @@ def test_memory_store_refuses_a_process_run(adapter) -> None:
 
 
 @pytest.mark.stress
-def test_stress_thread_history_is_linearizable(adapter, pytestconfig) -> None:
-    require_stress_selection(pytestconfig)
+def test_stress_thread_history_is_linearizable(adapter) -> None:
     assert_linearizable(run_threads(adapter, STRESS_SPEC, STRESS_WORKERS), minimum_ops=8000)
 
 
 @pytest.mark.stress
-def test_stress_process_history_is_linearizable(adapter, pytestconfig) -> None:
-    require_stress_selection(pytestconfig)
+def test_stress_process_history_is_linearizable(adapter) -> None:
     skip_unless_shared(adapter)
     assert_linearizable(run_processes(adapter, STRESS_SPEC, STRESS_WORKERS), minimum_ops=8000)

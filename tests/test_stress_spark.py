@@ -17,7 +17,6 @@ from stress_support import (
     assert_linearizable,
     bug_spec,
     planted,
-    require_stress_selection,
     skip_unless_shared,
 )
 
@@ -70,14 +69,12 @@ def test_barrier_stage_wider_than_the_slots_is_refused(adapter, spark) -> None:
 
 
 @pytest.mark.stress
-def test_stress_spark_history_is_linearizable(adapter, spark, pytestconfig) -> None:
-    require_stress_selection(pytestconfig)
+def test_stress_spark_history_is_linearizable(adapter, spark) -> None:
     skip_unless_shared(adapter)
     assert_linearizable(run_workload_on_spark(spark, adapter, STRESS_SPEC, TASKS), minimum_ops=4000)
 
 
 @pytest.mark.stress
-def test_stress_spark_cas_increments_are_exact(adapter, spark, pytestconfig) -> None:
-    require_stress_selection(pytestconfig)
+def test_stress_spark_cas_increments_are_exact(adapter, spark) -> None:
     skip_unless_shared(adapter)
     assert race_cas_increments(spark, adapter, "counter", increments=50, tasks=TASKS).exact

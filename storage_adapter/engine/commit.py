@@ -102,16 +102,31 @@ class CommitOperation:
         failpoint("commit.before_sidecar")
         bases = {name: _pin(state, name) for name in writes}
         pins = {
-            name: SidecarPin(layout.table_prefix(name), bases[name], _next(bases[name]),
-                             writes[name].schema if mode == "create" else None)
+            name: SidecarPin(
+                layout.table_prefix(name),
+                bases[name],
+                _next(bases[name]),
+                writes[name].schema if mode == "create" else None,
+            )
             for name in writes
         }
         now = codec.now_iso()
         kind = "create_table" if mode == "create" else "commit"
-        self._sidecar = self._keeper.write(Sidecar(
-            self.operation_id, kind, actor, now, now, HOST, os.getpid(), state.manifest.version, mode,
-            idempotency_key, pins,
-        ))  # fmt: skip  (Phase A: a failure here raises with nothing advanced)
+        self._sidecar = self._keeper.write(
+            Sidecar(
+                self.operation_id,
+                kind,
+                actor,
+                now,
+                now,
+                HOST,
+                os.getpid(),
+                state.manifest.version,
+                mode,
+                idempotency_key,
+                pins,
+            )
+        )  # fmt: skip  (Phase A: a failure here raises with nothing advanced)
         failpoint("commit.after_sidecar")
         written: dict[str, TableVersion] = {}
         for attempt in range(1, self._policy.max_attempts + 1):
@@ -140,7 +155,9 @@ class CommitOperation:
             except (CommitConflictError, TableExistsError):
                 self._abandon()
                 raise
-            time.sleep(random.uniform(0, min(self._policy.backoff_cap_s, self._policy.backoff_s * 2**attempt)))
+            time.sleep(
+                random.uniform(0, min(self._policy.backoff_cap_s, self._policy.backoff_s * 2**attempt))
+            )
         self._abandon()
         raise CommitRetriesExhaustedError(
             f"commit {self.operation_id} lost the manifest race {self._policy.max_attempts} times; nothing "
@@ -150,7 +167,9 @@ class CommitOperation:
 
     def _write_version(self, write: TableWrite, mode: str, base: int | None) -> TableVersion:
         """Phase B for one table: the first free version at or above the sidecar's pin."""
-        base_content = self._versions.read(write.table, base) if mode == "append" and base is not None else None
+        base_content = (
+            self._versions.read(write.table, base) if mode == "append" and base is not None else None
+        )
         fragments = (base_content.fragments if base_content else ()) + write.fragments
 
         def make(number: int) -> TableVersion:
@@ -177,7 +196,9 @@ class CommitOperation:
             if now_pin == bases[name]:
                 continue  # untouched by the winner: our version of it is still built on the current pin
             if mode == "create":
-                raise TableExistsError(f"table {name!r} was created concurrently", key=layout.table_prefix(name))
+                raise TableExistsError(
+                    f"table {name!r} was created concurrently", key=layout.table_prefix(name)
+                )
             if mode == "overwrite":
                 raise CommitConflictError(
                     f"overwrite of table {name!r} conflicts with a concurrent commit: expected table version "
@@ -209,7 +230,9 @@ class CommitOperation:
         try:
             self._recovery.resolve(self._sidecar, abandon=True)
         except Exception as exc:
-            log.warning("could not roll back abandoned commit %s (%s); the next heal will", self.operation_id, exc)
+            log.warning(
+                "could not roll back abandoned commit %s (%s); the next heal will", self.operation_id, exc
+            )
 
 
 def _pin(state: ManifestState, table: str) -> int | None:

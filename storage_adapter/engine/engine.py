@@ -78,7 +78,9 @@ class Engine:
         self._root = adapter.url
         self._manifests = ManifestStore(adapter)
         self._versions = TableVersionStore(adapter)
-        self._recovery = Recovery(adapter, self._root, recovered_by(actor), settings.max_attempts, self._versions)
+        self._recovery = Recovery(
+            adapter, self._root, recovered_by(actor), settings.max_attempts, self._versions
+        )
         self._schemas: dict[str, pa.Schema] = {}  # tables are never dropped nor re-schemaed: cache for good
         self.last_heal: HealReport | None = None
 
@@ -185,14 +187,22 @@ class Engine:
         """The current manifest's pins (one GET), or those of an older manifest ``version`` inside the
         retained history (HistoryExpiredError outside it)."""
         manifest = self._manifests.load().manifest
-        pins = {n: e.version for n, e in manifest.tables.items()} if version is None else manifest.pins_at(version)
+        pins = (
+            {n: e.version for n, e in manifest.tables.items()}
+            if version is None
+            else manifest.pins_at(version)
+        )
         schemas = {n: manifest.tables[n].schema for n in pins}
         return Snapshot(manifest.version if version is None else version, pins, schemas)
 
     def read(self, table: str, snapshot_or_version: Snapshot | int | None = None) -> pa.Table:
         """The table's rows as of the snapshot (a fresh one if None; a manifest version if an int).
         Reads only immutable files named by that one snapshot."""
-        snap = snapshot_or_version if isinstance(snapshot_or_version, Snapshot) else self.snapshot(snapshot_or_version)
+        snap = (
+            snapshot_or_version
+            if isinstance(snapshot_or_version, Snapshot)
+            else self.snapshot(snapshot_or_version)
+        )
         content = self._versions.read(table, snap.table_version(table))
         parts = [read_fragment(self._adapter, key) for key, _, _ in content.fragments]
         if not parts:
@@ -263,6 +273,8 @@ class Engine:
                         f"({self._settings.grace_s / 2:.0f} s) ago: vacuum may reclaim it; write it again",
                         key=ref.key,
                     )
-            writes[table] = TableWrite(table, schema_text, tuple((r.key, r.rows, r.bytes) for r in table_refs))
+            writes[table] = TableWrite(
+                table, schema_text, tuple((r.key, r.rows, r.bytes) for r in table_refs)
+            )
         return self._operation().run(state, writes, mode, expected_version=expected_version,
                                      idempotency_key=idempotency_key, actor=actor or self._actor)  # fmt: skip

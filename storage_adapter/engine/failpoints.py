@@ -119,7 +119,9 @@ def _claim_shared_firing(name: str, arming: _Arming) -> bool:
         return True
     for index in range(arming.times or 0):
         try:
-            os.close(os.open(os.path.join(directory, f"{name}.{index}"), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            os.close(
+                os.open(os.path.join(directory, f"{name}.{index}"), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            )
             return True
         except FileExistsError:
             continue

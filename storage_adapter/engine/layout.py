@@ -1,10 +1,10 @@
 """Where the engine keeps everything under its root. One place, so no module invents a key.
 
-    _manifest.json                         the manifest: the single visibility authority (CAS-published)
-    tables/{table}/_versions/{V:020d}.json table version V (immutable; written with write_if_absent)
-    tables/{table}/data/{ulid}.parquet     immutable data fragments
-    __recovery/{operation_id}.json         recovery sidecars of commits in flight (or crashed)
-    __audit/{operation_id}.json            one audit record per recovered operation (write_if_absent)
+_manifest.json                         the manifest: the single visibility authority (CAS-published)
+tables/{table}/_versions/{V:020d}.json table version V (immutable; written with write_if_absent)
+tables/{table}/data/{ulid}.parquet     immutable data fragments
+__recovery/{operation_id}.json         recovery sidecars of commits in flight (or crashed)
+__audit/{operation_id}.json            one audit record per recovered operation (write_if_absent)
 """
 
 from __future__ import annotations

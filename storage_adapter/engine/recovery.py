@@ -156,7 +156,9 @@ class Recovery:
                 return self._finish(sidecar, RecoveryOutcome.ROLLED_FORWARD, _moves(record))
             if found.decision is Decision.COMPLETED:
                 assert found.landed is not None
-                outcome = RecoveryOutcome.ROLLED_FORWARD if found.landed.recovered else RecoveryOutcome.COMPLETED
+                outcome = (
+                    RecoveryOutcome.ROLLED_FORWARD if found.landed.recovered else RecoveryOutcome.COMPLETED
+                )
                 return self._finish(sidecar, outcome, _moves(found.landed))
             if found.decision is Decision.DISCARD_ORPHAN:
                 moves = {t.table: _pair(t.manifest_pin, t.manifest_pin) for t in found.tables}
@@ -195,13 +197,17 @@ class Recovery:
         head_is_ours = head_content is not None and head_content.operation_id == sidecar.operation_id
 
         def result(state: TableState) -> TableClassification:
-            return TableClassification(table, state, expected, pin.post_commit_pin, pinned, head, head_is_ours)
+            return TableClassification(
+                table, state, expected, pin.post_commit_pin, pinned, head, head_is_ours
+            )
 
         if pinned < expected or (pinned > ABSENT and self._versions.read_if_exists(table, pinned) is None):
             return result(TableState.INVARIANT_VIOLATION)
         if pinned != expected:
             return result(TableState.MOVED_PAST_PIN)
-        at_pin = self._versions.read_if_exists(table, pin.post_commit_pin) if pin.post_commit_pin <= head else None
+        at_pin = (
+            self._versions.read_if_exists(table, pin.post_commit_pin) if pin.post_commit_pin <= head else None
+        )
         pin_is_ours = at_pin is not None and at_pin.operation_id == sidecar.operation_id
         if not pin_is_ours and not head_is_ours:
             return result(TableState.NO_MOVEMENT)

@@ -74,13 +74,17 @@ class Sidecar:
         req = codec.require
         try:
             tables = {
-                str(name): SidecarPin(str(p["key"]), p["expected_version"], int(p["post_commit_pin"]),
-                                      p.get("schema"))
+                str(name): SidecarPin(
+                    str(p["key"]), p["expected_version"], int(p["post_commit_pin"]), p.get("schema")
+                )
                 for name, p in req(doc, "tables", dict, key, CorruptSidecarError).items()
             }
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise CorruptSidecarError(f"{key}: malformed table pins; left in place", key=key) from exc
-        if any(p.expected_version is not None and not isinstance(p.expected_version, int) for p in tables.values()):
+        if any(
+            p.expected_version is not None and not isinstance(p.expected_version, int)
+            for p in tables.values()
+        ):
             raise CorruptSidecarError(f"{key}: malformed expected_version; left in place", key=key)
         sidecar = cls(
             operation_id=req(doc, "operation_id", str, key, CorruptSidecarError),

@@ -147,7 +147,9 @@ class TableVersionStore:
 
     def write_if_absent(self, content: TableVersion) -> bool:
         """Write the version file; False if that number is taken (another writer's head)."""
-        if not self._adapter.write_if_absent(layout.version_key(content.table, content.version), content.encode()):
+        if not self._adapter.write_if_absent(
+            layout.version_key(content.table, content.version), content.encode()
+        ):
             return False
         self._remember(content)
         return True

@@ -175,13 +175,17 @@ class FsspecAdapter:
         try:
             yield
         except FileNotFoundError as exc:
-            raise NotFoundError(f"not found: {key!r} on {self.backend}", key=key, backend=self.backend) from exc
+            raise NotFoundError(
+                f"not found: {key!r} on {self.backend}", key=key, backend=self.backend
+            ) from exc
         except PermissionError as exc:
             raise PermissionDeniedError(
                 f"permission denied: {action} {key!r} on {self.backend}: {exc}", key=key, backend=self.backend
             ) from exc
         except OSError as exc:
-            raise StorageError(f"{action} {key!r} on {self.backend} failed: {exc}", key=key, backend=self.backend) from exc
+            raise StorageError(
+                f"{action} {key!r} on {self.backend} failed: {exc}", key=key, backend=self.backend
+            ) from exc
 
     def _info(self, path: str) -> dict[str, Any]:
         info = self._fs.info(path)
@@ -191,7 +195,10 @@ class FsspecAdapter:
 
     def _object_info(self, info: dict[str, Any]) -> ObjectInfo:
         return ObjectInfo(
-            key=self._key_of(info["name"]), size=int(info["size"]), token=_token(info), last_modified=_timestamp(info)
+            key=self._key_of(info["name"]),
+            size=int(info["size"]),
+            token=_token(info),
+            last_modified=_timestamp(info),
         )
 
     # -- reads ---------------------------------------------------------------------------------------------
@@ -239,7 +246,8 @@ class FsspecAdapter:
         objects = [self._object_info(e) for e in entries if e.get("type") != "directory"]
         prefixes = [self._key_of(e["name"]).rstrip("/") for e in entries if e.get("type") == "directory"]
         return DirListing(
-            objects=tuple(sorted((o for o in objects if o.key), key=lambda o: o.key)), prefixes=tuple(sorted(prefixes))
+            objects=tuple(sorted((o for o in objects if o.key), key=lambda o: o.key)),
+            prefixes=tuple(sorted(prefixes)),
         )
 
     # -- mutations -----------------------------------------------------------------------------------------
@@ -284,7 +292,9 @@ class FsspecAdapter:
 
     def delete_prefix(self, prefix: str) -> int:
         if not validate_prefix(prefix, self.backend):
-            raise StorageError(f"delete_prefix needs a non-empty prefix on {self.url}", key=prefix, backend=self.backend)
+            raise StorageError(
+                f"delete_prefix needs a non-empty prefix on {self.url}", key=prefix, backend=self.backend
+            )
         infos = self.list(prefix)
         for info in infos:
             self.delete(info.key)
