@@ -96,6 +96,10 @@ class ContainerS3Server(S3Server):
         self.secret_access_key = secrets.token_hex(16)
         self._container: Any = None
 
+    def version(self) -> str:
+        """The image reference the container runs (pinned tag, or the ``STORAGE_ADAPTER_<NAME>_IMAGE``)."""
+        return str(self.image)
+
     @classmethod
     def image_variable(cls) -> str:
         return f"STORAGE_ADAPTER_{cls.name.upper()}_IMAGE"

@@ -78,6 +78,11 @@ class SeaweedFS(S3Server):
             raise ServerUnavailable(f"{exc}; see the server log {self.log_path}") from exc
         return endpoint
 
+    def version(self) -> str:
+        """The first line of ``weed version``."""
+        completed = subprocess.run([weed_binary(), "version"], capture_output=True, text=True, timeout=30)
+        return (completed.stdout.strip().splitlines() or ["unknown"])[0]
+
     def stop(self) -> None:
         process, self._process = self._process, None
         if process is not None and process.poll() is None:

@@ -65,6 +65,10 @@ class S3Server(abc.ABC):
     def stop(self) -> None:
         """Stop the server and remove what it wrote. Safe to call twice."""
 
+    @abc.abstractmethod
+    def version(self) -> str:
+        """Which server build this is, for reports (one line). Raises ServerUnavailable like ``start``."""
+
     def __enter__(self) -> S3Endpoint:
         try:
             return self.start()

@@ -2,13 +2,16 @@
 
 Exit status of ``check``: 0 when every judged backend keeps every clause, 1 on any violation of a judged
 backend (peers never count), 2 on bad input (unknown scheme, unreachable endpoint, missing credentials,
-no permission), printed as one line without a traceback.
+no permission, ``--server`` with URLs), 3 when an S3 server the check must start cannot run here (no
+Docker engine, no ``weed`` binary), each printed as one line without a traceback. With
+``--allow-unavailable`` that last case prints ``SKIPPED <server>: <reason>`` and exits 0.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import os
 import subprocess
 import sys
@@ -29,8 +32,10 @@ from rich.progress import (
 )
 from rich.text import Text
 
+from backends.registry import provider, provider_names
+from backends.server import S3Endpoint, ServerUnavailable
 from contract_tests.plugin import ContractSizes
-from contract_tests.targets import parse_target
+from contract_tests.targets import DEFAULT_FACTORY, load_factory, parse_target
 from storage_adapter.check_report import matrix_table, notes, ordered_targets, write_report
 from storage_adapter.conformance import (
     DEFAULT_SIZES,
@@ -44,7 +49,7 @@ from storage_adapter.conformance import (
 from storage_adapter.errors import ConfigurationError, PermissionDeniedError, StorageError
 
 PEER_FACTORY = "storage_adapter.peers:open_peer"
-EXIT_OK, EXIT_VIOLATION, EXIT_BAD_INPUT = 0, 1, 2
+EXIT_OK, EXIT_VIOLATION, EXIT_BAD_INPUT, EXIT_SERVER_UNAVAILABLE = 0, 1, 2, 3
 # Preflight fails fast: one retry, short timeouts (the suite itself uses the URL's normal settings).
 _S3_PREFLIGHT_OPTIONS = {"max_retries": 1, "retry_timeout_s": 5.0, "connect_timeout_s": 3.0}
 _PEER_KIND = {"memory": "fsspec-memory", "file": "fsspec-local", "s3": "s3fs"}
@@ -52,6 +57,15 @@ _PEER_KIND = {"memory": "fsspec-memory", "file": "fsspec-local", "s3": "s3fs"}
 
 class InputError(Exception):
     """Bad input for the command: reported as one line, exit status 2."""
+
+
+class ServerCannotRun(Exception):
+    """An S3 server the check must start cannot run here: exit status 3, or a SKIPPED line on request."""
+
+    def __init__(self, server: str, reason: str) -> None:
+        super().__init__(f"{server}: {reason}")
+        self.server = server
+        self.reason = reason
 
 
 # -- progress -------------------------------------------------------------------------------------------------
@@ -162,24 +176,34 @@ def _explain(target: CheckTarget, exc: BaseException) -> str:
 
 
 @contextlib.contextmanager
+def _started_server(name: str, console: Console) -> Iterator[tuple[S3Endpoint, str]]:
+    """Start the S3 server provider ``name`` (``backends.registry``) with a bucket, and point the ``AWS_*``
+    environment at it for the duration (spawned clause workers and s3fs read it). Yields the endpoint and
+    the server's version; stops the server at exit. Raises ServerCannotRun when it cannot run here."""
+    server = provider(name)(bucket="check")
+    with contextlib.ExitStack() as stack:
+        try:
+            with console.status(f"starting the {name} S3 server ..."):
+                endpoint = stack.enter_context(server)
+            version = server.version()
+        except ServerUnavailable as exc:
+            raise ServerCannotRun(name, str(exc)) from None
+        console.print(f"{name} S3 server ({version}) at {endpoint.endpoint}", highlight=False, markup=False)
+        stack.enter_context(_environment(endpoint.environment()))
+        yield endpoint, version
+
+
+@contextlib.contextmanager
 def _embedded_targets(
     peers: bool, console: Console
 ) -> Iterator[tuple[list[CheckTarget], list[tuple[str, str]]]]:
     """memory, a temporary local directory and an embedded SeaweedFS (started and stopped here), plus the
     peers on the same stores. Yields the targets and the server's version."""
-    from backends.seaweedfs import SeaweedFS, weed_binary
-    from backends.server import ServerUnavailable
-
     run = uuid.uuid4().hex[:8]
     with contextlib.ExitStack() as stack:
         local_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="storage-check-local-"))
         peer_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="storage-check-fsspec-"))
-        with console.status("starting an embedded SeaweedFS S3 server ..."):
-            try:
-                endpoint = stack.enter_context(SeaweedFS(bucket="check"))
-            except ServerUnavailable as exc:
-                raise InputError(f"embedded SeaweedFS: {exc}") from None
-        stack.enter_context(_environment(endpoint.environment()))
+        endpoint, version = stack.enter_context(_started_server("seaweedfs", console))
         targets = [
             CheckTarget("memory", f"memory://check-{run}"),
             CheckTarget("local", f"file://{local_dir}"),
@@ -191,18 +215,37 @@ def _embedded_targets(
                 _peer_of(CheckTarget("l", f"file://{peer_dir}"), "fsspec-local"),
                 _peer_of(CheckTarget("s", endpoint.url(f"s3fs-{run}")), "s3fs"),
             ]
-        version = subprocess.run([weed_binary(), "version"], capture_output=True, text=True, timeout=30)
-        yield targets, [("seaweedfs", (version.stdout.strip().splitlines() or ["unknown"])[0])]
+        yield targets, [("seaweedfs", version)]
+
+
+@contextlib.contextmanager
+def _server_targets(
+    name: str, peers: bool, console: Console
+) -> Iterator[tuple[list[CheckTarget], list[tuple[str, str]]]]:
+    """``--server NAME``: that provider's server (started and stopped here) as the one judged target, plus
+    an s3fs peer on the same bucket. Yields the targets and the server's version."""
+    run = uuid.uuid4().hex[:8]
+    with _started_server(name, console) as (endpoint, version):
+        targets = [CheckTarget(name, endpoint.url(f"adapter-{run}"))]
+        if peers:
+            targets.append(_peer_of(CheckTarget(name, endpoint.url(f"s3fs-{run}")), "s3fs"))
+        yield targets, [(name, version)]
 
 
 # -- commands -------------------------------------------------------------------------------------------------
 def _check(args: argparse.Namespace, console: Console) -> int:
     sizes = ContractSizes(args.threads, args.processes, args.increments)
+    if args.server and args.urls:
+        raise InputError(f"--server {args.server} starts and checks its own server: give no URL with it")
+    load_factory(args.factory)  # a bad --factory is bad input before any server starts
     with contextlib.ExitStack() as stack:
         if args.urls:
             targets, server = _user_targets(args.urls, args.peers), [("server", "user-supplied")]
+        elif args.server:
+            targets, server = stack.enter_context(_server_targets(args.server, args.peers, console))
         else:
             targets, server = stack.enter_context(_embedded_targets(args.peers, console))
+        targets = [t if t.peer else dataclasses.replace(t, factory=args.factory) for t in targets]
         targets = _preflight_all(targets, console)
         progress = Progress(
             SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -252,17 +295,39 @@ def _sizes_arg(text: str) -> ContractSizes:
     return ContractSizes(threads, processes, increments)
 
 
+_CHECK_DESCRIPTION = """\
+Run the storage contract against URLs (s3://bucket/prefix with the AWS_* environment, file:///dir,
+memory://name; NAME=URL to name one); or, with --server NAME, against that S3 server started here;
+or, with neither, against memory, a temporary local directory and an embedded SeaweedFS.
+Peers (fsspec, s3fs) run side by side and are never judged."""
+_CHECK_EXIT_STATUS = """\
+exit status:
+  0  every judged backend keeps every clause (skips are fine)
+  1  a judged backend violated a clause (peers never count)
+  2  bad input (unknown scheme, unreachable endpoint, credentials, permission, --server with URLs)
+  3  a server to start cannot run here (no Docker engine, no weed binary); 0 with --allow-unavailable"""
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="storage-adapter", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     check = commands.add_parser(
         "check",
         help="run the storage contract and print a clause x backend conformance matrix",
-        description="Run the storage contract against URLs (s3://bucket/prefix with the AWS_* environment, "
-        "file:///dir, memory://name; NAME=URL to name one), or with no URL against memory, a temporary "
-        "local directory and an embedded SeaweedFS. Peers (fsspec, s3fs) run side by side, never judged.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=_CHECK_DESCRIPTION,
+        epilog=_CHECK_EXIT_STATUS,
     )
     check.add_argument("urls", nargs="*", metavar="URL", help="targets to check (default: embedded backends)")
+    check.add_argument("--server", choices=provider_names(), metavar="NAME",
+                       help=f"start this S3 server ({', '.join(provider_names())}), create its bucket and "
+                       "check only it (no URL with it; minio and rustfs need Docker)")  # fmt: skip
+    check.add_argument("--allow-unavailable", action="store_true",
+                       help="when a server to start cannot run here, print SKIPPED <name>: <reason> and exit "
+                       "0 instead of 3; only where the server is optional")  # fmt: skip
+    check.add_argument("--factory", default=DEFAULT_FACTORY, metavar="MOD:FUNC",
+                       help="(url, **options) callable opening the judged adapters, e.g. your own adapter "
+                       f"(default {DEFAULT_FACTORY}); peers keep theirs")  # fmt: skip
     check.add_argument("--peers", action=argparse.BooleanOptionalAction, default=True,
                        help="also run the peer adapters (fsspec local/memory, s3fs) for comparison")  # fmt: skip
     check.add_argument("--report", metavar="PATH", help="write PATH.md and PATH.json (or into a directory)")
@@ -300,6 +365,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             message = Text.assemble(("storage-adapter check: error: ", "bold red"), str(exc))
             console.print(message, highlight=False, soft_wrap=True)
             return EXIT_BAD_INPUT
+        except ServerCannotRun as exc:
+            if args.allow_unavailable:
+                console.print(Text(f"SKIPPED {exc.server}: {exc.reason}"), highlight=False, soft_wrap=True)
+                return EXIT_OK
+            message = Text.assemble(("storage-adapter check: ", "bold red"), f"{exc.server} cannot run here: ",
+                                    exc.reason)  # fmt: skip
+            console.print(message, highlight=False, soft_wrap=True)
+            return EXIT_SERVER_UNAVAILABLE
         except KeyboardInterrupt:
             console.print("interrupted")
             return 130

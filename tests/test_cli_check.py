@@ -146,8 +146,11 @@ def test_reports_are_markdown_and_json(tiny_suite: tuple[str, ...], tmp_path: Pa
          "BackendUnavailableError"),
         (["file:///proc/storage-adapter-cannot-write-here"], {}, "file:///proc/storage-adapter-cannot-write-here"),
         (["memory://a", "memory://a"], {}, "same name"),
+        (["--server", "seaweedfs", "memory://a"], {}, "--server seaweedfs starts and checks its own server"),
+        (["--server", "minio", "--factory", "no_such_module:open"], {}, "cannot load adapter factory"),
     ],
-    ids=["unknown-scheme", "unreachable-endpoint", "unwritable-directory", "duplicate-names"],
+    ids=["unknown-scheme", "unreachable-endpoint", "unwritable-directory", "duplicate-names",
+         "server-with-url", "bad-factory-before-any-server-starts"],
 )  # fmt: skip
 def test_bad_input_is_one_line_and_exit_2(args: list[str], env: dict[str, str], expected: str) -> None:
     env = {k: v.format(port=free_port()) for k, v in env.items()}
