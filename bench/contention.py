@@ -87,5 +87,7 @@ def run_contention(mode: str, processes: int, duration_s: float) -> ContentionRe
         with open(os.path.join(root, "counter")) as f:
             final = int(f.read())
         if final != sum(counts):
-            raise RuntimeError(f"{mode}: counter {final} != {sum(counts)} acknowledged increments: lost updates")
+            raise RuntimeError(
+                f"{mode}: counter {final} != {sum(counts)} acknowledged increments: lost updates"
+            )
         return ContentionResult(mode, processes, sum(counts), duration_s)

@@ -104,9 +104,20 @@ def markdown(results: BenchResults) -> str:
                      f"{m.ops_per_s:.0f} | {ratio} |")  # fmt: skip
     lines += ["", "## Concurrency (1 KiB get, threads in flight)", "",
               "| backend | client | in flight | ops | ops/s |", "|---|---|---|---|---|"]  # fmt: skip
-    lines += [f"| {t.backend} | {t.client} | {t.in_flight} | {t.ops} | {t.ops_per_s:.0f} |" for t in results.throughput]
-    lines += ["", "## Local CAS under contention", "", "| mode | processes | increments | ops/s |", "|---|---|---|---|"]
-    lines += [f"| {c.mode} | {c.processes} | {c.increments} | {c.ops_per_s:.0f} |" for c in results.contention]
+    lines += [
+        f"| {t.backend} | {t.client} | {t.in_flight} | {t.ops} | {t.ops_per_s:.0f} |"
+        for t in results.throughput
+    ]
+    lines += [
+        "",
+        "## Local CAS under contention",
+        "",
+        "| mode | processes | increments | ops/s |",
+        "|---|---|---|---|",
+    ]
+    lines += [
+        f"| {c.mode} | {c.processes} | {c.increments} | {c.ops_per_s:.0f} |" for c in results.contention
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -146,7 +157,12 @@ def chart(results: BenchResults, path: Path) -> None:
     for t in results.throughput:
         series.setdefault((t.backend, t.client), []).append(t)
     for (backend, client), points in series.items():
-        ax2.plot([p.in_flight for p in points], [p.ops_per_s for p in points], marker="o", label=f"{backend}/{client}")
+        ax2.plot(
+            [p.in_flight for p in points],
+            [p.ops_per_s for p in points],
+            marker="o",
+            label=f"{backend}/{client}",
+        )
     ax2.set_xscale("log", base=2)
     ax2.set_yscale("log")
     ax2.set_xlabel("requests in flight")

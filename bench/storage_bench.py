@@ -112,7 +112,9 @@ def run(plan: Plan, backends: tuple[str, ...], seed: int) -> BenchResults:
                 for op in OPS:
                     if op == "list" and size != "1KiB":
                         continue  # listing cost does not depend on object size
-                    measurements += measure(backend, size, payload, op, clients, plan.rounds, plan.batch[size], rng)
+                    measurements += measure(
+                        backend, size, payload, op, clients, plan.rounds, plan.batch[size], rng
+                    )
             throughput += measure_concurrency(backend, rng.randbytes(SIZES["1KiB"]), clients,
                                               plan.concurrency_levels, plan.concurrency_ops, rng)  # fmt: skip
     print("bench: local CAS under contention ...", file=sys.stderr, flush=True)
@@ -130,7 +132,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="storage-adapter bench", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a smoke-sized run (CI)")
     parser.add_argument("--results", default="results/bench", help="directory for bench.md/.json/.png")
-    parser.add_argument("--backends", default=",".join(BACKENDS), help="comma-separated subset of " + ",".join(BACKENDS))
+    parser.add_argument(
+        "--backends", default=",".join(BACKENDS), help="comma-separated subset of " + ",".join(BACKENDS)
+    )
     parser.add_argument("--seed", type=int, default=1, help="seed of the interleaving order and payloads")
     args = parser.parse_args(argv)
     backends = tuple(b.strip() for b in args.backends.split(",") if b.strip())

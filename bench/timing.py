@@ -97,7 +97,9 @@ class _Runner:
 
     def _expect(self, ok: Any, key: str) -> None:
         if not ok:
-            raise RuntimeError(f"{self.client.name} {self.op} on {key!r} did not succeed: the bench is broken")
+            raise RuntimeError(
+                f"{self.client.name} {self.op} on {key!r} did not succeed: the bench is broken"
+            )
 
     def _advance(self, token: str | None) -> None:
         self._expect(token is not None, self.key)

@@ -45,7 +45,9 @@ def check_all_or_nothing(engine: Engine, tag_prefix: str, acknowledged: list[str
     unacknowledged commits landed."""
     snap = engine.snapshot()
     per_table = {
-        table: Counter(t for t in engine.read(table, snap).column("tag").to_pylist() if t.startswith(f"{tag_prefix}-"))
+        table: Counter(
+            t for t in engine.read(table, snap).column("tag").to_pylist() if t.startswith(f"{tag_prefix}-")
+        )
         for table in rows_per_commit
     }
     tag_sets = [set(counts) for counts in per_table.values()]

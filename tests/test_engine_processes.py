@@ -53,7 +53,9 @@ def test_commit_refuses_fragments_vacuum_may_reclaim(adapter):
     engine = Engine.open(adapter, settings=EngineSettings(grace_s=10.0))
     engine.create_table("t", SCHEMA)
     ref = engine.write_fragment("t", batch("x", 1))
-    stale = FragmentRef(ref.table, ref.key, ref.rows, ref.bytes, ref.schema_fingerprint, "2000-01-01T00:00:00+00:00")
+    stale = FragmentRef(
+        ref.table, ref.key, ref.rows, ref.bytes, ref.schema_fingerprint, "2000-01-01T00:00:00+00:00"
+    )
     with pytest.raises(StaleFragmentError):
         engine.commit_fragments({"t": [stale]})
     assert engine.read("t").num_rows == 0

@@ -62,11 +62,15 @@ def run_campaign(adapter, tmp_path: Path, trials: int, seed: int) -> Counter[str
             process.send_signal(signal.SIGKILL)
         _, stderr = process.communicate()
         if process.returncode != -signal.SIGKILL:
-            pytest.fail(f"worker exited {process.returncode} instead of being killed: {stderr.decode()[-2000:]}")
+            pytest.fail(
+                f"worker exited {process.returncode} instead of being killed: {stderr.decode()[-2000:]}"
+            )
         stats["pending_sidecar_at_kill"] += bool(adapter.list(RECOVERY_PREFIX))
         acknowledged = ack.read_text().split() if ack.exists() else []
         stats["acknowledged_commits"] += len(acknowledged)
-        stats["unacknowledged_but_landed"] += check_all_or_nothing(Engine.open(adapter), tag_prefix, acknowledged)
+        stats["unacknowledged_but_landed"] += check_all_or_nothing(
+            Engine.open(adapter), tag_prefix, acknowledged
+        )
         assert_converged(adapter)
         stats["trials"] += 1
     for record in Engine.open(adapter).audit_log():

@@ -142,7 +142,12 @@ CRASHES = [
     ("commit.before_sidecar", 0, None, False),
     ("commit.after_sidecar", 0, RecoveryOutcome.ORPHAN_DISCARDED, False),
     ("commit.after_table_version", 0, RecoveryOutcome.ROLLED_BACK, False),  # between the two table writes
-    ("commit.after_table_version", 1, RecoveryOutcome.ROLLED_FORWARD, True),  # both written (= before publish)
+    (
+        "commit.after_table_version",
+        1,
+        RecoveryOutcome.ROLLED_FORWARD,
+        True,
+    ),  # both written (= before publish)
     ("commit.before_publish", 0, RecoveryOutcome.ROLLED_FORWARD, True),
     ("commit.after_publish", 0, RecoveryOutcome.COMPLETED, True),
     ("commit.after_sidecar_delete", 0, None, True),
@@ -231,7 +236,9 @@ def test_row7_completed_sidecar_with_manifest_beyond_pin_is_not_republished(engi
     assert_converged(adapter)
 
 
-def test_row7_unpublished_sidecar_overtaken_by_other_writers_rolls_back_without_stale_publish(engine, adapter):
+def test_row7_unpublished_sidecar_overtaken_by_other_writers_rolls_back_without_stale_publish(
+    engine, adapter
+):
     other = Engine.open(adapter, actor="other")
 
     def others_commit_then_die(_: str) -> None:
@@ -306,7 +313,9 @@ def test_invariant_violation_aborts_loudly_and_keeps_the_sidecar(engine, adapter
 # -- the checkers catch planted bugs --------------------------------------------------------------------
 def test_checks_catch_planted_bugs(engine, adapter, monkeypatch):
     # a recovery that "rolls back" without restoring leaves a head that is not the pinned content
-    monkeypatch.setattr("storage_adapter.engine.recovery.Recovery._roll_back", lambda self, sidecar, found: {})
+    monkeypatch.setattr(
+        "storage_adapter.engine.recovery.Recovery._roll_back", lambda self, sidecar, found: {}
+    )
     crash_commit(engine, "commit.after_table_version")
     Engine.open(adapter)
     with pytest.raises(AssertionError):
