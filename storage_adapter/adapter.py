@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from storage_adapter.config import AdapterConfig, parse_url
-from storage_adapter.errors import NotFoundError, StorageError
+from storage_adapter.derived import DerivedOperations
+from storage_adapter.errors import NotFoundError
 from storage_adapter.keys import validate_key, validate_prefix
 from storage_adapter.local_backend import LocalBackend
 from storage_adapter.obstore_backend import ObstoreBackend
@@ -52,7 +53,7 @@ def _as_bytes(data: bytes | str, key: str) -> bytes:
     raise TypeError(f"data for {key!r} must be bytes or str, not {type(data).__name__}")
 
 
-class ObjectStorageAdapter:
+class ObjectStorageAdapter(DerivedOperations):
     """Object storage under one root. Keys are ``/``-separated paths relative to the root.
 
     Guarantees on every backend (checked by the contract suite, ``contract_tests``):
@@ -118,17 +119,6 @@ class ObjectStorageAdapter:
         """The object's bytes. Raises NotFoundError if absent."""
         return self._backend.get(self._key(key))
 
-    def read_text(self, key: str, encoding: str = "utf-8") -> str:
-        """The object decoded as text. Raises NotFoundError if absent."""
-        return self.read_bytes(key).decode(encoding)
-
-    def read_if_exists(self, key: str) -> bytes | None:
-        """The object's bytes, or None if (and only if) it does not exist; every other failure raises."""
-        try:
-            return self.read_bytes(key)
-        except NotFoundError:
-            return None
-
     def read_versioned(self, key: str) -> Versioned:
         """The object's bytes with the token of exactly those bytes. Raises NotFoundError if absent."""
         data, token = self._backend.get_versioned(self._key(key))
@@ -181,23 +171,6 @@ class ObjectStorageAdapter:
     def delete(self, key: str) -> None:
         """Delete the object. Idempotent: deleting an absent key is not an error."""
         self._backend.delete(self._key(key))
-
-    def delete_prefix(self, prefix: str) -> int:
-        """Delete every object under ``prefix`` (a non-empty prefix); return how many were deleted.
-
-        Not atomic: objects are deleted one by one, each as ``delete`` does.
-        """
-        prefix = validate_prefix(prefix, self.backend)
-        if not prefix:
-            raise StorageError(
-                f"delete_prefix needs a non-empty prefix on {self.url} (refusing to empty the root)",
-                key=prefix,
-                backend=self.backend,
-            )
-        infos = self.list(prefix)
-        for info in infos:
-            self.delete(info.key)
-        return len(infos)
 
     def rename(self, src: str, dst: str) -> None:
         """Move ``src`` to ``dst``, replacing ``dst``. Raises NotFoundError if ``src`` is absent.

@@ -1,8 +1,8 @@
 """CountingAdapter: counts storage requests per adapter method, to state costs as exact numbers.
 
 Request counts are deterministic where timings are not, so tests may assert them and docs quote them.
-Each adapter method is one storage request on every backend except ``delete_prefix`` (a listing plus one
-delete per object, counted as such because it is implemented on top of ``list`` and ``delete``).
+Each counted method is one storage request. The derived operations (``read_text``, ``read_if_exists``,
+``delete_prefix``, see storage_adapter.derived) are counted as the requests they make.
 """
 
 from __future__ import annotations
@@ -12,14 +12,15 @@ from collections import Counter
 from typing import Any
 
 from storage_adapter.adapter import ObjectStorageAdapter
+from storage_adapter.derived import DerivedOperations
 
 COUNTED = (
-    "read_bytes", "read_text", "read_if_exists", "read_versioned", "exists", "list", "list_dir",
+    "read_bytes", "read_versioned", "exists", "list", "list_dir",
     "write", "write_if_absent", "write_if_match", "delete", "rename",
 )  # fmt: skip
 
 
-class CountingAdapter:
+class CountingAdapter(DerivedOperations):
     """Wraps an adapter; every call of a counted method adds one to ``counts[method]``.
 
     Thread-safe. ``child`` returns a wrapper that shares this one's counter. Pickles as the inner adapter
@@ -44,13 +45,6 @@ class CountingAdapter:
             return attr(*args, **kwargs)
 
         return counted
-
-    def delete_prefix(self, prefix: str) -> int:
-        # Implemented here on top of counted calls so its real request count shows.
-        infos = self.list(prefix)
-        for info in infos:
-            self.delete(info.key)
-        return len(infos)
 
     def child(self, prefix: str) -> CountingAdapter:
         return CountingAdapter(self.inner.child(prefix), self.counts)

@@ -26,6 +26,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from storage_adapter.config import AdapterConfig, parse_url
+from storage_adapter.derived import DerivedOperations
 from storage_adapter.errors import NotFoundError, PermissionDeniedError, StorageError
 from storage_adapter.keys import validate_key, validate_prefix
 from storage_adapter.types import Capabilities, DirListing, ObjectInfo, Support, Versioned
@@ -118,7 +119,7 @@ def _precondition_failed(exc: OSError) -> bool:
     return isinstance(response, dict) and response.get("Error", {}).get("Code") == "PreconditionFailed"
 
 
-class FsspecAdapter:
+class FsspecAdapter(DerivedOperations):
     """A peer adapter over one fsspec filesystem, with the ObjectStorageAdapter API.
 
     Raises NotFoundError, PermissionDeniedError or StorageError (naming key and backend) for the
@@ -207,15 +208,6 @@ class FsspecAdapter:
         with self._translated(key, "read"):
             return bytes(self._fs.cat_file(path))
 
-    def read_text(self, key: str, encoding: str = "utf-8") -> str:
-        return self.read_bytes(key).decode(encoding)
-
-    def read_if_exists(self, key: str) -> bytes | None:
-        try:
-            return self.read_bytes(key)
-        except NotFoundError:
-            return None
-
     def read_versioned(self, key: str) -> Versioned:
         path = self._path(key)
         with self._translated(key, "read"):
@@ -289,16 +281,6 @@ class FsspecAdapter:
         path = self._path(key)
         with self._translated(key, "delete"), suppress(FileNotFoundError):
             self._fs.rm_file(path)
-
-    def delete_prefix(self, prefix: str) -> int:
-        if not validate_prefix(prefix, self.backend):
-            raise StorageError(
-                f"delete_prefix needs a non-empty prefix on {self.url}", key=prefix, backend=self.backend
-            )
-        infos = self.list(prefix)
-        for info in infos:
-            self.delete(info.key)
-        return len(infos)
 
     def rename(self, src: str, dst: str) -> None:
         src_path, dst_path = self._path(src), self._path(dst)
