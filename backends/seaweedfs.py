@@ -7,12 +7,15 @@ temporary directory, removed at stop. If the server fails to start, the error na
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from backends.server import S3Endpoint, S3Server, ServerUnavailable, free_port, wait_until_bucket_answers
@@ -36,13 +39,27 @@ def weed_binary() -> str:
     return found
 
 
+@dataclass(frozen=True)
+class S3Identity:
+    """An access key SeaweedFS enforces, with its allowed actions (e.g. ``Admin``, ``Read:bucket``)."""
+
+    access_key_id: str
+    secret_access_key: str = field(repr=False)
+    actions: tuple[str, ...] = ("Admin", "Read", "Write", "List", "Tagging")
+
+
 class SeaweedFS(S3Server):
     """``with SeaweedFS() as endpoint:`` a SeaweedFS S3 gateway with one bucket, ready to use."""
 
     name = "seaweedfs"
 
-    def __init__(self, bucket: str = "contract", start_timeout_s: float = 60.0) -> None:
+    def __init__(
+        self, bucket: str = "contract", start_timeout_s: float = 60.0, identities: Sequence[S3Identity] = ()
+    ) -> None:
+        """With ``identities`` the server enforces them (the first is the endpoint's own credentials and
+        must be allowed to write the bucket); without, it accepts any credentials."""
         self.bucket = bucket
+        self.identities = tuple(identities)
         self.start_timeout_s = start_timeout_s
         self._process: subprocess.Popen[bytes] | None = None
         self._workdir: str | None = None
@@ -60,6 +77,14 @@ class SeaweedFS(S3Server):
         args = [binary, "mini", f"-dir={data_dir}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
                 f"-bucket={self.bucket}", "-webdav=false", "-admin.ui=false"]  # fmt: skip
         args += [f"-{flag}={port}" for flag, port in ports.items()]
+        if self.identities:
+            config = Path(self._workdir, "s3-identities.json")
+            config.write_text(json.dumps({"identities": [
+                {"name": f"identity-{i}", "actions": list(identity.actions),
+                 "credentials": [{"accessKey": identity.access_key_id, "secretKey": identity.secret_access_key}]}
+                for i, identity in enumerate(self.identities)
+            ]}))  # fmt: skip
+            args.append(f"-s3.config={config}")
         self._process = subprocess.Popen(
             args, stdout=log_fd, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             cwd=self._workdir, start_new_session=True,
@@ -69,8 +94,11 @@ class SeaweedFS(S3Server):
             name=self.name,
             endpoint=f"http://127.0.0.1:{ports['s3.port']}",
             bucket=self.bucket,
-            access_key_id="seaweedfs-any",  # with no identities configured SeaweedFS accepts any
-            secret_access_key="seaweedfs-any-secret",
+            # With no identities configured SeaweedFS accepts any credentials.
+            access_key_id=self.identities[0].access_key_id if self.identities else "seaweedfs-any",
+            secret_access_key=self.identities[0].secret_access_key
+            if self.identities
+            else "seaweedfs-any-secret",
         )
         try:
             wait_until_bucket_answers(endpoint, self.start_timeout_s, lambda: self._process.poll() is None)

@@ -1,0 +1,73 @@
+"""`storage-adapter check` against a SeaweedFS that enforces identities: missing credentials, a wrong
+secret and a bucket the credentials may not write each give one clear line and exit 2, no traceback."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from backends.seaweedfs import S3Identity, SeaweedFS
+from backends.server import S3Endpoint
+
+ADMIN = S3Identity("ADMINKEY", "admin-secret-value")
+READER = S3Identity("READKEY", "reader-secret-value", actions=("Read:contract", "List:contract"))
+
+
+@pytest.fixture(scope="module")
+def guarded() -> Iterator[S3Endpoint]:
+    with SeaweedFS(identities=(ADMIN, READER)) as endpoint:
+        yield endpoint
+
+
+def check(endpoint: S3Endpoint, **credentials: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(
+        AWS_ENDPOINT_URL=endpoint.endpoint, AWS_ALLOW_HTTP="true", AWS_REGION="us-east-1", **credentials
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "storage_adapter", "check", f"guarded={endpoint.url('check')}", "--no-peers"],
+        capture_output=True, text=True, timeout=300, env=env,
+    )  # fmt: skip
+
+
+def one_clear_line(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-2000:]
+    output = (result.stdout + result.stderr).strip()
+    assert "Traceback" not in output
+    errors = [line for line in output.splitlines() if "error" in line.lower()]
+    assert len(errors) == 1, output
+    return errors[0]
+
+
+def test_the_owner_passes_the_preflight(guarded: S3Endpoint) -> None:
+    """Control: with the admin identity the same server is writable (the denials below are real)."""
+    from storage_adapter import open_adapter
+
+    adapter = open_adapter(guarded.url("control"), **guarded.adapter_options())
+    adapter.write("k", b"v")
+    assert adapter.read_bytes("k") == b"v"
+    adapter.delete("k")
+
+
+def test_missing_credentials(guarded: S3Endpoint) -> None:
+    line = one_clear_line(check(guarded))
+    assert "PermissionDeniedError" in line and "no credentials" in line and "guarded" in line
+
+
+def test_wrong_secret(guarded: S3Endpoint) -> None:
+    line = one_clear_line(
+        check(guarded, AWS_ACCESS_KEY_ID="ADMINKEY", AWS_SECRET_ACCESS_KEY="not-the-secret")
+    )
+    assert "PermissionDeniedError" in line and "admin-secret-value" not in line
+
+
+def test_bucket_without_write_permission(guarded: S3Endpoint) -> None:
+    line = one_clear_line(
+        check(guarded, AWS_ACCESS_KEY_ID="READKEY", AWS_SECRET_ACCESS_KEY="reader-secret-value")
+    )
+    assert "PermissionDeniedError" in line and "permissions" in line
+    assert "reader-secret-value" not in line
