@@ -36,6 +36,9 @@ from storage_adapter.workloads import WorkloadSpec, run_processes, run_threads
 
 SPAWN = multiprocessing.get_context("spawn")  # never fork a process whose Tokio runtime is running
 PROCESS_TIMEOUT_S = 300
+# A thread whose call raised never reaches the next rendezvous: the others fail with BrokenBarrierError
+# after this long instead of waiting forever.
+BARRIER_TIMEOUT_S = 120
 
 INVALID_KEYS = (
     "", "/abs", "a//b", "a/", "./a", "a/./b", "a/../b", "..", ".", "a\\b", "a\x00b", "a\nb", "a\x7fb",
@@ -245,7 +248,7 @@ class AdapterContract:
         readable when it returns, and the stored body is the winner's."""
         n = contract_sizes.threads
         keys = [f"race/{r}" for r in range(10)]
-        barrier = threading.Barrier(n)
+        barrier = threading.Barrier(n, timeout=BARRIER_TIMEOUT_S)
 
         def contend(i: int) -> list[tuple[str, bool, bool]]:
             out = []
@@ -316,7 +319,7 @@ class AdapterContract:
         """N threads x M CAS increments end at exactly N*M, and no value is replaced twice (no lost update)."""
         n, m = contract_sizes.threads, contract_sizes.increments
         adapter.write("counter", json.dumps({"n": 0}))
-        barrier = threading.Barrier(n)
+        barrier = threading.Barrier(n, timeout=BARRIER_TIMEOUT_S)
 
         def increment(i: int) -> list[int]:
             barrier.wait()
