@@ -102,8 +102,11 @@ class SeaweedFS(S3Server):
         )
         try:
             wait_until_bucket_answers(endpoint, self.start_timeout_s, lambda: self._process.poll() is None)
-        except ServerUnavailable as exc:
-            raise ServerUnavailable(f"{exc}; see the server log {self.log_path}") from exc
+        except BaseException as exc:
+            self.stop()  # a failed start leaves nothing running, even for callers not using `with`
+            if isinstance(exc, ServerUnavailable):
+                raise ServerUnavailable(f"{exc}; see the server log {self.log_path}") from exc
+            raise
         return endpoint
 
     def version(self) -> str:

@@ -71,3 +71,14 @@ def test_bucket_without_write_permission(guarded: S3Endpoint) -> None:
     )
     assert "PermissionDeniedError" in line and "permissions" in line
     assert "reader-secret-value" not in line
+
+
+def test_a_failed_start_leaves_no_server_running() -> None:
+    """Credentials the server does not know make readiness fail: start() raises naming the log, and
+    stops what it started even without a `with` block."""
+    from backends.server import ServerUnavailable
+
+    server = SeaweedFS(identities=(READER,), start_timeout_s=5)  # READER may not write: never ready
+    with pytest.raises(ServerUnavailable, match="server log"):
+        server.start()
+    assert server._process is None and server._workdir is None
