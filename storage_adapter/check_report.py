@@ -42,6 +42,20 @@ def notes(run: ConformanceRun) -> list[tuple[int, str]]:
     return [(n, reason) for reason, n in numbered.items()]
 
 
+def _cell(
+    run: ConformanceRun, clause: str, target: CheckTarget, note_of: dict[str, int]
+) -> tuple[str, Outcome | None]:
+    """A matrix cell's label (outcome plus the number of its reason note) and its outcome ("-", None when
+    the clause did not run there)."""
+    result = run.result(clause, target.name)
+    if result is None:
+        return "-", None
+    label = _CELL_TEXT[result.outcome]
+    if result.outcome is not Outcome.PASSED and result.reason:
+        label += f" [{note_of[result.reason]}]"
+    return label, result.outcome
+
+
 def matrix_table(run: ConformanceRun) -> Table:
     """Rows are clauses, columns backends; a cell shows the outcome and the number of its reason note."""
     note_of = {reason: n for n, reason in notes(run)}
@@ -53,14 +67,8 @@ def matrix_table(run: ConformanceRun) -> Table:
     for clause in run.clauses:
         cells: list[Text | str] = [clause.name.removeprefix("test_")]
         for target in targets:
-            result = run.result(clause.name, target.name)
-            if result is None:
-                cells.append("-")
-                continue
-            label = _CELL_TEXT[result.outcome]
-            if result.outcome is not Outcome.PASSED and result.reason:
-                label += f" [{note_of[result.reason]}]"
-            cells.append(Text(label, style=_CELL_STYLE[result.outcome]))
+            label, outcome = _cell(run, clause.name, target, note_of)
+            cells.append(label if outcome is None else Text(label, style=_CELL_STYLE[outcome]))
         table.add_row(*cells)
     return table
 
@@ -125,16 +133,7 @@ def to_markdown(run: ConformanceRun) -> str:
         "|---|" + "---|" * len(targets),
     ]
     for clause in run.clauses:
-        cells = []
-        for target in targets:
-            result = run.result(clause.name, target.name)
-            if result is None:
-                cells.append("-")
-                continue
-            cell = _CELL_TEXT[result.outcome]
-            if result.outcome is not Outcome.PASSED and result.reason:
-                cell += f" [{note_of[result.reason]}]"
-            cells.append(cell)
+        cells = [_cell(run, clause.name, target, note_of)[0] for target in targets]
         lines.append(f"| {clause.name.removeprefix('test_')} | " + " | ".join(cells) + " |")
     lines += ["", "## Notes", ""]
     lines += [f"{n}. {_md_escape(reason)}" for n, reason in notes(run)] or ["(none)"]
