@@ -41,6 +41,15 @@ def local_token(st: os.stat_result) -> str:
     return f'"{st.st_ino:x}-{st.st_mtime_ns // 1000:x}-{st.st_size:x}"'
 
 
+def _date_after(target: int | str, previous: os.stat_result | None) -> None:
+    """Set ``target``'s mtime to max(now, ``previous`` version's mtime + 1 µs): along a key's history
+    mtimes (hence tokens, at µs resolution) strictly increase even when an inode is reused."""
+    mtime_us = time.time_ns() // 1000
+    if previous is not None:
+        mtime_us = max(mtime_us, previous.st_mtime_ns // 1000 + 1)
+    os.utime(target, ns=(mtime_us * 1000, mtime_us * 1000))
+
+
 class _DirectoryGone(Exception):
     """The directory was pruned between open and lock; the caller retries."""
 
@@ -106,10 +115,7 @@ class LocalMutator:
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view) :]
-            mtime_us = time.time_ns() // 1000
-            if previous is not None:
-                mtime_us = max(mtime_us, previous.st_mtime_ns // 1000 + 1)
-            os.utime(fd, ns=(mtime_us * 1000, mtime_us * 1000))
+            _date_after(fd, previous)
             token = local_token(os.fstat(fd))
         except BaseException:
             os.close(fd)
@@ -171,17 +177,11 @@ class LocalMutator:
                 raise FileNotFoundError(errno.ENOENT, "no such object", src_path)
             os.makedirs(os.path.dirname(dst_path), exist_ok=True)
             with self._locked(src, dst, create=False) as present:
-                current = self._stat(src_path)
-                if current is None:
+                if self._stat(src_path) is None:
                     raise FileNotFoundError(errno.ENOENT, "no such object", src_path)
                 if not present:
                     continue  # dst's directory was pruned after we created it: create it again
-                # Keep dst's mtime chain strictly increasing, as _stage does, so its token cannot repeat.
-                previous = self._stat(dst_path)
-                mtime_us = max(time.time_ns() // 1000, current.st_mtime_ns // 1000)
-                if previous is not None:
-                    mtime_us = max(mtime_us, previous.st_mtime_ns // 1000 + 1)
-                os.utime(src_path, ns=(mtime_us * 1000, mtime_us * 1000))
+                _date_after(src_path, self._stat(dst_path))  # dst's token chain, as in _stage
                 os.rename(src_path, dst_path)
                 break
         self._prune(os.path.dirname(src_path))
