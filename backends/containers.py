@@ -108,7 +108,7 @@ class ContainerS3Server(S3Server):
     def container_spec(self) -> ContainerSpec:
         """Image, command line and environment of this server's container."""
 
-    def start(self) -> S3Endpoint:
+    def _launch(self) -> S3Endpoint:
         problem = docker_engine_problem()
         if problem is not None:
             raise ServerUnavailable(f"{self.name} needs Docker: {problem}")

@@ -65,7 +65,7 @@ class SeaweedFS(S3Server):
         self._workdir: str | None = None
         self.log_path: Path | None = None
 
-    def start(self) -> S3Endpoint:
+    def _launch(self) -> S3Endpoint:
         binary = weed_binary()
         self._workdir = tempfile.mkdtemp(prefix="seaweedfs-")
         data_dir = Path(self._workdir, "data")
@@ -102,11 +102,8 @@ class SeaweedFS(S3Server):
         )
         try:
             wait_until_bucket_answers(endpoint, self.start_timeout_s, lambda: self._process.poll() is None)
-        except BaseException as exc:
-            self.stop()  # a failed start leaves nothing running, even for callers not using `with`
-            if isinstance(exc, ServerUnavailable):
-                raise ServerUnavailable(f"{exc}; see the server log {self.log_path}") from exc
-            raise
+        except ServerUnavailable as exc:
+            raise ServerUnavailable(f"{exc}; see the server log {self.log_path}") from exc
         return endpoint
 
     def version(self) -> str:

@@ -57,9 +57,21 @@ class S3Server(abc.ABC):
 
     name: str
 
-    @abc.abstractmethod
     def start(self) -> S3Endpoint:
-        """Start the server, create the bucket and wait until it answers. Raise ServerUnavailable."""
+        """Start the server, create the bucket and wait until it answers. Raise ServerUnavailable.
+
+        A failed start leaves nothing running: whatever was launched is stopped before the error
+        propagates, so callers that do not use ``with`` need not clean up either.
+        """
+        try:
+            return self._launch()
+        except BaseException:
+            self.stop()
+            raise
+
+    @abc.abstractmethod
+    def _launch(self) -> S3Endpoint:
+        """The provider's start-up (see ``start``); it may leave things running when it raises."""
 
     @abc.abstractmethod
     def stop(self) -> None:
@@ -70,11 +82,7 @@ class S3Server(abc.ABC):
         """Which server build this is, for reports (one line). Raises ServerUnavailable like ``start``."""
 
     def __enter__(self) -> S3Endpoint:
-        try:
-            return self.start()
-        except BaseException:
-            self.stop()
-            raise
+        return self.start()
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None

@@ -136,7 +136,6 @@ def _container_root(storage_target: Target) -> Iterator[Any]:
     try:
         endpoint = server.start()
     except ServerUnavailable as exc:
-        server.stop()
         pytest.skip(str(exc))
     try:
         yield storage_target.open(endpoint.url(), **endpoint.adapter_options())
