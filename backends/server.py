@@ -5,8 +5,6 @@ from __future__ import annotations
 import abc
 import socket
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import TracebackType
 
@@ -116,9 +114,3 @@ def wait_until_bucket_answers(endpoint: S3Endpoint, deadline_s: float, is_alive:
             last = exc
             time.sleep(0.3)
     raise ServerUnavailable(f"{endpoint.name} did not answer within {deadline_s:.0f}s (last error: {last})")
-
-
-@contextmanager
-def running(server: S3Server) -> Iterator[S3Endpoint]:
-    with server as endpoint:
-        yield endpoint

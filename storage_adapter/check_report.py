@@ -136,7 +136,7 @@ def to_markdown(run: ConformanceRun) -> str:
         cells = [_cell(run, clause.name, target, note_of)[0] for target in targets]
         lines.append(f"| {clause.name.removeprefix('test_')} | " + " | ".join(cells) + " |")
     lines += ["", "## Notes", ""]
-    lines += [f"{n}. {_md_escape(reason)}" for n, reason in notes(run)] or ["(none)"]
+    lines += [f"{n}. {_md_escape(reason)}" for reason, n in note_of.items()] or ["(none)"]
     lines += ["", "## Clauses", ""]
     lines += [f"- `{c.name}`: {_md_escape(c.summary)}" for c in run.clauses]
     lines += ["", "## Targets", ""]

@@ -47,12 +47,16 @@ from storage_adapter.conformance import (
     run_contract,
 )
 from storage_adapter.errors import ConfigurationError, PermissionDeniedError, StorageError
+from storage_adapter.peers.fsspec_adapter import PEER_NAMES
 
 PEER_FACTORY = "storage_adapter.peers:open_peer"
 EXIT_OK, EXIT_VIOLATION, EXIT_BAD_INPUT, EXIT_SERVER_UNAVAILABLE = 0, 1, 2, 3
 # Preflight fails fast: one retry, short timeouts (the suite itself uses the URL's normal settings).
 _S3_PREFLIGHT_OPTIONS = {"max_retries": 1, "retry_timeout_s": 5.0, "connect_timeout_s": 3.0}
-_PEER_KIND = {"memory": "fsspec-memory", "file": "fsspec-local", "s3": "s3fs"}
+# The peer that runs beside a URL of each scheme (its name comes from the peers module).
+_PEER_KIND = {
+    scheme: PEER_NAMES[backend] for scheme, backend in (("memory", "memory"), ("file", "local"), ("s3", "s3"))
+}
 
 
 class InputError(Exception):
@@ -127,7 +131,7 @@ def _user_targets(specs: Sequence[str], peers: bool) -> list[CheckTarget]:
     targets = []
     for spec in specs:
         parsed = parse_target(spec)
-        url = parsed.url or spec
+        url = parsed.url
         if url.startswith("/"):
             url = "file://" + url
         scheme = url.split("://", 1)[0] if "://" in url else ""

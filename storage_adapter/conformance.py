@@ -26,7 +26,7 @@ from typing import Any, Protocol
 import pytest
 
 from contract_tests.plugin import ContractSizes
-from contract_tests.targets import Target
+from contract_tests.targets import DEFAULT_FACTORY, Target, load_factory
 from storage_adapter.errors import StorageError
 
 CONTRACT_SUITE = ("--pyargs", "contract_tests")
@@ -78,11 +78,8 @@ class CheckTarget:
 
     name: str
     url: str
-    factory: str = "storage_adapter:open_adapter"
+    factory: str = DEFAULT_FACTORY
     peer: bool = False
-
-    def as_plugin_target(self) -> Target:
-        return Target(name=self.name, url=self.url, factory=self.factory, peer=self.peer)
 
 
 @dataclass(frozen=True)
@@ -340,7 +337,7 @@ def preflight(target: CheckTarget, **options: Any) -> None:
     message naming the target, so a bad URL, an unreachable endpoint or missing rights fail in seconds,
     before the suite starts. ``options`` go to the factory (e.g. a small ``max_retries`` for S3).
     """
-    adapter = target.as_plugin_target().open(target.url, **options)
+    adapter = load_factory(target.factory)(target.url, **options)
     probe = f"storage-adapter-preflight-{uuid.uuid4().hex[:12]}"
     adapter.write(probe, b"probe")
     try:

@@ -44,8 +44,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from storage_adapter.derived import DerivedOperations
 from storage_adapter.errors import (
-    BackendUnavailableError,
     ConfigurationError,
     InvalidKeyError,
     NotFoundError,
@@ -209,8 +209,6 @@ class History:
 
 def classify_error(exc: BaseException) -> Outcome:
     """FAILED when the error guarantees the operation changed nothing, else UNKNOWN."""
-    if isinstance(exc, (BackendUnavailableError, TimeoutError)):
-        return Outcome.UNKNOWN
     return Outcome.FAILED if isinstance(exc, _NO_EFFECT_ERRORS) else Outcome.UNKNOWN
 
 
@@ -230,7 +228,7 @@ class _Sink:
             self.events.append(event)
 
 
-class HistoryRecorder:
+class HistoryRecorder(DerivedOperations):
     """Wraps an adapter (or anything with its API) and records every register operation.
 
     ``worker`` names the caller in the history; when None, each call is attributed to
@@ -315,11 +313,8 @@ class HistoryRecorder:
     def read_bytes(self, key: str) -> bytes:
         return self._record("read", key, (), lambda: self.inner.read_bytes(key), True)  # type: ignore[no-any-return]
 
-    def read_text(self, key: str, encoding: str = "utf-8") -> str:
-        # Recorded as bytes so the model compares what was stored, whatever the decoding.
-        return self.read_bytes(key).decode(encoding)
-
     def read_if_exists(self, key: str) -> bytes | None:
+        # Not the derived one: an absent key is recorded as a read that returned None, not as an error.
         return self._record("read", key, (), lambda: self.inner.read_if_exists(key), True)  # type: ignore[no-any-return]
 
     def read_versioned(self, key: str) -> Any:
@@ -349,12 +344,6 @@ class HistoryRecorder:
 
     def delete(self, key: str) -> None:
         self._record("delete", key, (), lambda: self.inner.delete(key), False)
-
-    def delete_prefix(self, prefix: str) -> int:
-        infos = self.inner.list(prefix)
-        for info in infos:
-            self.delete(info.key)
-        return len(infos)
 
     def rename(self, src: str, dst: str) -> None:
         raise UnsupportedOperationError(

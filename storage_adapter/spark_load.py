@@ -20,12 +20,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+from ulid import ULID
 
 from storage_adapter.engine import failpoints
 from storage_adapter.engine.commit import Commit
 from storage_adapter.engine.engine import Engine
 from storage_adapter.engine.errors import SchemaMismatchError
-from storage_adapter.engine.tables import FragmentRef
+from storage_adapter.engine.tables import FragmentRef, write_fragment
 from storage_adapter.errors import UnsupportedOperationError
 
 # What each task returns to the driver: one row per fragment it wrote (FragmentRef's fields).
@@ -59,18 +60,17 @@ class _FragmentWriter:
     max_rows_per_fragment: int
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        # Read-only: one manifest GET per task, no recovery sweep; the driver's commit does the rest.
-        engine = Engine.open(self.adapter, read_only=True)
+        # No engine per task: the driver read the schema once and shipped it; the commit checks the rest.
         pending: list[pa.Table] = []
         pending_rows = 0
         for batch in batches:
             pending.append(self._conform(batch))
             pending_rows += batch.num_rows
             if pending_rows >= self.max_rows_per_fragment:
-                yield self._flush(engine, pending)
+                yield self._flush(pending)
                 pending, pending_rows = [], 0
         if pending_rows:
-            yield self._flush(engine, pending)
+            yield self._flush(pending)
 
     def _conform(self, batch: pa.RecordBatch) -> pa.Table:
         try:
@@ -81,8 +81,8 @@ class _FragmentWriter:
                 key=self.table,
             ) from exc
 
-    def _flush(self, engine: Engine, parts: list[pa.Table]) -> pa.RecordBatch:
-        ref = engine.write_fragment(self.table, pa.concat_tables(parts))
+    def _flush(self, parts: list[pa.Table]) -> pa.RecordBatch:
+        ref = write_fragment(self.adapter, self.table, pa.concat_tables(parts), str(ULID()))
         failpoints.failpoint("spark_load.after_fragment")
         return pa.RecordBatch.from_pylist([dataclasses.asdict(ref)])
 

@@ -172,7 +172,7 @@ class Engine:
     def vacuum(self, grace_s: float | None = None, dry_run: bool = False) -> VacuumReport:
         """Delete table files no retained version references and older than the grace period
         (default ``settings.grace_s``). Heals first; never deletes what a live commit may publish."""
-        self._begin_write()
+        self.heal()  # vacuum reads the manifest itself, after its listing
         return vacuum(self._adapter, self._versions, self._settings.grace_s if grace_s is None else grace_s,
                       dry_run)  # fmt: skip
 

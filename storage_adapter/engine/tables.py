@@ -57,9 +57,6 @@ class FragmentRef:
     schema_fingerprint: str
     written_at: str  # ISO-8601 UTC, the writer's clock: commits refuse fragments older than the grace rule
 
-    def to_json(self) -> dict[str, Any]:
-        return {"key": self.key, "rows": self.rows, "bytes": self.bytes}
-
 
 def write_fragment(adapter: Any, table: str, data: pa.Table, fragment_id: str) -> FragmentRef:
     """Write ``data`` as one Parquet file with write_if_absent (the id is a fresh ULID: never taken)."""
@@ -87,10 +84,6 @@ class TableVersion:
     kind: str  # "create", "append", "overwrite" or "restore"
     schema: str  # schema_to_text form
     fragments: tuple[tuple[str, int, int], ...]  # (key, rows, bytes)
-
-    @property
-    def rows(self) -> int:
-        return sum(rows for _, rows, _ in self.fragments)
 
     def encode(self) -> bytes:
         return codec.encode(VERSION_FORMAT, 1, {

@@ -13,6 +13,8 @@ def payload_fingerprint(payload: Any) -> str:
     """``sha256:<hex>`` over the canonical JSON of ``payload`` (object key order and whitespace do not
     matter), or over the raw bytes when ``payload`` is bytes. Raises TypeError/ValueError for values JSON
     cannot represent exactly (sets, NaN, arbitrary objects): convert them to a canonical form first."""
-    body = bytes(payload) if isinstance(payload, (bytes, bytearray, memoryview)) else canonical_json(payload)
-    kind = b"bytes:" if isinstance(payload, (bytes, bytearray, memoryview)) else b"json:"
+    if isinstance(payload, (bytes, bytearray, memoryview)):
+        kind, body = b"bytes:", bytes(payload)
+    else:
+        kind, body = b"json:", canonical_json(payload)
     return "sha256:" + hashlib.sha256(kind + body).hexdigest()
