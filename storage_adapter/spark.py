@@ -20,7 +20,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from storage_adapter.history import History
-from storage_adapter.workloads import WorkloadError, WorkloadSpec, new_run_id, no_sync, run_worker
+from storage_adapter.workloads import (
+    WorkloadError,
+    WorkloadSpec,
+    new_run_id,
+    no_sync,
+    require_shared_store,
+    run_worker,
+)
 
 
 def spark_session(master: str = "local[2]", app_name: str = "storage-adapter") -> Any:
@@ -148,11 +155,7 @@ def run_workload_on_spark(
     Raises ValueError for a per-process (memory) store or a barrier stage wider than the free slots, and
     WorkloadError when a task was retried.
     """
-    if not adapter.capabilities.shared_across_processes:
-        raise ValueError(
-            f"{adapter!r}: a {adapter.capabilities.backend} store is per-process "
-            "(capabilities.shared_across_processes is False); Spark tasks would each see their own"
-        )
+    require_shared_store(adapter, "Spark tasks would each see their own")
     tasks = tasks or spark.sparkContext.defaultParallelism
     run_id = new_run_id()
     event_lists = _run_tasks(

@@ -192,6 +192,16 @@ def _process_main(adapter: Any, spec: WorkloadSpec, index: int, run_id: str, bar
         out.put((index, None, traceback.format_exc()))
 
 
+def require_shared_store(adapter: Any, consequence: str) -> None:
+    """Raise ValueError unless other processes see the same objects (memory stores are per-process)."""
+    capabilities = adapter.capabilities
+    if not capabilities.shared_across_processes:
+        raise ValueError(
+            f"{adapter!r}: a {capabilities.backend} store is per-process "
+            f"(capabilities.shared_across_processes is False); {consequence}"
+        )
+
+
 def run_processes(adapter: Any, spec: WorkloadSpec, workers: int = 4, timeout_s: float = 600.0) -> History:
     """Run the workload in ``workers`` OS processes (``spawn`` context: no fork after obstore started
     threads); each reopens ``adapter`` by unpickling it. Returns the merged history.
@@ -199,12 +209,7 @@ def run_processes(adapter: Any, spec: WorkloadSpec, workers: int = 4, timeout_s:
     Raises ValueError when the adapter's store is not shared across processes (memory), and
     WorkloadError if a worker crashes or does not report within ``timeout_s``.
     """
-    capabilities = adapter.capabilities
-    if not capabilities.shared_across_processes:
-        raise ValueError(
-            f"{adapter!r}: a {capabilities.backend} store is per-process "
-            "(capabilities.shared_across_processes is False); a multi-process history is meaningless"
-        )
+    require_shared_store(adapter, "a multi-process history is meaningless")
     context = multiprocessing.get_context("spawn")
     barrier = context.Barrier(workers, timeout=SYNC_TIMEOUT_S)
     out = context.Queue()

@@ -398,3 +398,23 @@ def _recording_sleep(sleeps: list[float]) -> Any:
         time.sleep(seconds)
 
     return sleep
+
+
+class Unavailable:
+    """A reconciler whose own storage is down: the protocol lets it raise BackendUnavailableError."""
+
+    def reconcile(self, record: Any) -> Reconciliation:
+        from storage_adapter.errors import BackendUnavailableError
+
+        raise BackendUnavailableError("catalog storage down", key=record.key, backend="s3")
+
+
+def test_any_reconciler_that_is_unavailable_gives_503_not_an_exception(adapter: Any) -> None:
+    key = new_key()
+    IdempotencyStore(adapter).reserve(
+        "tenant-a", key, operation="commit", resource="t", fingerprint=_fingerprint()
+    )
+    retrier = IdempotencyStore(adapter, clock=later(10))
+    handler = Calls(HandlerResult(201))
+    response = run_idempotent(retrier, request(key), handler, reconciler=Unavailable())
+    assert (response.status, response.problem_type, handler.runs) == (503, "idempotency_store_unavailable", 0)

@@ -22,13 +22,13 @@ def call_with_deadline(call: Callable[[], T], seconds: float | None, what: str) 
     """Run ``call`` and return its result, or raise StoreUnavailableError if it takes longer than
     ``seconds`` (None: no deadline) or raises BackendUnavailableError. Other exceptions propagate."""
     if seconds is None:
-        return _translate(call, what)
+        return translate_unavailable(call, what)
     box: dict[str, object] = {}
     done = threading.Event()
 
     def run() -> None:
         try:
-            box["value"] = _translate(call, what)
+            box["value"] = translate_unavailable(call, what)
         except BaseException as exc:  # handed to the waiting caller, re-raised there
             box["error"] = exc
         done.set()
@@ -41,7 +41,8 @@ def call_with_deadline(call: Callable[[], T], seconds: float | None, what: str) 
     return box["value"]  # type: ignore[return-value]
 
 
-def _translate(call: Callable[[], T], what: str) -> T:
+def translate_unavailable(call: Callable[[], T], what: str) -> T:
+    """Run ``call``; a BackendUnavailableError becomes StoreUnavailableError (the handler's 503)."""
     try:
         return call()
     except BackendUnavailableError as exc:

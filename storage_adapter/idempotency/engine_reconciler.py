@@ -15,8 +15,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from storage_adapter.errors import BackendUnavailableError
-from storage_adapter.idempotency.errors import StoreUnavailableError
 from storage_adapter.idempotency.handler import commit_key
 from storage_adapter.idempotency.reconcile import Reconciliation, Verdict
 from storage_adapter.idempotency.records import IdempotencyRecord
@@ -40,15 +38,10 @@ class EngineReconciler:
         self.describe = describe
 
     def reconcile(self, record: IdempotencyRecord) -> Reconciliation:
-        """APPLIED(describe(commit)) or NOT_APPLIED. Raises StoreUnavailableError when the engine's storage
+        """APPLIED(describe(commit)) or NOT_APPLIED. Raises BackendUnavailableError when the engine's storage
         is unavailable (the handler answers 503; a later retry reconciles again)."""
-        try:
-            self.engine.heal()
-            found = self.engine.find_commit(commit_key(record.realm, record.key))
-        except BackendUnavailableError as exc:
-            raise StoreUnavailableError(
-                f"engine unavailable while reconciling {record.key!r}: {exc}"
-            ) from exc
+        self.engine.heal()
+        found = self.engine.find_commit(commit_key(record.realm, record.key))
         if found is None:
             return Reconciliation(Verdict.NOT_APPLIED)
         return Reconciliation(Verdict.APPLIED, self.describe(found))

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from storage_adapter.idempotency.deadline import translate_unavailable
 from storage_adapter.idempotency.errors import (
     InvalidIdempotencyKeyError,
     ReplayUnavailableError,
@@ -128,7 +129,7 @@ def run_idempotent(
             if isinstance(claim, Owned):
                 return _as_owner(store, claim, request, handler, reconciler, replayer, policy)
             record = claim.record
-            if (record.operation, record.resource, record.fingerprint) != binding:
+            if record.binding != binding:
                 detail = f"key {key!r} is bound to another request ({record.operation} on {record.resource})"
                 return problem(422, KEY_CONFLICT, detail)
             if record.status is RecordStatus.FINALIZED:
@@ -185,7 +186,8 @@ def _reconcile(previous: IdempotencyRecord, reconciler: Reconciler | None) -> Re
         if previous.status is RecordStatus.CANCELLED:
             return None  # without an engine to ask, a cancelled attempt is taken at its word: no effect
         return Reconciliation(Verdict.AMBIGUOUS, reason="no reconciler configured for a stale owner")
-    answer = reconciler.reconcile(previous)
+    # The Reconciler protocol lets any reconciler raise BackendUnavailableError: a 503, like the store's.
+    answer = translate_unavailable(lambda: reconciler.reconcile(previous), f"reconcile {previous.key!r}")
     return None if answer.verdict is Verdict.NOT_APPLIED else answer
 
 

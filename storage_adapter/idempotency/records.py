@@ -56,6 +56,11 @@ class IdempotencyRecord:
     summary: Any = None
     headers: tuple[tuple[str, str], ...] = ()
 
+    @property
+    def binding(self) -> tuple[str, str, str]:
+        """What a key is bound to besides its realm: a duplicate must match it, or it is a 422 conflict."""
+        return (self.operation, self.resource, self.fingerprint)
+
     def next(self, **changes: Any) -> IdempotencyRecord:
         """This record with ``changes`` applied and the revision advanced by one."""
         return replace(self, revision=self.revision + 1, **changes)

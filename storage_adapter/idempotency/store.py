@@ -231,7 +231,7 @@ class IdempotencyStore:
             if stored is None:
                 continue  # purged between the two requests: try to create it again
             existing = stored.record
-            if existing.status is not RecordStatus.CANCELLED or _binding(existing) != _binding(fresh):
+            if existing.status is not RecordStatus.CANCELLED or existing.binding != fresh.binding:
                 return Duplicate(existing, stored.token)
             successor = self._successor_of(existing)
             token = self._cas(location, successor, stored.token)
@@ -393,10 +393,6 @@ class IdempotencyStore:
         if record.expires_at >= before:
             return False
         return record.status is not RecordStatus.IN_PROGRESS or self.is_lease_stale(record)
-
-
-def _binding(record: IdempotencyRecord) -> tuple[str, str, str]:
-    return (record.operation, record.resource, record.fingerprint)
 
 
 def _digest(text: str) -> str:

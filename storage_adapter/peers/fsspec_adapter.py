@@ -119,6 +119,10 @@ def _precondition_failed(exc: OSError) -> bool:
     return isinstance(response, dict) and response.get("Error", {}).get("Code") == "PreconditionFailed"
 
 
+def _body(data: bytes | str) -> bytes:
+    return data.encode("utf-8") if isinstance(data, str) else bytes(data)
+
+
 class FsspecAdapter(DerivedOperations):
     """A peer adapter over one fsspec filesystem, with the ObjectStorageAdapter API.
 
@@ -245,14 +249,14 @@ class FsspecAdapter(DerivedOperations):
     # -- mutations -----------------------------------------------------------------------------------------
     def write(self, key: str, data: bytes | str) -> str:
         path = self._path(key)
-        body = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+        body = _body(data)
         with self._translated(key, "write"):
             self._fs.pipe_file(path, body)
             return _token(self._info(path))
 
     def write_if_absent(self, key: str, data: bytes | str) -> bool:
         path = self._path(key)
-        body = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+        body = _body(data)
         with self._translated(key, "write_if_absent"):
             try:
                 self._fs.pipe_file(path, body, mode="create")
@@ -266,7 +270,7 @@ class FsspecAdapter(DerivedOperations):
 
     def write_if_match(self, key: str, data: bytes | str, token: str) -> str | None:
         path = self._path(key)
-        body = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+        body = _body(data)
         with self._translated(key, "write_if_match"):
             try:
                 current = _token(self._info(path))
