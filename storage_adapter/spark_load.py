@@ -100,9 +100,11 @@ def bulk_load(
 ) -> BulkLoad:
     """Load the Spark DataFrame ``frame`` into ``table`` as one commit (``append`` or ``overwrite``).
 
-    Column names must equal the table's, in order; each column must cast to the table's type.
-    Raises, with nothing visible: UnknownTableError, SchemaMismatchError (before any task runs for a
-    column-name mismatch), the commit errors of ``Engine.commit_fragments`` (CommitConflictError, ...),
+    Column names must equal the table's, in order; each column must cast to the table's type. An
+    ``idempotency_key`` that already landed returns that commit (``replayed``, no fragments) without
+    running the job. Raises, with nothing visible: UnknownTableError, CommitConflictError for a stale
+    ``expected_version`` and SchemaMismatchError for a column-name mismatch (all before any task runs),
+    the commit errors of ``Engine.commit_fragments`` (CommitConflictError, ...),
     and Spark's job failure if a task exhausts its retries.
     """
     if not engine.adapter.capabilities.shared_across_processes:
@@ -111,6 +113,10 @@ def bulk_load(
             key=table,
             backend=engine.adapter.capabilities.backend,
         )
+    # Before any task runs: a landed key replays, a stale expected_version or unknown table fails.
+    replayed = engine.precheck([table], mode, expected_version, idempotency_key)
+    if replayed is not None:
+        return BulkLoad(replayed, ())
     schema = engine.snapshot().schema(table)
     if list(frame.columns) != schema.names:
         raise SchemaMismatchError(

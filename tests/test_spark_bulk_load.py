@@ -16,7 +16,7 @@ import pyarrow as pa
 import pytest
 
 from storage_adapter import UnsupportedOperationError
-from storage_adapter.engine import Engine, SchemaMismatchError
+from storage_adapter.engine import CommitConflictError, Engine, SchemaMismatchError
 from storage_adapter.spark_load import bulk_load
 
 SCHEMA = pa.schema([("id", pa.int64()), ("label", pa.string()), ("score", pa.float64())])
@@ -132,3 +132,17 @@ def test_vacuum_also_reclaims_local_staging_leftovers(tmp_path: Path) -> None:
     os.utime(leftover, (0, 0))
     assert engine.vacuum(grace_s=3600).staging_removed == 1
     assert not leftover.exists()
+
+
+def test_a_landed_key_or_a_stale_version_is_answered_before_the_job_runs(engine: Engine, spark: Any) -> None:
+    """Replays and conflicts cost no Spark job and leave no orphan fragments."""
+    key = str(uuid.uuid4())
+    first = bulk_load(engine, "events", frame_of(spark, 100, 2), idempotency_key=key)
+    files = data_files(engine, "events")
+    again = bulk_load(engine, "events", frame_of(spark, 100, 2), idempotency_key=key)
+    assert again.commit.replayed and again.commit.version == first.commit.version and again.fragments == ()
+    with pytest.raises(CommitConflictError) as info:
+        bulk_load(engine, "events", frame_of(spark, 100, 2), expected_version=first.commit.version - 1)
+    assert (info.value.expected, info.value.actual) == (first.commit.version - 1, first.commit.version)
+    assert data_files(engine, "events") == files  # neither wrote a fragment
+    assert engine.read("events").num_rows == 100

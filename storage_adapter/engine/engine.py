@@ -8,7 +8,7 @@ unchanged on memory, local and S3.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -160,10 +160,10 @@ class Engine:
         """``write_fragment`` for each table's data, then ``commit_fragments``, with every check made
         before any data file is written. Same guarantees and errors as ``commit_fragments``."""
         state = self._begin_write()
-        if idempotency_key is not None and (landed := state.manifest.record_for_key(idempotency_key)):
-            return Commit(landed.version, landed, 0, replayed=True)
-        self._validate(state, data.keys(), mode)
-        check_expected_version(state, expected_version)
+        if (
+            replayed := self._precheck(state, data.keys(), mode, expected_version, idempotency_key)
+        ) is not None:
+            return replayed
         for table, table_data in data.items():
             check_schema(table, schema_from_text(state.manifest.tables[table].schema), table_data.schema)
         refs = {t: (write_fragment(self._adapter, t, d, str(ULID())),) for t, d in data.items()}
@@ -242,6 +242,22 @@ class Engine:
             schema = schema_from_text(self._manifests.load().manifest.entry(table).schema)
             self._schemas[table] = schema
         return schema
+
+    def precheck(self, tables: Iterable[str], mode: str = "append", expected_version: int | None = None,
+                 idempotency_key: str | None = None) -> Commit | None:  # fmt: skip
+        """The checks a commit makes before it writes any data, for writers that produce data elsewhere
+        first (a Spark job): the landed commit (``replayed=True``) if ``idempotency_key`` already landed,
+        else None. Raises UnknownTableError, ValueError (mode), CommitConflictError (``expected_version``).
+        Heals first, like every write entry point. The commit itself checks again."""
+        return self._precheck(self._begin_write(), tables, mode, expected_version, idempotency_key)
+
+    def _precheck(self, state: ManifestState, tables: Iterable[str], mode: str, expected_version: int | None,
+                  idempotency_key: str | None) -> Commit | None:  # fmt: skip
+        if idempotency_key is not None and (landed := state.manifest.record_for_key(idempotency_key)):
+            return Commit(landed.version, landed, 0, replayed=True)
+        self._validate(state, tables, mode)
+        check_expected_version(state, expected_version)
+        return None
 
     def _validate(self, state: ManifestState, tables: Any, mode: str) -> None:
         if mode not in MODES:
