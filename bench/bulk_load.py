@@ -36,6 +36,13 @@ def arrow_rows(rows: int) -> pa.Table:
     return pa.Table.from_arrays([ids, labels, scores], schema=SCHEMA)
 
 
+def spark_rows(spark: Any, rows: int, partitions: int) -> Any:
+    """The same rows as ``arrow_rows``, generated in the executors."""
+    return spark.range(0, rows, numPartitions=partitions).selectExpr(
+        "id", "concat('row-', id) AS label", "id * 0.5 AS score"
+    )
+
+
 def fresh_engine(adapter: Any) -> Engine:
     engine = Engine.open(adapter.child(f"bulk-{uuid.uuid4().hex[:10]}"))
     engine.create_table("events", SCHEMA)
@@ -45,13 +52,7 @@ def fresh_engine(adapter: Any) -> Engine:
 def measure(adapter: Any, spark: Any, rows: int, rounds: int, partitions: int) -> dict[str, Any]:
     table = arrow_rows(rows)
     # Warm up: the first job of a session starts Python workers and JIT-compiles the plan.
-    bulk_load(
-        fresh_engine(adapter),
-        "events",
-        spark.range(0, 1000, numPartitions=partitions).selectExpr(
-            "id", "concat('row-', id) AS label", "id * 0.5 AS score"
-        ),
-    )
+    bulk_load(fresh_engine(adapter), "events", spark_rows(spark, 1000, partitions))
     single, parallel = [], []
     for _ in range(rounds):
         engine = fresh_engine(adapter)
@@ -60,9 +61,7 @@ def measure(adapter: Any, spark: Any, rows: int, rounds: int, partitions: int) -
         single.append(time.perf_counter() - started)
 
         engine = fresh_engine(adapter)
-        frame = spark.range(0, rows, numPartitions=partitions).selectExpr(
-            "id", "concat('row-', id) AS label", "id * 0.5 AS score"
-        )
+        frame = spark_rows(spark, rows, partitions)
         started = time.perf_counter()
         load = bulk_load(engine, "events", frame, max_rows_per_fragment=max(1, rows // partitions))
         parallel.append(time.perf_counter() - started)

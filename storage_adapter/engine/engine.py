@@ -187,13 +187,9 @@ class Engine:
         """The current manifest's pins (one GET), or those of an older manifest ``version`` inside the
         retained history (HistoryExpiredError outside it)."""
         manifest = self._manifests.load().manifest
-        pins = (
-            {n: e.version for n, e in manifest.tables.items()}
-            if version is None
-            else manifest.pins_at(version)
-        )
-        schemas = {n: manifest.tables[n].schema for n in pins}
-        return Snapshot(manifest.version if version is None else version, pins, schemas)
+        version = manifest.version if version is None else version
+        pins = manifest.pins_at(version)
+        return Snapshot(version, pins, {n: manifest.tables[n].schema for n in pins})
 
     def read(self, table: str, snapshot_or_version: Snapshot | int | None = None) -> pa.Table:
         """The table's rows as of the snapshot (a fresh one if None; a manifest version if an int).
