@@ -55,6 +55,9 @@ class S3Server(abc.ABC):
 
     name: str
 
+    def __init__(self, bucket: str = "contract") -> None:
+        self.bucket = bucket
+
     def start(self) -> S3Endpoint:
         """Start the server, create the bucket and wait until it answers. Raise ServerUnavailable.
 

@@ -23,8 +23,9 @@ import pyarrow as pa
 
 from storage_adapter import open_adapter
 from storage_adapter.engine import Engine
+from storage_adapter.protocol import StorageAdapter
 from storage_adapter.spark import spark_session
-from storage_adapter.spark_load import bulk_load
+from storage_adapter.spark.load import bulk_load
 
 SCHEMA = pa.schema([("id", pa.int64()), ("label", pa.string()), ("score", pa.float64())])
 
@@ -43,13 +44,13 @@ def spark_rows(spark: Any, rows: int, partitions: int) -> Any:
     )
 
 
-def fresh_engine(adapter: Any) -> Engine:
+def fresh_engine(adapter: StorageAdapter) -> Engine:
     engine = Engine.open(adapter.child(f"bulk-{uuid.uuid4().hex[:10]}"))
     engine.create_table("events", SCHEMA)
     return engine
 
 
-def measure(adapter: Any, spark: Any, rows: int, rounds: int, partitions: int) -> dict[str, Any]:
+def measure(adapter: StorageAdapter, spark: Any, rows: int, rounds: int, partitions: int) -> dict[str, Any]:
     table = arrow_rows(rows)
     # Warm up: the first job of a session starts Python workers and JIT-compiles the plan.
     bulk_load(fresh_engine(adapter), "events", spark_rows(spark, 1000, partitions))

@@ -5,7 +5,7 @@
   measured against; the bench, not the package, is the one place besides ``obstore_backend`` that
   imports obstore, because the baseline *is* obstore);
 * ``boto3``: plain boto3 calls (S3 only);
-* ``s3fs`` and ``fsspec``: the fsspec peer adapter (:mod:`storage_adapter.peers`), i.e. each operation as
+* ``s3fs`` and ``fsspec``: the fsspec peer adapter (:mod:`contract_tests.peers`), i.e. each operation as
   those stacks naturally do it.
 
 An operation a client cannot do is absent from ``ops`` (e.g. raw obstore has no local CAS).
@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import obstore
+
+from storage_adapter.protocol import StorageAdapter
 
 OPS = ("get", "put", "write_if_absent", "write_if_match", "list")
 
@@ -33,7 +35,7 @@ class Client:
         return op in self.ops
 
 
-def adapter_client(name: str, adapter: Any) -> Client:
+def adapter_client(name: str, adapter: StorageAdapter) -> Client:
     """Our adapter, or the fsspec peer adapter (same API)."""
     return Client(
         name,

@@ -170,8 +170,8 @@ def chart(results: BenchResults, path: Path) -> None:
     ax2.set_title("concurrency")
     ax2.legend(fontsize=7)
     for mode in ("adapter", "floor"):
-        points = [c for c in results.contention if c.mode == mode]
-        ax3.plot([c.processes for c in points], [c.ops_per_s for c in points], marker="o", label=mode)
+        runs = [c for c in results.contention if c.mode == mode]
+        ax3.plot([c.processes for c in runs], [c.ops_per_s for c in runs], marker="o", label=mode)
     ax3.set_xlabel("processes")
     ax3.set_ylabel("CAS increments/s")
     ax3.set_title("local CAS under contention")

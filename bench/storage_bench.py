@@ -55,8 +55,8 @@ def backend_clients(backend: str, run: str) -> Iterator[list[Client]]:
     """The clients compared on ``backend``, each under its own fresh location of the same store kind."""
     import obstore.store
 
+    from contract_tests.peers import open_peer
     from storage_adapter import open_adapter
-    from storage_adapter.peers import open_peer
 
     if backend == "memory":
         yield [adapter_client("adapter", open_adapter(f"memory://bench-{run}")),

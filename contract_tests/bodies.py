@@ -24,7 +24,3 @@ def body_is_whole(data: bytes) -> bool:
         return data == make_body(tag, int(size))
     except ValueError:
         return False
-
-
-def body_tag(data: bytes) -> str:
-    return data.split(b"|", 1)[0].decode()

@@ -45,11 +45,7 @@ class PlantedBugAdapter:
         return (type(self), (self.inner, self.window_s))
 
     def __eq__(self, other: object) -> bool:
-        return (
-            type(other) is type(self)
-            and other.inner == self.inner  # type: ignore[attr-defined]
-            and other.window_s == self.window_s  # type: ignore[attr-defined]
-        )
+        return type(other) is type(self) and other.inner == self.inner and other.window_s == self.window_s
 
     def __hash__(self) -> int:
         return hash((type(self).__name__, self.inner, self.window_s))

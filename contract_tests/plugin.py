@@ -4,28 +4,40 @@ Options (each mirrored as an ini setting of the same name with dashes as undersc
 
 ``--storage-url URL``            a target (repeatable), ``NAME=URL`` or ``URL``; credentials from env.
 ``--storage-factory MOD:FUNC``   open targets with this factory instead of ``open_adapter``.
-``--storage-embedded LIST``      embedded targets when no URL is given (default memory,local,seaweedfs;
-                                 also minio, rustfs: run through Docker, skipped with the reason without).
+``--storage-embedded LIST``      embedded targets when no URL is given (default memory,local,seaweedfs):
+                                 any registered backend that makes throwaway instances, or any S3 server
+                                 provider of ``backends.registry`` (minio, rustfs run through Docker and
+                                 skip with the reason without it).
 ``--contract-threads N``         threads in the thread races (default 8).
 ``--contract-processes N``       processes in the process races (default 4).
 ``--contract-increments N``      CAS increments per worker (default 25).
 
-Fixtures: ``storage_target`` (session, one per target), ``embedded_seaweedfs`` (session S3 server),
-``contract_root`` (session adapter at the target's root), ``adapter`` (function: a fresh random prefix,
-deleted afterwards), ``contract_sizes``.
+Fixtures, all prefixed so they cannot collide with a project's own: ``storage_contract_target``
+(session, one per target), ``storage_contract_servers`` (session: S3 servers started on demand),
+``storage_contract_root`` (session adapter at the target's root), ``storage_contract_adapter``
+(function: a fresh random prefix, deleted afterwards) and ``storage_contract_sizes``.
+
+The plugin is silent in a session that did not ask for it: it prints its report header only when a
+target is configured (``--storage-url``, ``--storage-embedded`` or their ini settings), and its fixtures
+do nothing unless a test requests them.
 """
 
 from __future__ import annotations
 
-import tempfile
 import uuid
 from collections.abc import Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import pytest
 
 from contract_tests.targets import DEFAULT_FACTORY, EMBEDDED, Target, parse_target
+from storage_adapter.protocol import StorageAdapter
+from storage_adapter.registry import registered
+
+if TYPE_CHECKING:
+    from backends.server import S3Endpoint
 
 _OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
     ("storage-url", "append", None, "storage URL to run the contract against (NAME=URL or URL)"),
@@ -41,7 +53,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("storage-contract", "storage adapter contract")
     for name, action, default, help_text in _OPTIONS:
         group.addoption(f"--{name}", action=action, default=None, help=help_text)
-        ini_type = "linelist" if action == "append" else "string"
+        ini_type: Literal["linelist", "string"] = "linelist" if action == "append" else "string"
         parser.addini(name.replace("-", "_"), help_text, type=ini_type, default=default)
 
 
@@ -51,10 +63,21 @@ def option(config: pytest.Config, name: str) -> Any:
     return value if value not in (None, []) else config.getini(name.replace("-", "_"))
 
 
+def _asked(config: pytest.Config) -> bool:
+    """Whether this session configured a target itself (on the command line or in its ini file)."""
+    for name in ("storage-url", "storage-embedded"):
+        if config.getoption(name.replace("-", "_")) not in (None, []):
+            return True
+        if name.replace("-", "_") in config.inicfg:
+            return True
+    return False
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "contract: a clause of the storage adapter contract")
-    config.addinivalue_line("markers", "contract_processes: a contract clause that races OS processes")
-    config.addinivalue_line("markers", "stress: heavy concurrency run, sized by options")
+    config.addinivalue_line("markers", "storage_contract: a clause of the storage adapter contract")
+    config.addinivalue_line(
+        "markers", "storage_contract_processes: a storage contract clause that races OS processes"
+    )
 
 
 def configured_targets(config: pytest.Config) -> list[Target]:
@@ -70,28 +93,38 @@ def configured_targets(config: pytest.Config) -> list[Target]:
     return [Target(name=n, factory=factory) for n in names]
 
 
-def embedded_choices() -> tuple[str, ...]:
-    """memory, local, and every S3 server provider of ``backends.registry`` (seaweedfs, minio, rustfs)."""
+def _server_names() -> tuple[str, ...]:
     from backends.registry import provider_names
 
-    return EMBEDDED + tuple(n for n in provider_names() if n not in EMBEDDED)
+    return provider_names()
+
+
+def embedded_choices() -> tuple[str, ...]:
+    """Registered backends that make throwaway instances (memory, local, ...), then every S3 server
+    provider of ``backends.registry`` (seaweedfs, minio, rustfs, ...)."""
+    scratch = tuple(b.name for b in registered() if b.scratch is not None)
+    return scratch + tuple(n for n in _server_names() if n not in scratch)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "storage_target" in metafunc.fixturenames:
+    if "storage_contract_target" in metafunc.fixturenames:
         targets = configured_targets(metafunc.config)
-        metafunc.parametrize("storage_target", targets, ids=[t.name for t in targets], scope="session")
+        metafunc.parametrize(
+            "storage_contract_target", targets, ids=[t.name for t in targets], scope="session"
+        )
 
 
 @dataclass(frozen=True)
 class ContractSizes:
+    """Race sizes: threads and processes per race, CAS increments per worker."""
+
     threads: int
     processes: int
     increments: int
 
 
 @pytest.fixture(scope="session")
-def contract_sizes(pytestconfig: pytest.Config) -> ContractSizes:
+def storage_contract_sizes(pytestconfig: pytest.Config) -> ContractSizes:
     return ContractSizes(
         threads=int(option(pytestconfig, "contract-threads")),
         processes=int(option(pytestconfig, "contract-processes")),
@@ -99,58 +132,67 @@ def contract_sizes(pytestconfig: pytest.Config) -> ContractSizes:
     )
 
 
+class ServerPool:
+    """S3 servers of ``backends.registry`` started on first use and stopped when the session ends. A
+    provider that cannot run here (no Docker for MinIO) skips the requesting test with its reason."""
+
+    def __init__(self, stack: ExitStack) -> None:
+        self._stack = stack
+        self._endpoints: dict[str, S3Endpoint] = {}
+        self._unavailable: dict[str, str] = {}
+
+    def endpoint(self, name: str) -> S3Endpoint:
+        from backends.registry import provider
+        from backends.server import ServerUnavailable
+
+        if name in self._unavailable:
+            pytest.skip(self._unavailable[name])
+        if name not in self._endpoints:
+            try:
+                self._endpoints[name] = self._stack.enter_context(provider(name)())
+            except ServerUnavailable as exc:
+                self._unavailable[name] = str(exc)
+                pytest.skip(str(exc))
+        return self._endpoints[name]
+
+
 @pytest.fixture(scope="session")
-def embedded_seaweedfs() -> Iterator[Any]:
-    """A SeaweedFS S3 server for the whole session (``backends.seaweedfs``); yields its S3Endpoint."""
-    from backends.seaweedfs import SeaweedFS
-
-    with SeaweedFS() as endpoint:
-        yield endpoint
+def storage_contract_servers() -> Iterator[ServerPool]:
+    with ExitStack() as stack:
+        yield ServerPool(stack)
 
 
 @pytest.fixture(scope="session")
-def contract_root(storage_target: Target, request: pytest.FixtureRequest) -> Iterator[Any]:
+def storage_contract_root(
+    storage_contract_target: Target, request: pytest.FixtureRequest
+) -> Iterator[StorageAdapter]:
     """An adapter at the target's root. Embedded targets get a private root for the session."""
-    if storage_target.url is not None:
-        yield storage_target.open()
+    target = storage_contract_target
+    if target.url is not None:
+        yield target.open()
         return
-    if storage_target.name == "memory":
-        yield storage_target.open(f"memory://contract-{uuid.uuid4().hex[:8]}")
-    elif storage_target.name == "local":
-        with tempfile.TemporaryDirectory(prefix="contract-local-") as root:
-            yield storage_target.open(f"file://{root}")
-    elif storage_target.name == "seaweedfs":
-        endpoint = request.getfixturevalue("embedded_seaweedfs")
-        yield storage_target.open(endpoint.url(), **endpoint.adapter_options())
-    else:
-        yield from _container_root(storage_target)
-
-
-def _container_root(storage_target: Target) -> Iterator[Any]:
-    """A provider that may not be able to run here (MinIO, RustFS need Docker): its clauses skip with the
-    provider's one-line reason instead of erroring, and the server is stopped at session end."""
-    from backends.registry import provider
-    from backends.server import ServerUnavailable
-
-    server = provider(storage_target.name)()
-    try:
-        endpoint = server.start()
-    except ServerUnavailable as exc:
-        pytest.skip(str(exc))
-    try:
-        yield storage_target.open(endpoint.url(), **endpoint.adapter_options())
-    finally:
-        server.stop()
+    scratch = {b.name: b.scratch for b in registered() if b.scratch is not None}
+    if target.name in scratch:
+        with scratch[target.name]() as url:
+            yield target.open(url)
+        return
+    endpoint = request.getfixturevalue("storage_contract_servers").endpoint(target.name)
+    yield target.open(endpoint.url(f"contract-{uuid.uuid4().hex[:8]}"), **endpoint.adapter_options())
 
 
 @pytest.fixture
-def adapter(contract_root: Any) -> Iterator[Any]:
+def storage_contract_adapter(storage_contract_root: StorageAdapter) -> Iterator[StorageAdapter]:
     """An adapter under a fresh random prefix of the target; everything under it is deleted afterwards."""
     prefix = f"contract-{uuid.uuid4().hex[:12]}"
-    yield contract_root.child(prefix)
-    contract_root.delete_prefix(prefix)
+    yield storage_contract_root.child(prefix)
+    storage_contract_root.delete_prefix(prefix)
 
 
-def pytest_report_header(config: pytest.Config) -> str:
+def pytest_report_header(config: pytest.Config) -> str | None:
+    if not _asked(config):
+        return None
     targets = configured_targets(config)
     return "storage contract targets: " + ", ".join(t.name for t in targets)
+
+
+__all__ = ["ContractSizes", "ServerPool", "configured_targets", "embedded_choices"]

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from storage_adapter.errors import ConfigurationError
+from storage_adapter.protocol import StorageAdapter
 
 DEFAULT_FACTORY = "storage_adapter:open_adapter"
 EMBEDDED = ("memory", "local", "seaweedfs")
@@ -20,17 +21,25 @@ EMBEDDED = ("memory", "local", "seaweedfs")
 
 @dataclass(frozen=True)
 class Target:
-    """A backend under test. ``url`` is None for an embedded target resolved at session start."""
+    """A backend under test: ``url`` opened by ``factory`` (``module:function``). ``url`` is None only for
+    an embedded target of the pytest plugin, resolved when its session starts. Peers are compared, never
+    judged (they never affect an exit status)."""
 
     name: str
     url: str | None = None
     factory: str = DEFAULT_FACTORY
-    options: tuple[tuple[str, Any], ...] = field(default=(), repr=False)
-    peer: bool = False  # peers are compared, never judged (they never affect an exit status)
+    peer: bool = False
 
-    def open(self, url: str | None = None, **options: Any) -> Any:
+    @property
+    def address(self) -> str:
+        """The URL. Raises ValueError for an embedded target that has none yet."""
+        if self.url is None:
+            raise ValueError(f"target {self.name!r} is embedded: it has no URL until its session starts")
+        return self.url
+
+    def open(self, url: str | None = None, **options: Any) -> StorageAdapter:
         opener = load_factory(self.factory)
-        return opener(url or self.url, **{**dict(self.options), **options})
+        return opener(url or self.address, **options)  # type: ignore[no-any-return]
 
 
 def load_factory(spec: str) -> Callable[..., Any]:

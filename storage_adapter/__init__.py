@@ -1,6 +1,12 @@
-"""storage-adapter: one trustworthy object-storage layer over obstore, and the contract that proves it."""
+"""storage-adapter: one trustworthy object-storage layer over obstore, and the contract that proves it.
 
-from storage_adapter.adapter import CAPABILITIES, ObjectStorageAdapter, open_adapter
+The core (this package's top-level modules) needs obstore only. Above it: ``storage_adapter.engine``
+(atomic multi-table commits and their recovery) and ``storage_adapter.idempotency``; at the edge
+``storage_adapter.spark``. The contract and its tooling live in the ``contract_tests`` package.
+"""
+
+from storage_adapter import builtin_backends as _builtin_backends  # registers memory, local, s3
+from storage_adapter.adapter import ObjectStorageAdapter, open_adapter
 from storage_adapter.errors import (
     BackendUnavailableError,
     ConfigurationError,
@@ -10,10 +16,14 @@ from storage_adapter.errors import (
     StorageError,
     UnsupportedOperationError,
 )
+from storage_adapter.protocol import StorageAdapter
+from storage_adapter.registry import Backend, backend_named, register_backend
 from storage_adapter.types import Capabilities, DirListing, ObjectInfo, Support, Versioned
 
+del _builtin_backends
+
 __all__ = [
-    "CAPABILITIES",
+    "Backend",
     "BackendUnavailableError",
     "Capabilities",
     "ConfigurationError",
@@ -23,9 +33,12 @@ __all__ = [
     "ObjectInfo",
     "ObjectStorageAdapter",
     "PermissionDeniedError",
+    "StorageAdapter",
     "StorageError",
     "Support",
     "UnsupportedOperationError",
     "Versioned",
+    "backend_named",
     "open_adapter",
+    "register_backend",
 ]

@@ -8,41 +8,8 @@ from storage_adapter.config import AdapterConfig, parse_url
 from storage_adapter.derived import DerivedOperations
 from storage_adapter.errors import NotFoundError
 from storage_adapter.keys import validate_key, validate_prefix
-from storage_adapter.local_backend import LocalBackend
-from storage_adapter.obstore_backend import ObstoreBackend
-from storage_adapter.types import Capabilities, DirListing, ObjectInfo, Support, Versioned
-
-CAPABILITIES = {
-    "memory": Capabilities(
-        backend="memory",
-        write_if_absent=Support.NATIVE,
-        write_if_match=Support.NATIVE,
-        atomic_rename=False,  # object_store's InMemory renames by copy then delete
-        shared_across_processes=False,
-        equal_content_equal_token=False,
-        token_semantics="a per-store counter, incremented by every put: never repeats within the process",
-    ),
-    "local": Capabilities(
-        backend="local",
-        write_if_absent=Support.EMULATED,
-        write_if_match=Support.EMULATED,
-        atomic_rename=True,
-        shared_across_processes=True,
-        equal_content_equal_token=False,
-        token_semantics="inode-mtime-size; mtimes strictly increase along a key's history, so a token "
-        "never repeats while the key exists (single host; clocks must not step back across a re-create)",
-    ),
-    "s3": Capabilities(
-        backend="s3",
-        write_if_absent=Support.NATIVE,
-        write_if_match=Support.NATIVE,
-        atomic_rename=False,  # copy + delete
-        shared_across_processes=True,
-        equal_content_equal_token=True,
-        token_semantics="the ETag; for single-part puts the MD5 of the content, so equal bodies give "
-        "equal tokens (put a unique value in CAS bodies to rule out ABA)",
-    ),
-}
+from storage_adapter.registry import Driver
+from storage_adapter.types import Capabilities, DirListing, ObjectInfo, Versioned
 
 
 def _as_bytes(data: bytes | str, key: str) -> bytes:
@@ -54,17 +21,9 @@ def _as_bytes(data: bytes | str, key: str) -> bytes:
 
 
 class ObjectStorageAdapter(DerivedOperations):
-    """Object storage under one root. Keys are ``/``-separated paths relative to the root.
-
-    Guarantees on every backend (checked by the contract suite, ``contract_tests``):
-
-    * every key and prefix is validated before any I/O (:class:`~storage_adapter.errors.InvalidKeyError`);
-      no key reaches outside the root;
-    * ``write`` is an atomic replace: a concurrent reader sees the old or the new object, never a part;
-    * ``write_if_absent`` has exactly one winner among concurrent callers, threads or processes;
-    * ``write_if_match`` is a compare-and-swap on the version token, linearizable with every other
-      mutation of the key;
-    * failures are typed (:mod:`storage_adapter.errors`) and name the key and the backend.
+    """The :class:`~storage_adapter.protocol.StorageAdapter` over any registered backend: validates keys,
+    then hands each call to the backend's driver (:mod:`storage_adapter.registry`). Every guarantee is
+    the protocol's, stated there and checked by the contract suite (``contract_tests``).
 
     Adapters pickle (reopened from their config on the other side) and compare equal when built from the
     same configuration. Use :func:`open_adapter` to build one.
@@ -72,7 +31,8 @@ class ObjectStorageAdapter(DerivedOperations):
 
     def __init__(self, config: AdapterConfig) -> None:
         self._config = config
-        self._backend = LocalBackend(config) if config.backend == "local" else ObstoreBackend(config)
+        self._spec = config.spec
+        self._backend: Driver = self._spec.driver(config)
 
     # -- identity -------------------------------------------------------------------------------------
     @property
@@ -89,7 +49,7 @@ class ObjectStorageAdapter(DerivedOperations):
 
     @property
     def capabilities(self) -> Capabilities:
-        return CAPABILITIES[self._config.backend]
+        return self._spec.capabilities
 
     def child(self, prefix: str) -> ObjectStorageAdapter:
         """An adapter rooted at ``prefix`` below this one (same store, same options)."""

@@ -1,67 +1,35 @@
 """Parse a storage URL plus options into a frozen, comparable, picklable :class:`AdapterConfig`.
 
-Supported URLs:
-
-* ``file:///abs/root`` or a plain absolute path: a local directory (created if missing);
-* ``s3://bucket`` or ``s3://bucket/prefix``: S3 or any S3-compatible server;
-* ``memory://name`` or ``memory://name/prefix``: an in-process store, shared by name within a process.
-
-S3 settings come from options or the usual environment (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``,
-``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``, ``AWS_REGION``/``AWS_DEFAULT_REGION``,
-``AWS_ALLOW_HTTP``), resolved once at open time so a pickled adapter reopens identically on a Spark
-executor whose environment differs.
+The URL's scheme picks a registered :class:`~storage_adapter.registry.Backend` (built in: ``file://``
+or a plain absolute path, ``s3://bucket/prefix``, ``memory://name/prefix``); the backend turns the rest
+of the URL into a location and a key prefix and declares the options it takes. Options fall back to the
+environment variables the backend names (for S3 the usual ``AWS_*``), resolved once at open time, so a
+pickled adapter reopens identically on a Spark executor whose environment differs.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import urlsplit
 
-from storage_adapter.errors import ConfigurationError, InvalidKeyError
+from storage_adapter.errors import ConfigurationError
 from storage_adapter.keys import join_key, validate_prefix
+from storage_adapter.registry import Backend, Option, backend_for_scheme, backend_named, schemes
 
-SCHEMES = ("file", "s3", "memory")
-
-# option name -> (type, environment variable or None)
-_S3_OPTIONS: dict[str, tuple[type, str | None]] = {
-    "endpoint": (str, "AWS_ENDPOINT_URL"),
-    "access_key_id": (str, "AWS_ACCESS_KEY_ID"),
-    "secret_access_key": (str, "AWS_SECRET_ACCESS_KEY"),
-    "session_token": (str, "AWS_SESSION_TOKEN"),
-    "region": (str, "AWS_REGION"),
-    "allow_http": (bool, "AWS_ALLOW_HTTP"),
-    "connect_timeout_s": (float, None),
-    "request_timeout_s": (float, None),
-    "max_retries": (int, None),
-    "retry_timeout_s": (float, None),
-}
-_SECRET_OPTIONS = frozenset({"secret_access_key", "session_token"})
-_SUPPORTED_OPTIONS: dict[str, dict[str, tuple[type, str | None]]] = {
-    "local": {},
-    "memory": {},
-    "s3": _S3_OPTIONS,
-}
-# Bounded by default: an unreachable endpoint must fail in seconds, not after object_store's 3 minutes.
-S3_DEFAULTS: dict[str, Any] = {
-    "region": "us-east-1",
-    "allow_http": False,
-    "connect_timeout_s": 5.0,
-    "request_timeout_s": 60.0,
-    "max_retries": 3,
-    "retry_timeout_s": 15.0,
-}
+_MASK = "***"
 
 
 @dataclass(frozen=True)
 class AdapterConfig:
     """A resolved adapter configuration. Equal configs address the same objects.
 
-    ``backend`` is ``local``, ``s3`` or ``memory``; ``location`` is the opened directory (created if
-    missing), the bucket or the memory store's name; ``prefix`` is the key prefix inside it (set by
-    ``child``: a child creates nothing until it writes). ``options`` holds resolved settings; secrets
-    never appear in repr.
+    ``backend`` is a registered backend's name; ``location`` is what the backend located from the URL
+    (the opened directory, the bucket, the memory store's name); ``prefix`` is the key prefix inside it
+    (set by ``child``: a child creates nothing until it writes). ``options`` holds resolved settings;
+    secrets never appear in repr.
     """
 
     backend: str
@@ -70,17 +38,23 @@ class AdapterConfig:
     options: tuple[tuple[str, Any], ...] = field(default=())
 
     @property
+    def spec(self) -> Backend:
+        """The registered backend this configuration belongs to."""
+        return backend_named(self.backend)
+
+    @property
     def url(self) -> str:
-        scheme = {"local": "file", "s3": "s3", "memory": "memory"}[self.backend]
-        location = self.location.rstrip("/") if self.backend == "local" else self.location
-        return f"{scheme}://{location}" + (f"/{self.prefix}" if self.prefix else "")
+        spec = self.spec
+        root = f"{spec.scheme}://{spec.display_location(self.location)}"
+        return root + (f"/{self.prefix}" if self.prefix else "")
 
     def option(self, name: str) -> Any:
         return dict(self.options).get(name)
 
     def public_options(self) -> dict[str, Any]:
         """Options with secrets masked: safe for repr, logs, reports and error messages."""
-        return {k: ("***" if k in _SECRET_OPTIONS and v else v) for k, v in self.options}
+        secret = self.spec.secret_options
+        return {k: (_MASK if k in secret and v else v) for k, v in self.options}
 
     def child(self, prefix: str) -> AdapterConfig:
         """The config of an adapter rooted at ``prefix`` below this one."""
@@ -107,7 +81,25 @@ def _coerce(name: str, value: Any, kind: type, url: str) -> Any:
         ) from None
 
 
-def parse_url(url: str, options: dict[str, Any], environ: dict[str, str] | None = None) -> AdapterConfig:
+def resolve_options(
+    supported: Mapping[str, Option], given: Mapping[str, Any], env: Mapping[str, str], url: str
+) -> dict[str, Any]:
+    """Each supported option from ``given``, else its first environment variable that is set, else its
+    default (options with neither are left out), coerced to its type."""
+    resolved: dict[str, Any] = {}
+    for name, option in supported.items():
+        if name in given:
+            value = given[name]
+        else:
+            value = next((env[var] for var in option.env if env.get(var)), option.default)
+        if value is not None:
+            resolved[name] = _coerce(name, value, option.kind, url)
+    return resolved
+
+
+def parse_url(
+    url: str, options: Mapping[str, Any], environ: Mapping[str, str] | None = None
+) -> AdapterConfig:
     """Resolve ``url`` and ``options`` (falling back to ``environ``) into an :class:`AdapterConfig`.
 
     Raises :class:`ConfigurationError` naming the URL for an unknown scheme, a malformed URL, an
@@ -119,54 +111,25 @@ def parse_url(url: str, options: dict[str, Any], environ: dict[str, str] | None 
     if url.startswith("/"):
         url = "file://" + url
     parts = urlsplit(url)
-    scheme = parts.scheme.lower()
-    if scheme not in SCHEMES:
+    spec = backend_for_scheme(parts.scheme.lower())
+    if spec is None:
         raise ConfigurationError(
             f"unsupported storage URL {url!r}: scheme must be one of "
-            + ", ".join(f"{s}://" for s in SCHEMES)
+            + ", ".join(f"{s}://" for s in schemes())
             + " (or an absolute path)",
             key=url,
         )
     if parts.query or parts.fragment:
         raise ConfigurationError(f"storage URL {url!r} must not have a query or fragment", key=url)
-    backend = "local" if scheme == "file" else scheme
-    supported = _SUPPORTED_OPTIONS[backend]
-    unknown = sorted(set(options) - set(supported))
+    unknown = sorted(set(options) - set(spec.options))
     if unknown:
-        allowed = ", ".join(sorted(supported)) or "none"
+        allowed = ", ".join(sorted(spec.options)) or "none"
         raise ConfigurationError(
-            f"unknown option(s) {', '.join(unknown)} for {backend} URL {url!r}; supported: {allowed}",
+            f"unknown option(s) {', '.join(unknown)} for {spec.name} URL {url!r}; supported: {allowed}",
             key=url,
         )
-    path = unquote(parts.path)
-    if backend == "local":
-        if parts.netloc not in ("", "localhost"):
-            raise ConfigurationError(f"file URL {url!r} must be file:///absolute/path", key=url)
-        if not path.startswith("/"):
-            raise ConfigurationError(f"file URL {url!r} must name an absolute path", key=url)
-        root = os.path.normpath(path)
-        return AdapterConfig("local", root, "", ())
-    if not parts.netloc:
-        what = "bucket" if backend == "s3" else "store name"
-        raise ConfigurationError(f"{scheme} URL {url!r} needs a {what}: {scheme}://NAME/prefix", key=url)
-    try:
-        prefix = validate_prefix(path.lstrip("/"), backend)
-    except InvalidKeyError as exc:
-        raise ConfigurationError(f"storage URL {url!r} has an invalid prefix: {exc}", key=url) from exc
-    resolved: dict[str, Any] = {}
-    for name, (kind, env_name) in supported.items():
-        if name in options:
-            value = options[name]
-        elif env_name is not None and env.get(env_name):
-            value = env[env_name]
-        elif name == "region" and env.get("AWS_DEFAULT_REGION"):
-            value = env["AWS_DEFAULT_REGION"]
-        elif name in S3_DEFAULTS:
-            value = S3_DEFAULTS[name]
-        else:
-            continue
-        resolved[name] = _coerce(name, value, kind, url)
-    endpoint = resolved.get("endpoint")
-    if endpoint is not None and not str(endpoint).startswith(("http://", "https://")):
-        raise ConfigurationError(f"S3 endpoint {endpoint!r} for {url} must start with http:// or https://")
-    return AdapterConfig(backend, parts.netloc, prefix, tuple(sorted(resolved.items())))
+    location, prefix = spec.locate(parts, url)
+    resolved = resolve_options(spec.options, options, env, url)
+    if spec.check_options is not None:
+        spec.check_options(resolved, url)
+    return AdapterConfig(spec.name, location, prefix, tuple(sorted(resolved.items())))

@@ -6,29 +6,36 @@ ObjectStorageAdapter, the peer adapters and CountingAdapter inherit these, so ``
 
 from __future__ import annotations
 
-from typing import Any
+import builtins
+from typing import TYPE_CHECKING
 
 from storage_adapter.errors import NotFoundError, StorageError
 from storage_adapter.keys import validate_prefix
+from storage_adapter.types import ObjectInfo
 
 
 class DerivedOperations:
-    """Mixin: needs ``read_bytes``, ``list``, ``delete``, ``backend`` and ``url`` from the class."""
+    """Mixin: needs ``read_bytes``, ``list``, ``delete``, ``backend`` and ``url`` from the class (defined
+    there or, for wrappers, reached through ``__getattr__``)."""
 
-    backend: str
-    url: str
-    read_bytes: Any
-    list: Any
-    delete: Any
+    if TYPE_CHECKING:  # what the class provides; declared for the type checker only
+
+        @property
+        def backend(self) -> str: ...
+        @property
+        def url(self) -> str: ...
+        def read_bytes(self, key: str) -> bytes: ...
+        def list(self, prefix: str = "") -> builtins.list[ObjectInfo]: ...
+        def delete(self, key: str) -> None: ...
 
     def read_text(self, key: str, encoding: str = "utf-8") -> str:
         """The object decoded as text. Raises NotFoundError if absent."""
-        return self.read_bytes(key).decode(encoding)  # type: ignore[no-any-return]
+        return self.read_bytes(key).decode(encoding)
 
     def read_if_exists(self, key: str) -> bytes | None:
         """The object's bytes, or None if (and only if) it does not exist; every other failure raises."""
         try:
-            return self.read_bytes(key)  # type: ignore[no-any-return]
+            return self.read_bytes(key)
         except NotFoundError:
             return None
 

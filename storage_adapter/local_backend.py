@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from storage_adapter.config import AdapterConfig
 from storage_adapter.local_mutation import LocalMutator
-from storage_adapter.obstore_backend import ObstoreBackend
+from storage_adapter.obstore_backend import ObstoreBackend, local_store
 
 
 class LocalBackend(ObstoreBackend):
     def __init__(self, config: AdapterConfig) -> None:
-        super().__init__(config)
+        super().__init__(config, local_store)
         self._mutator = LocalMutator(config.location)
 
     def put(self, key: str, data: bytes) -> str:

@@ -6,11 +6,13 @@ outcomes that are not errors (a lost create, a failed precondition) come back as
 
 from __future__ import annotations
 
+import builtins
 import re
 import threading
+from collections.abc import Callable
 from contextlib import suppress
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import obstore
 from obstore.exceptions import (
@@ -37,6 +39,9 @@ from storage_adapter.errors import (
 from storage_adapter.keys import join_key
 from storage_adapter.types import ObjectInfo
 
+if TYPE_CHECKING:  # only in obstore's type stubs
+    from obstore.store import S3Config
+
 # GenericError carries transport failures as text; these shapes mean "try again later".
 _TRANSIENT = re.compile(
     r"error sending request|connection (refused|reset|closed)|connect error|timed? ?out|dns error"
@@ -56,11 +61,18 @@ def _memory_store(name: str) -> MemoryStore:
         return store
 
 
-def _build_store(config: AdapterConfig) -> Any:
-    if config.backend == "memory":
-        return _memory_store(config.location)
-    if config.backend == "local":
-        return LocalStore(config.location, mkdir=True)
+def memory_store(config: AdapterConfig) -> Any:
+    """The process-wide in-memory store named by ``config.location``."""
+    return _memory_store(config.location)
+
+
+def local_store(config: AdapterConfig) -> Any:
+    """obstore's LocalStore over the directory ``config.location`` (created if missing)."""
+    return LocalStore(config.location, mkdir=True)
+
+
+def s3_store(config: AdapterConfig) -> Any:
+    """An S3Store for the bucket ``config.location`` with the resolved S3 options."""
     opts = dict(config.options)
     s3_config: dict[str, Any] = {"region": opts["region"], "virtual_hosted_style_request": False}
     for name in ("endpoint", "access_key_id", "secret_access_key", "session_token"):
@@ -71,7 +83,7 @@ def _build_store(config: AdapterConfig) -> Any:
         s3_config["skip_signature"] = True
     return S3Store(
         config.location,
-        config=s3_config,
+        config=cast("S3Config", s3_config),
         client_options={
             "allow_http": bool(opts["allow_http"]),
             "connect_timeout": timedelta(seconds=opts["connect_timeout_s"]),
@@ -106,7 +118,9 @@ class _Translation:
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> bool:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any
+    ) -> Literal[False]:
         if exc is None or isinstance(exc, StorageError) or not isinstance(exc, _TRANSLATED):
             return False  # success, already ours, or a programming error that must surface as it is
         raise self._translate(exc) from exc
@@ -137,13 +151,25 @@ class _Translation:
 
 
 class ObstoreBackend:
-    """Thin, exception-translating wrapper over one obstore store."""
+    """The driver of a backend served by one obstore store: thin and exception-translating.
 
-    def __init__(self, config: AdapterConfig) -> None:
+    ``build_store(config)`` makes the store. ``confirm_prefixes`` makes ``list_dir`` confirm each child
+    prefix with one single-page list: some S3 servers (SeaweedFS) keep a directory after its last object
+    is deleted and report it as a common prefix, and a prefix is only a child if an object lives under it.
+    """
+
+    def __init__(
+        self,
+        config: AdapterConfig,
+        build_store: Callable[[AdapterConfig], Any],
+        *,
+        confirm_prefixes: bool = False,
+    ) -> None:
         self.name = config.backend
         self._prefix = config.prefix
+        self._confirm_prefixes = confirm_prefixes
         try:
-            self._store = _build_store(config)
+            self._store = build_store(config)
         except BaseError as exc:
             raise StorageError(f"cannot open {config.url} ({self.name}): {_first_line(exc)}") from exc
 
@@ -181,16 +207,14 @@ class ObstoreBackend:
             ]
         return infos
 
-    def list_dir(self, prefix: str) -> tuple[list[ObjectInfo], list[str]]:
+    def list_dir(self, prefix: str) -> tuple[builtins.list[ObjectInfo], builtins.list[str]]:
         with self.translated(prefix, "list_dir"):
             result = obstore.list_with_delimiter(
                 self._store, self.path(prefix) if prefix else self._prefix or None
             )
         objects = [self._info(meta) for meta in result["objects"]]
         prefixes = [p.rstrip("/") for p in result["common_prefixes"]]
-        if self.name == "s3":
-            # Some S3 servers (SeaweedFS) keep a directory after its last object is deleted and report
-            # it as a common prefix; a prefix is only a child if an object lives under it.
+        if self._confirm_prefixes:
             prefixes = [p for p in prefixes if self._has_objects(prefix, p)]
         return objects, [self.relative(p) for p in prefixes]
 

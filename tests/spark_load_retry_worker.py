@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from storage_adapter.engine import Engine
 from storage_adapter.spark import spark_session
-from storage_adapter.spark_load import bulk_load
+from storage_adapter.spark.load import bulk_load
 
 SCHEMA = pa.schema([("id", pa.int64()), ("label", pa.string())])
 

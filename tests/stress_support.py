@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
+from contract_tests.history import History
+from contract_tests.linearizability import KeyVerdict, check_history
 from contract_tests.planted_bugs import PLANTED_BUGS
-from storage_adapter.history import History
-from storage_adapter.linearizability import Verdict, check_history
-from storage_adapter.workloads import WorkloadSpec
+from contract_tests.workloads import WorkloadSpec
 
 WORKERS = 4
 DEFAULT_SPEC = WorkloadSpec(keys=3, rounds=8, random_ops=6, reads_per_round=6)
@@ -48,12 +48,12 @@ def assert_linearizable(history: History, minimum_ops: int) -> None:
     assert len(history) >= minimum_ops
     result = check_history(history, time_budget_s=CHECK_BUDGET_S)
     print(f"\n{result.report()}")
-    assert result.verdict is Verdict.LINEARIZABLE, result.report()
+    assert result.verdict is KeyVerdict.LINEARIZABLE, result.report()
 
 
 def assert_caught(history: History) -> None:
     result = check_history(history, time_budget_s=CHECK_BUDGET_S)
     print(f"\n{result.report()}")
-    assert result.verdict is Verdict.VIOLATION, result.report()
+    assert result.verdict is KeyVerdict.VIOLATION, result.report()
     for key in result.violations:
         assert 0 < len(key.counterexample) <= key.operations

@@ -16,7 +16,7 @@ import pytest
 
 def _bench(results: Path, backends: str) -> dict[str, object]:
     done = subprocess.run(
-        [sys.executable, "-m", "storage_adapter", "bench", "--quick", "--backends", backends, "--results", str(results)],
+        [sys.executable, "-m", "contract_tests", "bench", "--quick", "--backends", backends, "--results", str(results)],
         capture_output=True, text=True, timeout=900, env=dict(os.environ),
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

@@ -104,4 +104,4 @@ def test_stage_script_the_workflow_calls_is_an_executable_wrapper_over_check() -
     text = stage.read_text(encoding="utf-8")
     assert text.startswith("#!/usr/bin/env bash\n")
     assert subprocess.run(["bash", "-n", str(stage)], capture_output=True, timeout=30).returncode == 0
-    assert '-m storage_adapter check "${target[@]}" --no-peers "$@"' in text  # the logic lives in the package
+    assert '-m contract_tests check "${target[@]}" --no-peers "$@"' in text  # the logic lives in the package

@@ -18,34 +18,34 @@ from typing import Any
 import pytest
 
 from backends.server import free_port
-from storage_adapter.check_report import report_paths, to_markdown, write_report
-from storage_adapter.conformance import CheckTarget, ContractRunError, Outcome, run_contract
+from contract_tests.conformance import ClauseOutcome, ContractRunError, Target, run_contract
+from contract_tests.report import report_paths, to_markdown, write_report
 
 TINY_SUITE = '''
 import pytest
 
 class TestTiny:
-    def test_round_trip(self, adapter):
+    def test_round_trip(self, storage_contract_adapter):
         """Bytes round-trip."""
-        adapter.write("k", b"v")
-        assert adapter.read_bytes("k") == b"v"
+        storage_contract_adapter.write("k", b"v")
+        assert storage_contract_adapter.read_bytes("k") == b"v"
 
-    def test_exists_is_for_objects_only(self, adapter):
-        adapter.write("a/b", b"v")
-        assert not adapter.exists("a"), "a prefix reported as an object"
+    def test_exists_is_for_objects_only(self, storage_contract_adapter):
+        storage_contract_adapter.write("a/b", b"v")
+        assert not storage_contract_adapter.exists("a"), "a prefix reported as an object"
 
-    def test_always_skips(self, adapter):
+    def test_always_skips(self, storage_contract_adapter):
         pytest.skip("nothing to check here")
 
     @pytest.mark.parametrize("case", ["one", "two"])
-    def test_parametrized(self, adapter, case):
-        adapter.write(case, case)
-        assert adapter.read_text(case) == case
+    def test_parametrized(self, storage_contract_adapter, case):
+        storage_contract_adapter.write(case, case)
+        assert storage_contract_adapter.read_text(case) == case
 
     def test_not_a_contract_clause(self):
         assert True
 '''
-PEER = "storage_adapter.peers:open_peer"
+PEER = "contract_tests.peers:open_peer"
 
 
 @pytest.fixture
@@ -60,7 +60,7 @@ def _run_cli(
     *args: str, env: dict[str, str] | None = None, timeout: int = 600
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "storage_adapter", *args],
+        [sys.executable, "-m", "contract_tests", *args],
         capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})},
     )  # fmt: skip
 
@@ -69,9 +69,9 @@ def test_run_contract_collects_one_result_per_clause_and_target(
     tiny_suite: tuple[str, ...], tmp_path: Path
 ) -> None:
     targets = [
-        CheckTarget("memory", "memory://tiny-check"),
-        CheckTarget("local", f"file://{tmp_path}/local"),
-        CheckTarget("fsspec-memory", "memory://tiny-peer", factory=PEER, peer=True),
+        Target("memory", "memory://tiny-check"),
+        Target("local", f"file://{tmp_path}/local"),
+        Target("fsspec-memory", "memory://tiny-peer", factory=PEER, peer=True),
     ]
     run = run_contract(targets, suite=tiny_suite)
     assert [c.name for c in run.clauses] == [
@@ -79,12 +79,14 @@ def test_run_contract_collects_one_result_per_clause_and_target(
     ]  # fmt: skip
     assert run.clauses[0].summary == "Bytes round-trip."
     assert len(run.results) == 4 * 3  # clause x target; the non-contract test is not a clause
-    assert run.result("test_always_skips", "local").outcome is Outcome.SKIPPED
+    assert run.result("test_always_skips", "local").outcome is ClauseOutcome.SKIPPED
     assert run.result("test_always_skips", "local").reason == "nothing to check here"
     parametrized = run.result("test_parametrized", "memory")
-    assert (parametrized.outcome, parametrized.cases) == (Outcome.PASSED, 2)
+    assert (parametrized.outcome, parametrized.cases) == (ClauseOutcome.PASSED, 2)
     peer_exists = run.result("test_exists_is_for_objects_only", "fsspec-memory")
-    assert peer_exists.outcome is Outcome.FAILED and "a prefix reported as an object" in peer_exists.reason
+    assert (
+        peer_exists.outcome is ClauseOutcome.FAILED and "a prefix reported as an object" in peer_exists.reason
+    )
     assert run.verdict(targets[0]).conforms and run.verdict(targets[1]).conforms
     assert run.verdict(targets[2]).violations == ("test_exists_is_for_objects_only",)
     assert run.conforms, "a failing peer must not make the run non-conforming"
@@ -92,36 +94,36 @@ def test_run_contract_collects_one_result_per_clause_and_target(
 
 
 def test_a_failing_judged_target_makes_the_run_non_conforming(tiny_suite: tuple[str, ...]) -> None:
-    judged_peer = CheckTarget("judged-fsspec", "memory://tiny-judged", factory=PEER, peer=False)
+    judged_peer = Target("judged-fsspec", "memory://tiny-judged", factory=PEER, peer=False)
     run = run_contract([judged_peer], suite=tiny_suite)
     assert not run.conforms
     assert "VIOLATES 1 clause" in run.verdict(judged_peer).line()
 
 
 def test_listener_sees_every_clause(tiny_suite: tuple[str, ...]) -> None:
-    seen: list[tuple[str, str, Outcome]] = []
+    seen: list[tuple[str, str, ClauseOutcome]] = []
     collected: dict[str, int] = {}
 
     class Listener:
         def collected(self, target: str, clauses: int) -> None:
             collected[target] = clauses
 
-        def finished(self, target: str, clause: str, outcome: Outcome) -> None:
+        def finished(self, target: str, clause: str, outcome: ClauseOutcome) -> None:
             seen.append((target, clause, outcome))
 
-    run_contract([CheckTarget("memory", "memory://tiny-listener")], suite=tiny_suite, listener=Listener())
+    run_contract([Target("memory", "memory://tiny-listener")], suite=tiny_suite, listener=Listener())
     assert collected == {"memory": 4}
-    assert len(seen) == 4 and ("memory", "test_parametrized", Outcome.PASSED) in seen
+    assert len(seen) == 4 and ("memory", "test_parametrized", ClauseOutcome.PASSED) in seen
 
 
 def test_a_suite_that_does_not_run_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(ContractRunError, match="did not run"):
-        run_contract([CheckTarget("memory", "memory://x")], suite=(str(tmp_path / "no_such_suite.py"),))
+        run_contract([Target("memory", "memory://x")], suite=(str(tmp_path / "no_such_suite.py"),))
 
 
 def test_reports_are_markdown_and_json(tiny_suite: tuple[str, ...], tmp_path: Path) -> None:
-    targets = [CheckTarget("memory", "memory://tiny-report"),
-               CheckTarget("fsspec-memory", "memory://tiny-report-peer", factory=PEER, peer=True)]  # fmt: skip
+    targets = [Target("memory", "memory://tiny-report"),
+               Target("fsspec-memory", "memory://tiny-report-peer", factory=PEER, peer=True)]  # fmt: skip
     run = run_contract(targets, suite=tiny_suite)
     md_path, json_path = write_report(run, tmp_path / "out" / "check.json")
     assert (md_path.name, json_path.name) == ("check.md", "check.json")

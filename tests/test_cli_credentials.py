@@ -29,7 +29,7 @@ def check(endpoint: S3Endpoint, **credentials: str) -> subprocess.CompletedProce
         AWS_ENDPOINT_URL=endpoint.endpoint, AWS_ALLOW_HTTP="true", AWS_REGION="us-east-1", **credentials
     )
     return subprocess.run(
-        [sys.executable, "-m", "storage_adapter", "check", f"guarded={endpoint.url('check')}", "--no-peers"],
+        [sys.executable, "-m", "contract_tests", "check", f"guarded={endpoint.url('check')}", "--no-peers"],
         capture_output=True, text=True, timeout=300, env=env,
     )  # fmt: skip
 

@@ -8,7 +8,7 @@ import threading
 import pyarrow as pa
 import pytest
 
-from storage_adapter.counting import CountingAdapter
+from contract_tests.counting import CountingAdapter
 from storage_adapter.engine import (
     CommitConflictError,
     CorruptManifestError,

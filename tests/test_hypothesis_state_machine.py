@@ -1,147 +1,35 @@
-"""A Hypothesis state machine drives the adapter against an independent dict model, on every backend.
-
-Rules: write, write_if_absent, write_if_match with the fresh token (must win) and with a stale token
-(must lose and change nothing), read, read_versioned, delete, list, delete_prefix. Bodies are unique
-within an example (a counter is appended), so a stale token is stale on every backend, S3's content-MD5
-ETags included. Each example works under its own prefix, removed at teardown.
-
-Size: 40 examples x up to 30 steps per backend (seconds on memory and local, 10-20 s on
-SeaweedFS).
-"""
+"""The shipped state machine (contract_tests.stateful) on every backend, and with an out-of-band bypass on
+local: writes and deletes made straight on the filesystem must be seen by the adapter."""
 
 from __future__ import annotations
 
-import uuid
-from typing import Any
+import os
+from pathlib import Path
 
-import pytest
-from hypothesis import HealthCheck, settings
-from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, precondition, rule, run_state_machine_as_test
-
-from storage_adapter.errors import NotFoundError
-
-KEYS = st.sampled_from(["a", "b", "d/x", "d/y", "d/e/z"])
-DATA = st.binary(max_size=24)
-LIST_PREFIXES = st.sampled_from(["", "d", "d/e"])
-DELETE_PREFIXES = st.sampled_from(["d", "d/e"])
-SETTINGS = settings(
-    max_examples=40,
-    stateful_step_count=30,
-    deadline=None,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
+from contract_tests.stateful import run_state_machine
+from storage_adapter import StorageAdapter, open_adapter
 
 
-def under(key: str, prefix: str) -> bool:
-    return not prefix or key.startswith(prefix + "/")
+def test_adapter_behaves_like_a_dict(adapter: StorageAdapter) -> None:
+    run_state_machine(adapter)
 
 
-class AdapterVersusDict(RuleBasedStateMachine):
-    """``model`` maps key -> bytes; ``tokens`` holds each key's current token once it is known;
-    ``stale`` collects tokens of versions that were replaced or deleted."""
+class FilesystemBypass:
+    """Writes files under a local root directly (staged and renamed, so never seen half-written)."""
 
-    def __init__(self, root: Any) -> None:
-        super().__init__()
+    def __init__(self, root: Path) -> None:
         self.root = root
-        self.prefix = f"machine-{uuid.uuid4().hex[:10]}"
-        self.store = root.child(self.prefix)
-        self.model: dict[str, bytes] = {}
-        self.tokens: dict[str, str] = {}
-        self.stale: list[tuple[str, str]] = []
-        self.bodies = 0
 
-    def unique(self, data: bytes) -> bytes:
-        self.bodies += 1
-        return data + b"#%d" % self.bodies
+    def put(self, key: str, data: bytes) -> None:
+        path = self.root / key
+        path.parent.mkdir(parents=True, exist_ok=True)
+        staged = path.with_name(path.name + ".bypass-tmp")
+        staged.write_bytes(data)
+        os.replace(staged, path)
 
-    def retire(self, key: str) -> None:
-        if key in self.tokens:
-            self.stale.append((key, self.tokens.pop(key)))
-
-    def set(self, key: str, body: bytes, token: str | None) -> None:
-        self.retire(key)
-        self.model[key] = body
-        if token is not None:
-            self.tokens[key] = token
-
-    def forget(self, key: str) -> None:
-        self.retire(key)
-        self.model.pop(key, None)
-
-    @rule(key=KEYS, data=DATA)
-    def write(self, key: str, data: bytes) -> None:
-        body = self.unique(data)
-        token = self.store.write(key, body)
-        assert isinstance(token, str) and token
-        self.set(key, body, token)
-
-    @rule(key=KEYS, data=DATA)
-    def write_if_absent(self, key: str, data: bytes) -> None:
-        body = self.unique(data)
-        won = self.store.write_if_absent(key, body)
-        assert won == (key not in self.model)
-        if won:
-            self.set(key, body, None)
-
-    @rule(key=KEYS, data=DATA)
-    def write_if_match_fresh_token(self, key: str, data: bytes) -> None:
-        body = self.unique(data)
-        if key not in self.model:
-            assert self.store.write_if_match(key, body, '"no-such-version"') is None
-            assert not self.store.exists(key)
-            return
-        current = self.store.read_versioned(key)
-        new = self.store.write_if_match(key, body, current.token)
-        assert new is not None and new != current.token
-        self.tokens[key] = current.token
-        self.set(key, body, new)
-
-    @precondition(lambda self: self.stale)
-    @rule(data=DATA, pick=st.integers(min_value=0))
-    def write_if_match_stale_token(self, data: bytes, pick: int) -> None:
-        key, token = self.stale[pick % len(self.stale)]
-        assert self.store.write_if_match(key, self.unique(data), token) is None
-        assert self.store.read_if_exists(key) == self.model.get(key)
-
-    @rule(key=KEYS)
-    def read(self, key: str) -> None:
-        assert self.store.read_if_exists(key) == self.model.get(key)
-
-    @rule(key=KEYS)
-    def read_versioned(self, key: str) -> None:
-        if key not in self.model:
-            with pytest.raises(NotFoundError):
-                self.store.read_versioned(key)
-            return
-        current = self.store.read_versioned(key)
-        assert current.data == self.model[key]
-        assert self.tokens.setdefault(key, current.token) == current.token
-
-    @rule(key=KEYS)
     def delete(self, key: str) -> None:
-        self.store.delete(key)
-        self.forget(key)
-
-    @rule(prefix=LIST_PREFIXES)
-    def list(self, prefix: str) -> None:
-        listed = self.store.list(prefix)
-        assert [info.key for info in listed] == sorted(k for k in self.model if under(k, prefix))
-        for info in listed:
-            assert info.size == len(self.model[info.key])
-
-    @rule(prefix=DELETE_PREFIXES)
-    def delete_prefix(self, prefix: str) -> None:
-        doomed = [k for k in self.model if under(k, prefix)]
-        assert self.store.delete_prefix(prefix) == len(doomed)
-        for key in doomed:
-            self.forget(key)
-        assert self.store.list(prefix) == []
-
-    def teardown(self) -> None:
-        self.root.delete_prefix(self.prefix)
+        (self.root / key).unlink(missing_ok=True)
 
 
-def test_adapter_behaves_like_a_dict(adapter) -> None:
-    run_state_machine_as_test(lambda: AdapterVersusDict(adapter), settings=SETTINGS)
+def test_local_adapter_sees_out_of_band_changes(tmp_path: Path) -> None:
+    run_state_machine(open_adapter(f"file://{tmp_path}"), raw=FilesystemBypass(tmp_path))

@@ -20,8 +20,8 @@ from idempotency_crash_worker import (
     run_commit,
 )
 
+from contract_tests.counting import CountingAdapter
 from storage_adapter import open_adapter
-from storage_adapter.counting import CountingAdapter
 from storage_adapter.errors import BackendUnavailableError
 from storage_adapter.idempotency import (
     ByOperation,

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from storage_adapter.counting import CountingAdapter
+from contract_tests.counting import CountingAdapter
 from storage_adapter.idempotency import (
     Cancelled,
     CorruptRecordError,

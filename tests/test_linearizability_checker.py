@@ -6,8 +6,8 @@ import itertools
 
 import pytest
 
-from storage_adapter.history import Operation, Outcome
-from storage_adapter.linearizability import Verdict, check_history
+from contract_tests.history import Operation, Outcome
+from contract_tests.linearizability import KeyVerdict, check_history
 
 _ids = itertools.count()
 
@@ -58,7 +58,7 @@ def create(worker: str, body: bytes, won: bool, start: int, end: int | None) -> 
     return op(worker, "write_if_absent", (body,), won, start, end)
 
 
-def verdict(*ops: Operation) -> Verdict:
+def verdict(*ops: Operation) -> KeyVerdict:
     return check_history(ops).verdict
 
 
@@ -66,20 +66,22 @@ def verdict(*ops: Operation) -> Verdict:
 
 
 def test_empty_and_sequential_histories_are_linearizable() -> None:
-    assert verdict() is Verdict.LINEARIZABLE
-    assert verdict(r("A", None, 0, 1), w("A", b"a", "t1", 2, 3), r("B", b"a", 4, 5)) is Verdict.LINEARIZABLE
+    assert verdict() is KeyVerdict.LINEARIZABLE
+    assert (
+        verdict(r("A", None, 0, 1), w("A", b"a", "t1", 2, 3), r("B", b"a", 4, 5)) is KeyVerdict.LINEARIZABLE
+    )
 
 
 def test_concurrent_writes_may_land_in_either_order() -> None:
     writes = (w("A", b"a", "t1", 0, 10), w("B", b"b", "t2", 1, 11))
-    assert verdict(*writes, r("C", b"a", 12, 13)) is Verdict.LINEARIZABLE
-    assert verdict(*writes, r("C", b"b", 12, 13)) is Verdict.LINEARIZABLE
+    assert verdict(*writes, r("C", b"a", 12, 13)) is KeyVerdict.LINEARIZABLE
+    assert verdict(*writes, r("C", b"b", 12, 13)) is KeyVerdict.LINEARIZABLE
 
 
 def test_a_read_overlapping_a_write_may_see_old_or_new() -> None:
     base = (w("A", b"a", "t1", 0, 1), w("A", b"b", "t2", 2, 10))
-    assert verdict(*base, r("B", b"a", 3, 4)) is Verdict.LINEARIZABLE
-    assert verdict(*base, r("B", b"b", 3, 4), r("B", b"b", 5, 6)) is Verdict.LINEARIZABLE
+    assert verdict(*base, r("B", b"a", 3, 4)) is KeyVerdict.LINEARIZABLE
+    assert verdict(*base, r("B", b"b", 3, 4), r("B", b"b", 5, 6)) is KeyVerdict.LINEARIZABLE
 
 
 def test_cas_chain_and_single_create_winner_are_linearizable() -> None:
@@ -94,14 +96,14 @@ def test_cas_chain_and_single_create_winner_are_linearizable() -> None:
         op("C", "exists", (), False, 21, 22),
         cas("A", b"e", "t2", None, 23, 24),  # absent: fails
     )
-    assert verdict(*history) is Verdict.LINEARIZABLE
+    assert verdict(*history) is KeyVerdict.LINEARIZABLE
 
 
 def test_cas_on_a_version_created_by_write_if_absent_matches_by_observed_token() -> None:
     # The create returned no token; the CAS's token was observed naming the created body.
     assert verdict(
         create("A", b"a", True, 0, 1), rv("B", b"a", "t1", 2, 3), cas("A", b"b", "t1", "t2", 4, 5)
-    ) is (Verdict.LINEARIZABLE)
+    ) is (KeyVerdict.LINEARIZABLE)
 
 
 def test_keys_are_independent_registers() -> None:
@@ -116,30 +118,32 @@ def test_keys_are_independent_registers() -> None:
 
 
 def test_ambiguous_write_may_have_taken_effect() -> None:
-    assert verdict(w("A", b"a", "?", 0, None), r("B", b"a", 5, 6)) is Verdict.LINEARIZABLE
+    assert verdict(w("A", b"a", "?", 0, None), r("B", b"a", 5, 6)) is KeyVerdict.LINEARIZABLE
 
 
 def test_ambiguous_write_may_not_have_taken_effect() -> None:
-    assert verdict(w("A", b"a", "?", 0, None), r("B", None, 5, 6), r("B", None, 7, 8)) is Verdict.LINEARIZABLE
+    assert (
+        verdict(w("A", b"a", "?", 0, None), r("B", None, 5, 6), r("B", None, 7, 8)) is KeyVerdict.LINEARIZABLE
+    )
 
 
 def test_ambiguous_write_may_take_effect_long_after_its_call() -> None:
     history = (w("A", b"a", "?", 0, None), w("B", b"b", "t2", 5, 6), r("B", b"b", 7, 8), r("C", b"a", 9, 10))
-    assert verdict(*history) is Verdict.LINEARIZABLE
+    assert verdict(*history) is KeyVerdict.LINEARIZABLE
 
 
 def test_ambiguous_cas_and_create_both_ways() -> None:
     base = (w("A", b"a", "t1", 0, 1),)
-    assert verdict(*base, cas("B", b"b", "t1", None, 2, None), r("C", b"b", 5, 6)) is Verdict.LINEARIZABLE
-    assert verdict(*base, cas("B", b"b", "t1", None, 2, None), r("C", b"a", 5, 6)) is Verdict.LINEARIZABLE
-    assert verdict(create("A", b"a", True, 0, None), r("C", b"a", 5, 6)) is Verdict.LINEARIZABLE
-    assert verdict(create("A", b"a", True, 0, None), r("C", None, 5, 6)) is Verdict.LINEARIZABLE
+    assert verdict(*base, cas("B", b"b", "t1", None, 2, None), r("C", b"b", 5, 6)) is KeyVerdict.LINEARIZABLE
+    assert verdict(*base, cas("B", b"b", "t1", None, 2, None), r("C", b"a", 5, 6)) is KeyVerdict.LINEARIZABLE
+    assert verdict(create("A", b"a", True, 0, None), r("C", b"a", 5, 6)) is KeyVerdict.LINEARIZABLE
+    assert verdict(create("A", b"a", True, 0, None), r("C", None, 5, 6)) is KeyVerdict.LINEARIZABLE
 
 
 def test_failed_operations_had_no_effect() -> None:
     failed = op("A", "write", (b"a",), None, 0, 1, outcome=Outcome.FAILED)
-    assert verdict(failed, r("B", None, 2, 3)) is Verdict.LINEARIZABLE
-    assert verdict(failed, r("B", b"a", 2, 3)) is Verdict.VIOLATION
+    assert verdict(failed, r("B", None, 2, 3)) is KeyVerdict.LINEARIZABLE
+    assert verdict(failed, r("B", b"a", 2, 3)) is KeyVerdict.VIOLATION
 
 
 # -- not linearizable ---------------------------------------------------------------------------------
@@ -154,51 +158,51 @@ def test_lost_update_two_cas_from_one_token_both_succeed() -> None:
         cas("B", b"vB", "t0", "tB", 12, 22),
     )
     result = check_history(history)
-    assert result.verdict is Verdict.VIOLATION
+    assert result.verdict is KeyVerdict.VIOLATION
     assert "write_if_match" in result.report()
 
 
 def test_two_write_if_absent_winners() -> None:
-    assert verdict(create("A", b"a", True, 0, 10), create("B", b"b", True, 1, 11)) is Verdict.VIOLATION
+    assert verdict(create("A", b"a", True, 0, 10), create("B", b"b", True, 1, 11)) is KeyVerdict.VIOLATION
 
 
 def test_write_if_absent_winner_on_a_present_key() -> None:
-    assert verdict(w("A", b"a", "t1", 0, 1), create("B", b"b", True, 2, 3)) is Verdict.VIOLATION
+    assert verdict(w("A", b"a", "t1", 0, 1), create("B", b"b", True, 2, 3)) is KeyVerdict.VIOLATION
 
 
 def test_stale_read_after_a_completed_write() -> None:
     history = (w("A", b"a", "t1", 0, 1), w("A", b"b", "t2", 2, 3), r("B", b"a", 4, 5))
-    assert verdict(*history) is Verdict.VIOLATION
+    assert verdict(*history) is KeyVerdict.VIOLATION
 
 
 def test_read_absent_after_a_completed_create() -> None:
-    assert verdict(create("A", b"a", True, 0, 1), r("B", None, 2, 3)) is Verdict.VIOLATION
+    assert verdict(create("A", b"a", True, 0, 1), r("B", None, 2, 3)) is KeyVerdict.VIOLATION
 
 
 def test_cas_succeeding_on_a_stale_token() -> None:
     history = (w("A", b"a", "t1", 0, 1), w("B", b"b", "t2", 2, 3), cas("C", b"c", "t1", "t3", 4, 5))
-    assert verdict(*history) is Verdict.VIOLATION
+    assert verdict(*history) is KeyVerdict.VIOLATION
 
 
 def test_cas_failing_on_the_current_token() -> None:
-    assert verdict(w("A", b"a", "t1", 0, 1), cas("B", b"b", "t1", None, 2, 3)) is Verdict.VIOLATION
+    assert verdict(w("A", b"a", "t1", 0, 1), cas("B", b"b", "t1", None, 2, 3)) is KeyVerdict.VIOLATION
 
 
 def test_torn_write_a_read_of_bytes_nobody_wrote() -> None:
-    assert verdict(w("A", b"abcd", "t1", 0, 10), r("B", b"ab", 2, 3)) is Verdict.VIOLATION
+    assert verdict(w("A", b"abcd", "t1", 0, 10), r("B", b"ab", 2, 3)) is KeyVerdict.VIOLATION
 
 
 def test_read_versioned_token_differs_from_the_token_write_returned() -> None:
-    assert verdict(w("A", b"a", "t1", 0, 1), rv("B", b"a", "t9", 2, 3)) is Verdict.VIOLATION
+    assert verdict(w("A", b"a", "t1", 0, 1), rv("B", b"a", "t9", 2, 3)) is KeyVerdict.VIOLATION
 
 
 def test_token_naming_two_bodies() -> None:
     result = check_history((w("A", b"a", "t1", 0, 1), rv("B", b"b", "t1", 2, 3)))
-    assert result.verdict is Verdict.VIOLATION and "different bodies" in result.violations[0].reason
+    assert result.verdict is KeyVerdict.VIOLATION and "different bodies" in result.violations[0].reason
 
 
 def test_ambiguous_write_cannot_take_effect_before_its_call() -> None:
-    assert verdict(r("B", b"a", 0, 5), w("A", b"a", "?", 10, None)) is Verdict.VIOLATION
+    assert verdict(r("B", b"a", 0, 5), w("A", b"a", "?", 10, None)) is KeyVerdict.VIOLATION
 
 
 def test_ambiguous_write_takes_effect_at_most_once() -> None:
@@ -208,12 +212,12 @@ def test_ambiguous_write_takes_effect_at_most_once() -> None:
         w("B", b"b", "t2", 7, 8),
         r("C", b"a", 9, 10),  # "a" cannot come back: the ambiguous write happened once, before the read
     )
-    assert verdict(*history) is Verdict.VIOLATION
+    assert verdict(*history) is KeyVerdict.VIOLATION
 
 
 def test_ambiguous_cas_cannot_succeed_on_a_stale_token() -> None:
     history = (w("A", b"a", "t1", 0, 1), w("A", b"b", "t2", 2, 3), cas("B", b"c", "t1", None, 4, None))
-    assert verdict(*history, r("C", b"c", 10, 11)) is Verdict.VIOLATION
+    assert verdict(*history, r("C", b"c", 10, 11)) is KeyVerdict.VIOLATION
 
 
 # -- counterexamples and budget -----------------------------------------------------------------------
@@ -228,7 +232,7 @@ def test_counterexample_is_shrunk_to_the_operations_involved() -> None:
     racing = (cas("A", b"vA", "t0", "tA", 1010, 1020), cas("B", b"vB", "t0", "tB", 1012, 1022))
     later = [r("C", b"vB", 1030 + i, 1031 + i) for i in range(5)]
     result = check_history([*noise, v0, *reads, *racing, *later])
-    assert result.verdict is Verdict.VIOLATION
+    assert result.verdict is KeyVerdict.VIOLATION
     [bad] = result.violations
     assert bad.key == "k"
     assert {o.op_id for o in bad.counterexample} == {v0.op_id, racing[0].op_id, racing[1].op_id}
@@ -239,7 +243,7 @@ def test_budget_exhaustion_gives_unknown_not_a_hang() -> None:
     writes = [w(f"W{i}", f"b{i}".encode(), f"t{i}", 0, 100) for i in range(12)]
     reads = [r("R", f"b{i}".encode(), 101 + 2 * i, 102 + 2 * i) for i in range(12)]  # impossible order
     result = check_history([*writes, *reads], max_steps=50)
-    assert result.verdict is Verdict.UNKNOWN
+    assert result.verdict is KeyVerdict.UNKNOWN
     assert result.keys[0].reason
 
 

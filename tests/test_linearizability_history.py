@@ -7,6 +7,8 @@ import pickle
 import pytest
 
 from backends.server import free_port
+from contract_tests.history import Event, EventKind, History, HistoryRecorder, Outcome
+from contract_tests.linearizability import check_history
 from contract_tests.planted_bugs import PLANTED_BUGS, RacyCasAdapter
 from storage_adapter import open_adapter
 from storage_adapter.errors import (
@@ -15,8 +17,6 @@ from storage_adapter.errors import (
     NotFoundError,
     UnsupportedOperationError,
 )
-from storage_adapter.history import Event, EventKind, History, HistoryRecorder, Outcome
-from storage_adapter.linearizability import check_history
 
 
 def test_recorder_records_each_register_operation_with_its_result(adapter) -> None:

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from contract_tests.peers import FsspecAdapter, open_peer
 from storage_adapter.errors import ConfigurationError, InvalidKeyError, NotFoundError
-from storage_adapter.peers import FsspecAdapter, open_peer
 from storage_adapter.types import Support
 
 

@@ -1,4 +1,4 @@
-"""Spark bulk load (storage_adapter.spark_load): parallel fragment writes, one commit, nothing visible
+"""Spark bulk load (storage_adapter.spark.load): parallel fragment writes, one commit, nothing visible
 from failed or retried tasks, orphans reclaimed by vacuum. On local and SeaweedFS (memory stores are
 per-process, so executors cannot reach them: that case must be refused)."""
 
@@ -17,7 +17,7 @@ import pytest
 
 from storage_adapter import UnsupportedOperationError
 from storage_adapter.engine import CommitConflictError, Engine, SchemaMismatchError
-from storage_adapter.spark_load import bulk_load
+from storage_adapter.spark.load import bulk_load
 
 SCHEMA = pa.schema([("id", pa.int64()), ("label", pa.string()), ("score", pa.float64())])
 

@@ -20,7 +20,7 @@ from stress_support import (
 )
 
 from contract_tests.planted_bugs import PLANTED_BUGS
-from storage_adapter.workloads import run_processes, run_threads
+from contract_tests.workloads import run_processes, run_threads
 
 
 def test_thread_history_is_linearizable(adapter) -> None:

@@ -21,7 +21,7 @@ from stress_support import (
 )
 
 from contract_tests.planted_bugs import PLANTED_BUGS
-from storage_adapter.spark import race_cas_increments, race_write_if_absent, run_workload_on_spark
+from contract_tests.spark_races import race_cas_increments, race_write_if_absent, run_workload_on_spark
 
 TASKS = 4
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Any
 
 from storage_adapter.engine import codec, layout
 from storage_adapter.engine.errors import CorruptMetadataError
 from storage_adapter.engine.failpoints import failpoint
+from storage_adapter.protocol import StorageAdapter
 
 AUDIT_FORMAT = "storage-adapter-engine/recovery-audit"
 
@@ -54,7 +54,7 @@ class AuditRecord:
 
 
 class AuditLog:
-    def __init__(self, adapter: Any) -> None:
+    def __init__(self, adapter: StorageAdapter) -> None:
         self._adapter = adapter
 
     def record_once(self, record: AuditRecord) -> bool:

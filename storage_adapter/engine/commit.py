@@ -13,7 +13,6 @@ import os
 import random
 import time
 from dataclasses import dataclass, replace
-from typing import Any
 
 from ulid import ULID
 
@@ -24,6 +23,7 @@ from storage_adapter.engine.manifest import CommitRecord, ManifestState, Manifes
 from storage_adapter.engine.recovery import Recovery
 from storage_adapter.engine.sidecar import HOST, LIVE, LeaseKeeper, Sidecar, SidecarPin, SidecarStore
 from storage_adapter.engine.tables import TableVersion, TableVersionStore
+from storage_adapter.protocol import StorageAdapter
 
 log = logging.getLogger(__name__)
 MODES = ("append", "overwrite")
@@ -72,7 +72,7 @@ class _Replay(Exception):  # control flow inside this module only
 class CommitOperation:
     """One commit by one writer. Not reusable; not shared between threads."""
 
-    def __init__(self, adapter: Any, root: str, policy: CommitPolicy, versions: TableVersionStore,
+    def __init__(self, adapter: StorageAdapter, root: str, policy: CommitPolicy, versions: TableVersionStore,
                  recovery: Recovery) -> None:  # fmt: skip
         self._root = root
         self._policy = policy

@@ -48,6 +48,7 @@ from storage_adapter.engine.tables import (
 )
 from storage_adapter.engine.vacuum import VacuumReport, vacuum
 from storage_adapter.errors import NotFoundError
+from storage_adapter.protocol import StorageAdapter
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,9 @@ class Engine:
     pending recovery sidecars of dead writers (one LIST when there are none).
     """
 
-    def __init__(self, adapter: Any, *, actor: str | None, read_only: bool, settings: EngineSettings) -> None:
+    def __init__(
+        self, adapter: StorageAdapter, *, actor: str | None, read_only: bool, settings: EngineSettings
+    ) -> None:
         self._adapter = adapter
         self._actor = actor
         self._read_only = read_only
@@ -166,7 +169,9 @@ class Engine:
             return replayed
         for table, table_data in data.items():
             check_schema(table, schema_from_text(state.manifest.tables[table].schema), table_data.schema)
-        refs = {t: (write_fragment(self._adapter, t, d, str(ULID())),) for t, d in data.items()}
+        refs: dict[str, tuple[FragmentRef, ...]] = {
+            t: (write_fragment(self._adapter, t, d, str(ULID())),) for t, d in data.items()
+        }
         return self._commit(state, refs, mode, expected_version, idempotency_key, actor)
 
     def vacuum(self, grace_s: float | None = None, dry_run: bool = False) -> VacuumReport:

@@ -16,6 +16,7 @@ from typing import Any
 from storage_adapter.engine import codec, layout
 from storage_adapter.engine.errors import CorruptManifestError, HistoryExpiredError, UnknownTableError
 from storage_adapter.errors import NotFoundError
+from storage_adapter.protocol import StorageAdapter
 
 MANIFEST_FORMAT = "storage-adapter-engine/manifest"
 DEFAULT_RETENTION = 256  # ~60 KB of manifest (about 235 bytes per record); see docs/engine.md
@@ -177,7 +178,7 @@ class ManifestState:
 class ManifestStore:
     """Loads and publishes the manifest on one adapter."""
 
-    def __init__(self, adapter: Any) -> None:
+    def __init__(self, adapter: StorageAdapter) -> None:
         self._adapter = adapter
 
     def load(self) -> ManifestState:

@@ -28,7 +28,7 @@ import enum
 import logging
 import os
 from dataclasses import dataclass, replace
-from typing import Any
+from functools import partial
 
 from storage_adapter.engine import codec, layout
 from storage_adapter.engine.audit import AuditLog, AuditRecord, RecoveryOutcome
@@ -37,6 +37,7 @@ from storage_adapter.engine.failpoints import failpoint
 from storage_adapter.engine.manifest import CommitRecord, Manifest, ManifestStore, TableChange
 from storage_adapter.engine.sidecar import HOST, LIVE, Sidecar, SidecarStore, writer_alive
 from storage_adapter.engine.tables import TableVersion, TableVersionStore
+from storage_adapter.protocol import StorageAdapter
 
 log = logging.getLogger(__name__)
 ABSENT = -1  # the "version" of a table the manifest does not have
@@ -89,7 +90,7 @@ class HealReport:
 class Recovery:
     """Recovery for one engine root. ``root`` identifies the root in the in-process live registry."""
 
-    def __init__(self, adapter: Any, root: str, recovered_by: str, max_attempts: int,
+    def __init__(self, adapter: StorageAdapter, root: str, recovered_by: str, max_attempts: int,
                  versions: TableVersionStore) -> None:  # fmt: skip
         self._root = root
         self._recovered_by = recovered_by
@@ -257,7 +258,7 @@ class Recovery:
                 continue
             ours = self._versions.read(table.table, table.head)
             restored = self._versions.write_next(
-                lambda number, t=table, ours=ours: self._restore_content(t, ours, sidecar, number),
+                partial(self._restore_content, table, ours, sidecar),
                 table.table,
                 table.head + 1,
             )

@@ -20,11 +20,11 @@ import threading
 import time
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
-from typing import Any
 
 from storage_adapter.engine import codec, layout
 from storage_adapter.engine.errors import CorruptSidecarError
 from storage_adapter.engine.failpoints import failpoint
+from storage_adapter.protocol import StorageAdapter
 
 SIDECAR_FORMAT = "storage-adapter-engine/recovery-sidecar"
 SIDECAR_SCHEMA_VERSIONS = (1,)
@@ -176,7 +176,7 @@ def writer_alive(sidecar: Sidecar, root: str) -> bool:
 class SidecarStore:
     """Sidecar I/O on one adapter, with the storage failpoints of the fault matrix."""
 
-    def __init__(self, adapter: Any) -> None:
+    def __init__(self, adapter: StorageAdapter) -> None:
         self._adapter = adapter
 
     def write(self, sidecar: Sidecar) -> None:

@@ -11,14 +11,15 @@ from __future__ import annotations
 import base64
 import hashlib
 import io
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from storage_adapter.engine import codec, layout
 from storage_adapter.engine.errors import CorruptMetadataError, SchemaMismatchError
+from storage_adapter.protocol import StorageAdapter
 
 VERSION_FORMAT = "storage-adapter-engine/table-version"
 
@@ -58,7 +59,7 @@ class FragmentRef:
     written_at: str  # ISO-8601 UTC, the writer's clock: commits refuse fragments older than the grace rule
 
 
-def write_fragment(adapter: Any, table: str, data: pa.Table, fragment_id: str) -> FragmentRef:
+def write_fragment(adapter: StorageAdapter, table: str, data: pa.Table, fragment_id: str) -> FragmentRef:
     """Write ``data`` as one Parquet file with write_if_absent (the id is a fresh ULID: never taken)."""
     sink = io.BytesIO()
     pq.write_table(data, sink)
@@ -69,7 +70,7 @@ def write_fragment(adapter: Any, table: str, data: pa.Table, fragment_id: str) -
     return FragmentRef(table, key, data.num_rows, len(body), schema_fingerprint(data.schema), codec.now_iso())
 
 
-def read_fragment(adapter: Any, key: str) -> pa.Table:
+def read_fragment(adapter: StorageAdapter, key: str) -> pa.Table:
     return pq.read_table(io.BytesIO(adapter.read_bytes(key)))
 
 
@@ -117,7 +118,7 @@ class TableVersion:
 class TableVersionStore:
     """Reads and writes table version files. Versions are immutable, so reads are cached for good."""
 
-    def __init__(self, adapter: Any, cache_size: int = 4096) -> None:
+    def __init__(self, adapter: StorageAdapter, cache_size: int = 4096) -> None:
         self._adapter = adapter
         self._cache: dict[tuple[str, int], TableVersion] = {}
         self._cache_size = cache_size
@@ -155,8 +156,8 @@ class TableVersionStore:
             version += 1
         return version
 
-    def write_next(self, make: Any, table: str, first_candidate: int,
-                   on_taken: Any = None) -> TableVersion:  # fmt: skip
+    def write_next(self, make: Callable[[int], TableVersion], table: str, first_candidate: int,
+                   on_taken: Callable[[int], object] | None = None) -> TableVersion:  # fmt: skip
         """Write ``make(number)`` at the first free number from ``first_candidate`` up; return it.
 
         ``on_taken(number)`` is called before trying each number after a lost race (the commit uses it to

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any
 
 from storage_adapter.engine import layout
 from storage_adapter.engine.manifest import Manifest, ManifestStore
 from storage_adapter.engine.tables import TableVersionStore
+from storage_adapter.protocol import StorageAdapter
 from storage_adapter.types import ObjectInfo
 
 
@@ -64,7 +64,9 @@ def _older(info: ObjectInfo, cutoff: datetime) -> bool:
     return modified < cutoff
 
 
-def vacuum(adapter: Any, versions: TableVersionStore, grace_s: float, dry_run: bool = False) -> VacuumReport:
+def vacuum(
+    adapter: StorageAdapter, versions: TableVersionStore, grace_s: float, dry_run: bool = False
+) -> VacuumReport:
     """Delete unreferenced table files older than ``grace_s``. The caller has healed pending sidecars."""
     listing = [(info, parsed) for info in adapter.list(layout.TABLES_PREFIX) if (parsed := _parse(info.key))]
     manifest = ManifestStore(adapter).load().manifest

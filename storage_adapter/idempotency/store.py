@@ -24,6 +24,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any, TypeVar
 
 from storage_adapter.errors import NotFoundError, StorageError
@@ -38,6 +39,7 @@ from storage_adapter.idempotency.records import (
     decode_record,
     encode_record,
 )
+from storage_adapter.protocol import StorageAdapter
 
 T = TypeVar("T")
 
@@ -126,7 +128,7 @@ class IdempotencyStore:
 
     def __init__(
         self,
-        adapter: Any,
+        adapter: StorageAdapter,
         *,
         lifetime: timedelta = timedelta(hours=24),
         lease: timedelta = timedelta(seconds=30),
@@ -376,7 +378,7 @@ class IdempotencyStore:
                 continue  # changed since we judged it: someone owns it now
             if self.clock() - tombstoned_at > self.tombstone_grace / 2:
                 continue  # too slow to be sure nobody adopted it yet: leave it to the next purge
-            self._request(f"delete {info.key}", lambda key=info.key: self.adapter.delete(key))
+            self._request(f"delete {info.key}", partial(self.adapter.delete, info.key))
             purged += 1
         if corrupt:
             error = CorruptRecordError(

@@ -1,4 +1,4 @@
-"""PySpark at the edge: a SparkSession configured for this project's jobs, and Spark as a parallel driver.
+"""Spark as a parallel driver of races: recorded workloads and contention races run as Spark tasks.
 
 Executors reopen adapters from their pickled config, so a job runs unchanged on ``local[N]`` and on any
 cluster master. Worker processes must run this interpreter (``PYSPARK_PYTHON``) to see the package.
@@ -12,45 +12,18 @@ races together; a barrier stage needs as many free slots as tasks, which is chec
 
 from __future__ import annotations
 
-import os
-import sys
+import json
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
-from storage_adapter.history import History
-from storage_adapter.workloads import (
-    WorkloadError,
-    WorkloadSpec,
-    new_run_id,
-    no_sync,
-    require_shared_store,
-    run_worker,
-)
-
-
-def spark_session(master: str = "local[2]", app_name: str = "storage-adapter") -> Any:
-    """Get or create a SparkSession: UI off, driver on loopback, quiet logs, small shuffles."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
-
-    session = (
-        SparkSession.builder.master(master)
-        .appName(app_name)
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.python.worker.reuse", "true")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    return session
-
+from contract_tests import race_tasks
+from contract_tests.history import History
+from contract_tests.races import RaceError, Sync, no_sync
+from contract_tests.workloads import WorkloadSpec, new_run_id, require_shared_store, workload_task
+from storage_adapter.protocol import StorageAdapter
 
 # -- parallel I/O drivers ------------------------------------------------------------------------------
 # Every task below reopens the adapter by unpickling it (the closure carries the pickled adapter), so the
@@ -92,7 +65,7 @@ class ClockGrid:
         self.next_ns += self.slot_ns
 
 
-def _run_tasks(
+def race_in_spark_tasks(
     spark: Any,
     tasks: int,
     barrier: bool,
@@ -103,7 +76,7 @@ def _run_tasks(
     task order. In a barrier stage ``sync`` is a :class:`ClockGrid` agreed by all tasks (each call
     releases every task within milliseconds); otherwise it is a no-op.
 
-    Raises WorkloadError when any task ran more than once (a retry: the first attempt's operations would
+    Raises RaceError when any task ran more than once (a retry: the first attempt's operations would
     be missing from what the driver receives).
     """
     if tasks < 1:
@@ -114,24 +87,26 @@ def _run_tasks(
     def partition(_rows: Iterator[Any]) -> Iterator[tuple[int, int, Any]]:
         from pyspark import BarrierTaskContext, TaskContext
 
+        sync: Sync
         if barrier:
-            context = BarrierTaskContext.get()
-            clocks = context.allGather(str(time.time_ns()))
-            sync: Callable[[], None] = ClockGrid(
-                max(map(int, clocks)) + int(RENDEZVOUS_MARGIN_S * 1e9), slot_s
-            )
+            stage = BarrierTaskContext.get()
+            clocks = stage.allGather(str(time.time_ns()))
+            sync = ClockGrid(max(map(int, clocks)) + int(RENDEZVOUS_MARGIN_S * 1e9), slot_s)
+            context: TaskContext | None = stage
         else:
             context = TaskContext.get()
             sync = no_sync
-        index = context.partitionId()  # type: ignore[union-attr]
-        yield (index, context.attemptNumber(), task(index, sync))  # type: ignore[union-attr]
+        if context is None:
+            raise RaceError("a Spark race task ran outside a task context")
+        index = context.partitionId()
+        yield (index, context.attemptNumber(), task(index, sync))
 
     rdd = spark.sparkContext.parallelize(range(tasks), tasks)
     stage = rdd.barrier().mapPartitions(partition) if barrier else rdd.mapPartitions(partition)
     rows = sorted(stage.collect(), key=lambda row: row[0])
     retried = [index for index, attempt, _ in rows if attempt > 0]
     if retried or len(rows) != tasks:
-        raise WorkloadError(
+        raise RaceError(
             f"Spark tasks {retried} were retried (or results are missing: {len(rows)} of {tasks}); "
             "operations of failed attempts are not in the history"
         )
@@ -140,26 +115,26 @@ def _run_tasks(
 
 def run_workload_on_spark(
     spark: Any,
-    adapter: Any,
+    adapter: StorageAdapter,
     spec: WorkloadSpec,
     tasks: int | None = None,
     barrier: bool = True,
     slot_s: float = DEFAULT_SLOT_S,
 ) -> History:
-    """Run the stress workload (:mod:`storage_adapter.workloads`) as one Spark job of ``tasks`` tasks
+    """Run the stress workload (:mod:`contract_tests.workloads`) as one Spark job of ``tasks`` tasks
     (default: ``defaultParallelism``), each reopening ``adapter`` from its pickle and recording its own
     history; the driver merges them. With ``barrier`` the tasks run in a barrier stage and every
     contention phase starts as a synchronized burst on a :class:`ClockGrid` of ``slot_s`` slots (a slot
     should exceed one phase's duration; an overrun only loosens the synchronization, never the check).
 
     Raises ValueError for a per-process (memory) store or a barrier stage wider than the free slots, and
-    WorkloadError when a task was retried.
+    RaceError when a task was retried.
     """
     require_shared_store(adapter, "Spark tasks would each see their own")
     tasks = tasks or spark.sparkContext.defaultParallelism
     run_id = new_run_id()
-    event_lists = _run_tasks(
-        spark, tasks, barrier, lambda i, sync: run_worker(adapter, spec, i, run_id, sync), slot_s
+    event_lists = race_in_spark_tasks(
+        spark, tasks, barrier, partial(workload_task, adapter, spec, run_id), slot_s
     )
     return History.merge(*event_lists)
 
@@ -167,7 +142,7 @@ def run_workload_on_spark(
 @dataclass(frozen=True)
 class CreateRace:
     """Outcome of :func:`race_write_if_absent`: for each key, the tasks whose ``write_if_absent``
-    returned True, which task's body is stored, and the stored body."""
+    returned True, and the stored body."""
 
     winners: dict[str, tuple[int, ...]]
     stored: dict[str, bytes | None]
@@ -176,28 +151,23 @@ class CreateRace:
     def exactly_one_winner_per_key(self) -> bool:
         """Each key has one winner and holds exactly that winner's body."""
         return all(
-            len(won) == 1 and self.stored[key] == _race_body(key, won[0]) for key, won in self.winners.items()
+            len(won) == 1 and self.stored[key] == race_tasks.create_body(key, won[0])
+            for key, won in self.winners.items()
         )
 
 
-def _race_body(key: str, task: int) -> bytes:
-    return f"{key} created by task {task}".encode()
-
-
 def race_write_if_absent(
-    spark: Any, adapter: Any, keys: Sequence[str], tasks: int | None = None, barrier: bool = True
+    spark: Any, adapter: StorageAdapter, keys: Sequence[str], tasks: int | None = None, barrier: bool = True
 ) -> CreateRace:
     """``tasks`` Spark tasks each call ``write_if_absent`` on every key of ``keys`` (absent beforehand),
-    after a common barrier when ``barrier``. The contract: exactly one winner per key."""
+    meeting before each key when ``barrier``. The contract: exactly one winner per key."""
     tasks = tasks or spark.sparkContext.defaultParallelism
     keys = list(keys)
-
-    def task(index: int, sync: Callable[[], None]) -> list[str]:
-        sync()
-        return [key for key in keys if adapter.write_if_absent(key, _race_body(key, index))]
-
-    won_by_task = _run_tasks(spark, tasks, barrier, task)
-    winners = {key: tuple(i for i, won in enumerate(won_by_task) if key in won) for key in keys}
+    attempts = race_in_spark_tasks(spark, tasks, barrier, partial(race_tasks.create_race, adapter, keys))
+    winners = {
+        key: tuple(i for i, mine in enumerate(attempts) for a in mine if a.key == key and a.won)
+        for key in keys
+    }
     return CreateRace(winners, {key: adapter.read_if_exists(key) for key in keys})
 
 
@@ -216,30 +186,21 @@ class CasIncrements:
 
 
 def race_cas_increments(
-    spark: Any, adapter: Any, key: str, increments: int, tasks: int | None = None, barrier: bool = True
+    spark: Any,
+    adapter: StorageAdapter,
+    key: str,
+    increments: int,
+    tasks: int | None = None,
+    barrier: bool = True,
 ) -> CasIncrements:
-    """``tasks`` Spark tasks each add 1 to the counter at ``key`` ``increments`` times, by
-    read_versioned + write_if_match retried until it succeeds. The counter is (re)set to 0 first. The
-    contract: the final value is exactly ``tasks * increments``. Counter bodies strictly increase, so no
-    two versions share bytes (no ABA, even with content-hash tokens)."""
+    """``tasks`` Spark tasks each add 1 to the JSON counter at ``key`` ``increments`` times, by
+    read_versioned + write_if_match retried until it succeeds (:func:`contract_tests.race_tasks.cas_increments`).
+    The counter is (re)set to 0 first. The contract: the final value is exactly ``tasks * increments``."""
     tasks = tasks or spark.sparkContext.defaultParallelism
-    adapter.write(key, b"0")
-
-    def task(index: int, sync: Callable[[], None]) -> int:
-        sync()
-        conflicts = 0
-        for _ in range(increments):
-            while True:
-                current = adapter.read_versioned(key)
-                value = int(current.data.split(b" ")[0]) + 1
-                if (
-                    adapter.write_if_match(key, f"{value} by task {index}".encode(), current.token)
-                    is not None
-                ):
-                    break
-                conflicts += 1
-        return conflicts
-
-    conflicts = sum(_run_tasks(spark, tasks, barrier, task))
-    final = int(adapter.read_bytes(key).split(b" ")[0])
-    return CasIncrements(final=final, expected=tasks * increments, conflicts=conflicts)
+    adapter.write(key, json.dumps({"n": 0}))
+    task = partial(race_tasks.cas_increments, adapter, key, increments)
+    tallies = race_in_spark_tasks(spark, tasks, barrier, task)
+    final = race_tasks.counter_value(adapter, key)
+    return CasIncrements(
+        final=final, expected=tasks * increments, conflicts=sum(t.conflicts for t in tallies)
+    )

@@ -28,6 +28,7 @@ from storage_adapter.engine.engine import Engine
 from storage_adapter.engine.errors import SchemaMismatchError
 from storage_adapter.engine.tables import FragmentRef, write_fragment
 from storage_adapter.errors import UnsupportedOperationError
+from storage_adapter.protocol import StorageAdapter
 
 # What each task returns to the driver: one row per fragment it wrote (FragmentRef's fields).
 _REF_FIELDS = [f.name for f in dataclasses.fields(FragmentRef)]
@@ -54,7 +55,7 @@ class BulkLoad:
 class _FragmentWriter:
     """The per-partition function shipped to executors (pickled with the adapter's config)."""
 
-    adapter: Any
+    adapter: StorageAdapter
     table: str
     schema: pa.Schema
     max_rows_per_fragment: int

@@ -43,7 +43,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from storage_adapter.history import History, Operation, Outcome
+from contract_tests.history import History, Operation, Outcome
 
 State = tuple[bytes, str | None] | None  # None: absent
 TokenBodies = dict[str, frozenset[bytes]]
@@ -51,7 +51,7 @@ _ILLEGAL = object()
 _EFFECT_FREE_WHEN_OK = frozenset({"read", "read_versioned", "exists"})
 
 
-class Verdict(enum.Enum):
+class KeyVerdict(enum.Enum):
     LINEARIZABLE = "linearizable"
     VIOLATION = "violation"
     UNKNOWN = "unknown"  # the budget ran out before the search decided
@@ -63,7 +63,7 @@ class KeyResult:
     sorted by invoke time; ``reason`` says why in one line."""
 
     key: str
-    verdict: Verdict
+    verdict: KeyVerdict
     operations: int
     counterexample: tuple[Operation, ...] = ()
     reason: str = ""
@@ -75,18 +75,18 @@ class CheckResult:
     """The verdict for a whole history: a VIOLATION if any key has one, else UNKNOWN if any key ran out
     of budget, else LINEARIZABLE."""
 
-    verdict: Verdict
+    verdict: KeyVerdict
     operations: int
     keys: tuple[KeyResult, ...] = field(default=())
     elapsed_s: float = 0.0
 
     @property
     def ok(self) -> bool:
-        return self.verdict is Verdict.LINEARIZABLE
+        return self.verdict is KeyVerdict.LINEARIZABLE
 
     @property
     def violations(self) -> tuple[KeyResult, ...]:
-        return tuple(k for k in self.keys if k.verdict is Verdict.VIOLATION)
+        return tuple(k for k in self.keys if k.verdict is KeyVerdict.VIOLATION)
 
     def report(self) -> str:
         """Human-readable summary; on a violation, each offending key's counterexample."""
@@ -95,7 +95,7 @@ class CheckResult:
             f"checked in {self.elapsed_s:.3f} s"
         ]
         for key in self.keys:
-            if key.verdict is Verdict.LINEARIZABLE:
+            if key.verdict is KeyVerdict.LINEARIZABLE:
                 continue
             lines.append(f"key {key.key!r}: {key.verdict.value} ({key.operations} ops): {key.reason}")
             origin = min((o.invoke_ns for o in key.counterexample), default=0)
@@ -213,14 +213,16 @@ def _entry_list(ops: Sequence[Operation]) -> _Entry:
 
 def _lift(entry: _Entry) -> None:
     for e in (entry, entry.match):
-        e.prev.next = e.next  # type: ignore[union-attr]
+        assert e is not None and e.prev is not None  # every listed entry has a match and a predecessor
+        e.prev.next = e.next
         if e.next is not None:
             e.next.prev = e.prev
 
 
 def _unlift(entry: _Entry) -> None:
     for e in (entry.match, entry):
-        e.prev.next = e  # type: ignore[union-attr]
+        assert e is not None and e.prev is not None
+        e.prev.next = e
         if e.next is not None:
             e.next.prev = e
 
@@ -403,20 +405,20 @@ def _check_key(key: str, operations: Sequence[Operation], budget: _Budget, shrin
     ops = sorted(_relevant(operations), key=lambda o: (o.invoke_ns, o.op_id))
     tokens = token_bodies(ops)
 
-    def result(verdict: Verdict, reason: str = "", example: tuple[Operation, ...] = ()) -> KeyResult:
+    def result(verdict: KeyVerdict, reason: str = "", example: tuple[Operation, ...] = ()) -> KeyResult:
         return KeyResult(key, verdict, len(operations), example, reason, time.monotonic() - started)
 
     conflict = _token_conflict(ops, tokens)
     if conflict is not None:
-        return result(Verdict.VIOLATION, conflict[0], conflict[1])
+        return result(KeyVerdict.VIOLATION, conflict[0], conflict[1])
     try:
         if _linearizable(ops, tokens, budget):
-            return result(Verdict.LINEARIZABLE)
+            return result(KeyVerdict.LINEARIZABLE)
     except _OutOfBudget:
-        return result(Verdict.UNKNOWN, "the search ran out of its time/step budget")
+        return result(KeyVerdict.UNKNOWN, "the search ran out of its time/step budget")
     example = _shrink_counterexample(ops, tokens, budget) if shrink else tuple(ops)
     reason = "no order of these operations consistent with real time explains their results"
-    return result(Verdict.VIOLATION, reason, example)
+    return result(KeyVerdict.VIOLATION, reason, example)
 
 
 def check_history(
@@ -441,10 +443,10 @@ def check_history(
     results = tuple(_check_key(key, per_key[key], budget, shrink) for key in sorted(per_key))
     verdicts = {r.verdict for r in results}
     verdict = (
-        Verdict.VIOLATION
-        if Verdict.VIOLATION in verdicts
-        else Verdict.UNKNOWN
-        if Verdict.UNKNOWN in verdicts
-        else Verdict.LINEARIZABLE
+        KeyVerdict.VIOLATION
+        if KeyVerdict.VIOLATION in verdicts
+        else KeyVerdict.UNKNOWN
+        if KeyVerdict.UNKNOWN in verdicts
+        else KeyVerdict.LINEARIZABLE
     )
     return CheckResult(verdict, len(operations), results, time.monotonic() - started)

@@ -4,7 +4,7 @@
 an *invoke* event before the call and a *complete* event after it. Events are frozen dataclasses that
 pickle, so workers in threads, OS processes and Spark tasks each record their own list, return it, and
 :meth:`History.from_events` merges them into one history of :class:`Operation` s for the checker
-(:mod:`storage_adapter.linearizability`).
+(:mod:`contract_tests.linearizability`).
 
 Recorded operations, by the name the checker models them under:
 
@@ -276,7 +276,13 @@ class HistoryRecorder(DerivedOperations):
         worker = self.worker or f"{self._host}/{os.getpid()}/{threading.current_thread().name}"
         op_id = uuid.uuid4().hex
         recorded_key = join_key(self._root_prefix, key) if isinstance(key, str) else repr(key)
-        common = {"op_id": op_id, "worker": worker, "host": self._host, "op": op, "key": recorded_key}
+        common: dict[str, Any] = {
+            "op_id": op_id,
+            "worker": worker,
+            "host": self._host,
+            "op": op,
+            "key": recorded_key,
+        }
         invoked = Event(
             EventKind.INVOKE, monotonic_ns=time.monotonic_ns(), wall_ns=time.time_ns(), args=args, **common
         )

@@ -21,34 +21,26 @@ whatever happens, as Spark barrier stages require.
 
 Every body is unique in the run and all bodies have the same length, so a token identifies a version on
 every backend (S3 ETags are content MD5s) and a half-written body can never equal a whole one.
-Operations that raise StorageError are recorded (see :mod:`storage_adapter.history`) and the worker
+Operations that raise StorageError are recorded (see :mod:`contract_tests.history`) and the worker
 goes on.
 """
 
 from __future__ import annotations
 
-import multiprocessing
-import queue
 import random
-import threading
 import time
-import traceback
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from functools import partial
 
+from contract_tests.history import Event, History, HistoryRecorder
+from contract_tests.races import Sync, race_in_processes, race_in_threads
 from storage_adapter.errors import StorageError
-from storage_adapter.history import Event, History, HistoryRecorder
+from storage_adapter.protocol import StorageAdapter
 
 BODY_LENGTH = 64
 _RANDOM_OPS = ("read", "read_versioned", "exists", "write", "write_if_absent", "write_if_match", "delete")
 _RANDOM_WEIGHTS = (3, 3, 1, 2, 1, 3, 1)
-SYNC_TIMEOUT_S = 300.0
-
-
-class WorkloadError(RuntimeError):
-    """A worker crashed, hung or was retried: the recorded history would be incomplete, so no verdict."""
 
 
 @dataclass(frozen=True)
@@ -67,15 +59,10 @@ class WorkloadSpec:
         return [f"stress/k{i}" for i in range(self.keys)]
 
 
-def no_sync() -> None:
-    """The ``sync`` of a worker that runs without a barrier."""
-    return None
-
-
 class _Worker:
     """One worker's run of the workload through its recorder."""
 
-    def __init__(self, adapter: Any, spec: WorkloadSpec, index: int, run_id: str, sync: Callable[[], None]):
+    def __init__(self, adapter: StorageAdapter, spec: WorkloadSpec, index: int, run_id: str, sync: Sync):
         self.store = HistoryRecorder(adapter, worker=f"w{index}")
         self.spec = spec
         self.index = index
@@ -142,14 +129,12 @@ class _Worker:
         return self.store.events
 
 
-def run_worker(
-    adapter: Any, spec: WorkloadSpec, index: int, run_id: str, sync: Callable[[], None] = no_sync
+def workload_task(
+    adapter: StorageAdapter, spec: WorkloadSpec, run_id: str, index: int, sync: Sync
 ) -> list[Event]:
-    """Run worker ``index`` of the workload on ``adapter``; return its recorded events.
-
-    ``run_id`` must be the same for all workers of one run and unique across runs (it makes bodies
-    unique); ``sync`` is the barrier shared by all workers of the run.
-    """
+    """Racer ``index`` of the workload on ``adapter`` (a task for :mod:`contract_tests.races`); returns
+    its recorded events. ``run_id`` is shared by the racers of one run and unique across runs (it makes
+    bodies unique)."""
     return _Worker(adapter, spec, index, run_id, sync).run()
 
 
@@ -157,42 +142,7 @@ def new_run_id() -> str:
     return uuid.uuid4().hex[:10]
 
 
-def run_threads(adapter: Any, spec: WorkloadSpec, workers: int = 4) -> History:
-    """Run the workload in ``workers`` threads sharing ``adapter``; return the merged history.
-
-    Raises WorkloadError if a worker crashes (its traceback in the message).
-    """
-    barrier = threading.Barrier(workers, timeout=SYNC_TIMEOUT_S)
-    run_id = new_run_id()
-    results: dict[int, list[Event]] = {}
-    failures: list[str] = []
-
-    def target(index: int) -> None:
-        try:
-            results[index] = run_worker(adapter, spec, index, run_id, barrier.wait)
-        except BaseException:
-            failures.append(traceback.format_exc())
-            barrier.abort()  # release the others instead of letting them wait out the timeout
-
-    threads = [threading.Thread(target=target, args=(i,), name=f"stress-{i}") for i in range(workers)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    if failures:
-        raise WorkloadError(f"{len(failures)} of {workers} thread workers failed; first:\n{failures[0]}")
-    return History.merge(*results.values())
-
-
-def _process_main(adapter: Any, spec: WorkloadSpec, index: int, run_id: str, barrier: Any, out: Any) -> None:
-    try:
-        out.put((index, run_worker(adapter, spec, index, run_id, barrier.wait), None))
-    except BaseException:
-        barrier.abort()
-        out.put((index, None, traceback.format_exc()))
-
-
-def require_shared_store(adapter: Any, consequence: str) -> None:
+def require_shared_store(adapter: StorageAdapter, consequence: str) -> None:
     """Raise ValueError unless other processes see the same objects (memory stores are per-process)."""
     capabilities = adapter.capabilities
     if not capabilities.shared_across_processes:
@@ -202,50 +152,18 @@ def require_shared_store(adapter: Any, consequence: str) -> None:
         )
 
 
-def run_processes(adapter: Any, spec: WorkloadSpec, workers: int = 4, timeout_s: float = 600.0) -> History:
-    """Run the workload in ``workers`` OS processes (``spawn`` context: no fork after obstore started
-    threads); each reopens ``adapter`` by unpickling it. Returns the merged history.
+def run_threads(adapter: StorageAdapter, spec: WorkloadSpec, workers: int = 4) -> History:
+    """Run the workload in ``workers`` threads sharing ``adapter``; return the merged history.
+    Raises RaceError if a worker crashes (its traceback in the message)."""
+    return History.merge(*race_in_threads(workers, partial(workload_task, adapter, spec, new_run_id())))
 
-    Raises ValueError when the adapter's store is not shared across processes (memory), and
-    WorkloadError if a worker crashes or does not report within ``timeout_s``.
-    """
+
+def run_processes(
+    adapter: StorageAdapter, spec: WorkloadSpec, workers: int = 4, timeout_s: float = 600.0
+) -> History:
+    """Run the workload in ``workers`` spawned OS processes, each reopening ``adapter`` by unpickling it;
+    return the merged history. Raises ValueError when the adapter's store is not shared across processes
+    (memory), and RaceError if a worker crashes or does not report within ``timeout_s``."""
     require_shared_store(adapter, "a multi-process history is meaningless")
-    context = multiprocessing.get_context("spawn")
-    barrier = context.Barrier(workers, timeout=SYNC_TIMEOUT_S)
-    out = context.Queue()
-    run_id = new_run_id()
-    processes = [
-        context.Process(
-            target=_process_main, args=(adapter, spec, i, run_id, barrier, out), name=f"stress-{i}"
-        )
-        for i in range(workers)
-    ]
-    for process in processes:
-        process.start()
-    results: dict[int, list[Event]] = {}
-    failures: list[str] = []
-    deadline = time.monotonic() + timeout_s
-    try:
-        # Drain before joining: a child blocks on exit until its queued events are read.
-        while len(results) + len(failures) < workers:
-            try:
-                index, events, failure = out.get(timeout=1.0)
-            except queue.Empty:
-                dead = [p.name for p in processes if p.exitcode not in (None, 0)]
-                if dead or time.monotonic() > deadline:
-                    what = f"workers {dead} died" if dead else f"workers did not report within {timeout_s} s"
-                    raise WorkloadError(f"process {what}; the history is incomplete") from None
-                continue
-            if failure is None:
-                results[index] = events
-            else:
-                failures.append(failure)
-    finally:
-        for process in processes:
-            process.join(timeout=30)
-            if process.is_alive():
-                process.kill()
-                process.join()
-    if failures:
-        raise WorkloadError(f"{len(failures)} of {workers} process workers failed; first:\n{failures[0]}")
-    return History.merge(*results.values())
+    task = partial(workload_task, adapter, spec, new_run_id())
+    return History.merge(*race_in_processes(workers, task, timeout_s=timeout_s))

@@ -27,74 +27,18 @@ from typing import Any
 
 from storage_adapter.config import AdapterConfig, parse_url
 from storage_adapter.derived import DerivedOperations
-from storage_adapter.errors import NotFoundError, PermissionDeniedError, StorageError
+from storage_adapter.errors import ConfigurationError, NotFoundError, PermissionDeniedError, StorageError
 from storage_adapter.keys import validate_key, validate_prefix
-from storage_adapter.types import Capabilities, DirListing, ObjectInfo, Support, Versioned
-
-PEER_NAMES = {"memory": "fsspec-memory", "local": "fsspec-local", "s3": "s3fs"}
-
-_CHECK_THEN_ACT = "check-then-act (read the token, then write): not atomic"
-CAPABILITIES = {
-    "memory": Capabilities(
-        backend="fsspec-memory",
-        write_if_absent=Support.EMULATED,  # exists() then write
-        write_if_match=Support.EMULATED,
-        atomic_rename=False,  # MemoryFileSystem.mv copies then deletes
-        shared_across_processes=False,
-        equal_content_equal_token=False,
-        token_semantics=f"hash of fsspec info (size, created time); CAS is {_CHECK_THEN_ACT}",
-    ),
-    "local": Capabilities(
-        backend="fsspec-local",
-        write_if_absent=Support.EMULATED,  # exists() then write
-        write_if_match=Support.EMULATED,
-        atomic_rename=True,  # shutil.move within one filesystem is rename(2)
-        shared_across_processes=True,
-        equal_content_equal_token=False,
-        token_semantics=f"hash of fsspec info (size, mtime, inode); CAS is {_CHECK_THEN_ACT}",
-    ),
-    "s3": Capabilities(
-        backend="s3fs",
-        write_if_absent=Support.NATIVE,  # pipe_file(mode="create") sends If-None-Match: *
-        write_if_match=Support.EMULATED,
-        atomic_rename=False,  # copy + delete
-        shared_across_processes=True,
-        equal_content_equal_token=True,
-        token_semantics=f"the ETag (content MD5 for single-part puts); CAS is {_CHECK_THEN_ACT}",
-    ),
-}
+from storage_adapter.registry import FsspecPeer
+from storage_adapter.types import Capabilities, DirListing, ObjectInfo, Versioned
 
 
-def _build_filesystem(config: AdapterConfig) -> tuple[Any, str]:
-    """The fsspec filesystem for ``config`` and the root path of the adapter inside it."""
-    if config.backend == "memory":
-        from fsspec.implementations.memory import MemoryFileSystem
-
-        root = f"/{config.location}" + (f"/{config.prefix}" if config.prefix else "")
-        return MemoryFileSystem(), root
-    if config.backend == "local":
-        from fsspec.implementations.local import LocalFileSystem
-
-        root = config.location.rstrip("/") + (f"/{config.prefix}" if config.prefix else "")
-        return LocalFileSystem(auto_mkdir=True), root
-    import s3fs
-
-    opts = dict(config.options)
-    retries = {"max_attempts": int(opts["max_retries"]) + 1, "mode": "standard"}
-    fs = s3fs.S3FileSystem(
-        key=opts.get("access_key_id"),
-        secret=opts.get("secret_access_key"),
-        token=opts.get("session_token"),
-        anon=not opts.get("access_key_id"),
-        endpoint_url=opts.get("endpoint"),
-        client_kwargs={"region_name": opts["region"]},
-        config_kwargs={
-            "connect_timeout": opts["connect_timeout_s"],
-            "read_timeout": opts["request_timeout_s"],
-            "retries": retries,
-        },
-    )
-    return fs, f"{config.location}/{config.prefix}" if config.prefix else config.location
+def peer_of(config: AdapterConfig) -> FsspecPeer:
+    """The fsspec peer the backend of ``config`` declares. Raises ConfigurationError if it has none."""
+    peer = config.spec.fsspec_peer
+    if peer is None:
+        raise ConfigurationError(f"backend {config.backend!r} declares no fsspec peer", key=config.url)
+    return peer
 
 
 def _timestamp(info: dict[str, Any]) -> datetime:
@@ -133,8 +77,9 @@ class FsspecAdapter(DerivedOperations):
 
     def __init__(self, config: AdapterConfig) -> None:
         self._config = config
-        self._fs, self._root = _build_filesystem(config)
-        self._caps = CAPABILITIES[config.backend]
+        peer = peer_of(config)
+        self._fs, self._root = peer.filesystem(config)
+        self._caps = peer.capabilities
 
     @property
     def url(self) -> str:
@@ -291,6 +236,10 @@ class FsspecAdapter(DerivedOperations):
         with self._translated(src, f"rename to {dst!r}"):
             self._info(src_path)  # fsspec's mv of a missing source is not an error on every filesystem
             self._fs.mv(src_path, dst_path)
+
+    def remove_orphans(self, min_age_s: float = 3600.0) -> int:
+        """The peer stages nothing (fsspec writes in place), so it leaves no leftovers to reclaim."""
+        return 0
 
 
 def open_peer(url: str, **options: Any) -> FsspecAdapter:

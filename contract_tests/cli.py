@@ -15,7 +15,6 @@ import dataclasses
 import os
 import subprocess
 import sys
-import tempfile
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -34,29 +33,25 @@ from rich.text import Text
 
 from backends.registry import provider, provider_names
 from backends.server import S3Endpoint, ServerUnavailable
-from contract_tests.plugin import ContractSizes
-from contract_tests.targets import DEFAULT_FACTORY, load_factory, parse_target
-from storage_adapter.check_report import matrix_table, notes, ordered_targets, write_report
-from storage_adapter.conformance import (
+from contract_tests.conformance import (
     DEFAULT_SIZES,
     PEER_SIZES,
-    CheckTarget,
+    ClauseOutcome,
     ContractRunError,
-    Outcome,
     preflight,
     run_contract,
 )
+from contract_tests.plugin import ContractSizes
+from contract_tests.report import matrix_table, notes, ordered_targets, write_report
+from contract_tests.targets import DEFAULT_FACTORY, EMBEDDED, Target, load_factory, parse_target
 from storage_adapter.errors import ConfigurationError, PermissionDeniedError, StorageError
-from storage_adapter.peers.fsspec_adapter import PEER_NAMES
+from storage_adapter.registry import Backend, backend_for_scheme, registered, schemes
 
-PEER_FACTORY = "storage_adapter.peers:open_peer"
+PEER_FACTORY = "contract_tests.peers:open_peer"
 EXIT_OK, EXIT_VIOLATION, EXIT_BAD_INPUT, EXIT_SERVER_UNAVAILABLE = 0, 1, 2, 3
-# Preflight fails fast: one retry, short timeouts (the suite itself uses the URL's normal settings).
-_S3_PREFLIGHT_OPTIONS = {"max_retries": 1, "retry_timeout_s": 5.0, "connect_timeout_s": 3.0}
-# The peer that runs beside a URL of each scheme (its name comes from the peers module).
-_PEER_KIND = {
-    scheme: PEER_NAMES[backend] for scheme, backend in (("memory", "memory"), ("file", "local"), ("s3", "s3"))
-}
+# Preflight fails fast where the backend takes these options: one retry, short timeouts (the suite
+# itself uses the URL's normal settings).
+_PREFLIGHT_OPTIONS = {"max_retries": 1, "retry_timeout_s": 5.0, "connect_timeout_s": 3.0}
 
 
 class InputError(Exception):
@@ -85,7 +80,7 @@ class _RichProgress:
         self.tasks[target] = self.progress.add_task(target, total=clauses)
         self.violations[target] = 0
 
-    def finished(self, target: str, clause: str, outcome: Outcome) -> None:
+    def finished(self, target: str, clause: str, outcome: ClauseOutcome) -> None:
         self.violations[target] += outcome.is_violation
         bad = self.violations[target]
         label = f"{target} [red]{bad} failing[/red]" if bad else target
@@ -121,35 +116,52 @@ def _environment(values: dict[str, str]) -> Iterator[None]:
 
 
 # -- targets --------------------------------------------------------------------------------------------------
-def _peer_of(target: CheckTarget, name: str | None = None) -> CheckTarget:
-    scheme = target.url.split("://", 1)[0]
-    kind = _PEER_KIND[scheme]
-    return CheckTarget(name=name or f"{kind}:{target.name}", url=target.url, factory=PEER_FACTORY, peer=True)
+def _backend_of(url: str) -> Backend | None:
+    return backend_for_scheme(url.split("://", 1)[0].lower()) if "://" in url else None
 
 
-def _user_targets(specs: Sequence[str], peers: bool) -> list[CheckTarget]:
+def _peer_of(target: Target, named_by_kind: bool = False) -> Target | None:
+    """The fsspec peer declared by the target's backend, on the same URL (None if it declares none),
+    named ``kind:target`` or, for a store of its own, just by its kind (``s3fs``)."""
+    backend = _backend_of(target.address)
+    if backend is None or backend.fsspec_peer is None:
+        return None
+    kind = backend.fsspec_peer.name
+    name = kind if named_by_kind else f"{kind}:{target.name}"
+    return Target(name=name, url=target.url, factory=PEER_FACTORY, peer=True)
+
+
+def _peer_named_by_kind(target: Target) -> Target | None:
+    return _peer_of(target, named_by_kind=True)
+
+
+def _with_peers(targets: list[Target]) -> list[Target]:
+    return targets + [peer for peer in map(_peer_of, targets) if peer is not None]
+
+
+def _user_targets(specs: Sequence[str], peers: bool) -> list[Target]:
     targets = []
     for spec in specs:
         parsed = parse_target(spec)
-        url = parsed.url
+        url = parsed.address
         if url.startswith("/"):
             url = "file://" + url
-        scheme = url.split("://", 1)[0] if "://" in url else ""
-        if scheme not in _PEER_KIND:
-            raise InputError(
-                f"unsupported storage URL {url!r}: use s3://bucket/prefix, file:///abs/dir or memory://name"
-            )
-        targets.append(CheckTarget(name=parsed.name, url=url))
+        if _backend_of(url) is None:
+            supported = ", ".join(f"{scheme}://" for scheme in schemes())
+            raise InputError(f"unsupported storage URL {url!r}: the scheme must be one of {supported}")
+        targets.append(Target(name=parsed.name, url=url))
     if len({t.name for t in targets}) != len(targets):
         raise InputError("two URLs have the same name: name them, e.g. a=s3://bucket/x b=s3://bucket/y")
-    return targets + ([_peer_of(t) for t in targets] if peers else [])
+    return _with_peers(targets) if peers else targets
 
 
-def _preflight_all(targets: list[CheckTarget], console: Console) -> list[CheckTarget]:
+def _preflight_all(targets: list[Target], console: Console) -> list[Target]:
     """Probe every target. A judged target that fails is bad input; a failing peer is dropped."""
     usable = []
     for target in targets:
-        options = _S3_PREFLIGHT_OPTIONS if target.url.startswith("s3://") else {}
+        backend = _backend_of(target.address)
+        takes = backend.options if backend is not None else {}
+        options = {name: value for name, value in _PREFLIGHT_OPTIONS.items() if name in takes}
         try:
             preflight(target, **options)
         except (StorageError, OSError) as exc:
@@ -162,16 +174,18 @@ def _preflight_all(targets: list[CheckTarget], console: Console) -> list[CheckTa
     return usable
 
 
-def _explain(target: CheckTarget, exc: BaseException) -> str:
+def _explain(target: Target, exc: BaseException) -> str:
     first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
     hint = ""
-    if isinstance(exc, PermissionDeniedError) and target.url.startswith("s3://"):
+    backend = _backend_of(target.address)
+    takes = backend.options if backend is not None else {}
+    if isinstance(exc, PermissionDeniedError) and "access_key_id" in takes:
         if not os.environ.get("AWS_ACCESS_KEY_ID"):
             hint = " (no credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)"
         else:
             hint = " (check the credentials and the bucket's permissions)"
     elif (
-        target.url.startswith("s3://")
+        "endpoint" in takes
         and not os.environ.get("AWS_ENDPOINT_URL")
         and not isinstance(exc, ConfigurationError)
     ):
@@ -198,42 +212,38 @@ def _started_server(name: str, console: Console) -> Iterator[tuple[S3Endpoint, s
 
 
 @contextlib.contextmanager
-def _embedded_targets(
-    peers: bool, console: Console
-) -> Iterator[tuple[list[CheckTarget], list[tuple[str, str]]]]:
-    """memory, a temporary local directory and an embedded SeaweedFS (started and stopped here), plus the
-    peers on the same stores. Yields the targets and the server's version."""
+def _embedded_targets(peers: bool, console: Console) -> Iterator[tuple[list[Target], list[tuple[str, str]]]]:
+    """The embedded defaults (``contract_tests.targets.EMBEDDED``: memory, a temporary local directory,
+    an embedded SeaweedFS started and stopped here), plus each one's peer on a store of its own. Yields
+    the targets and the server's version."""
     run = uuid.uuid4().hex[:8]
+    scratch = {b.name: b.scratch for b in registered() if b.scratch is not None}
     with contextlib.ExitStack() as stack:
-        local_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="storage-check-local-"))
-        peer_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="storage-check-fsspec-"))
-        endpoint, version = stack.enter_context(_started_server("seaweedfs", console))
-        targets = [
-            CheckTarget("memory", f"memory://check-{run}"),
-            CheckTarget("local", f"file://{local_dir}"),
-            CheckTarget("seaweedfs", endpoint.url(f"adapter-{run}")),
-        ]
-        if peers:
-            targets += [
-                _peer_of(CheckTarget("m", f"memory://peer-{run}"), "fsspec-memory"),
-                _peer_of(CheckTarget("l", f"file://{peer_dir}"), "fsspec-local"),
-                _peer_of(CheckTarget("s", endpoint.url(f"s3fs-{run}")), "s3fs"),
-            ]
-        yield targets, [("seaweedfs", version)]
+        servers = [n for n in EMBEDDED if n not in scratch]
+        endpoints = {n: stack.enter_context(_started_server(n, console)) for n in servers}
+
+        def instance(name: str, role: str) -> Target:
+            if name in scratch:
+                return Target(name, stack.enter_context(scratch[name]()))
+            return Target(name, endpoints[name][0].url(f"{role}-{run}"))
+
+        judged = [instance(name, "adapter") for name in EMBEDDED]
+        compared = [instance(name, "peer") for name in EMBEDDED] if peers else []
+        peer_targets = [peer for peer in map(_peer_named_by_kind, compared) if peer is not None]
+        yield judged + peer_targets, [(n, endpoints[n][1]) for n in servers]
 
 
 @contextlib.contextmanager
 def _server_targets(
     name: str, peers: bool, console: Console
-) -> Iterator[tuple[list[CheckTarget], list[tuple[str, str]]]]:
+) -> Iterator[tuple[list[Target], list[tuple[str, str]]]]:
     """``--server NAME``: that provider's server (started and stopped here) as the one judged target, plus
-    an s3fs peer on the same bucket. Yields the targets and the server's version."""
+    its peer on a bucket prefix of its own. Yields the targets and the server's version."""
     run = uuid.uuid4().hex[:8]
     with _started_server(name, console) as (endpoint, version):
-        targets = [CheckTarget(name, endpoint.url(f"adapter-{run}"))]
-        if peers:
-            targets.append(_peer_of(CheckTarget(name, endpoint.url(f"s3fs-{run}")), "s3fs"))
-        yield targets, [(name, version)]
+        targets = [Target(name, endpoint.url(f"adapter-{run}"))]
+        peer = _peer_named_by_kind(Target(name, endpoint.url(f"s3fs-{run}"))) if peers else None
+        yield targets + ([peer] if peer else []), [(name, version)]
 
 
 # -- commands -------------------------------------------------------------------------------------------------

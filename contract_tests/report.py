@@ -10,24 +10,30 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
-from storage_adapter.conformance import CheckTarget, ConformanceRun, Outcome
+from contract_tests.conformance import ClauseOutcome, ConformanceRun
+from contract_tests.targets import Target
 
 _CELL_STYLE = {
-    Outcome.PASSED: "green",
-    Outcome.FAILED: "bold red",
-    Outcome.ERROR: "bold red",
-    Outcome.SKIPPED: "dim",
+    ClauseOutcome.PASSED: "green",
+    ClauseOutcome.FAILED: "bold red",
+    ClauseOutcome.ERROR: "bold red",
+    ClauseOutcome.SKIPPED: "dim",
 }
-_CELL_TEXT = {Outcome.PASSED: "pass", Outcome.FAILED: "FAIL", Outcome.ERROR: "ERROR", Outcome.SKIPPED: "skip"}
+_CELL_TEXT = {
+    ClauseOutcome.PASSED: "pass",
+    ClauseOutcome.FAILED: "FAIL",
+    ClauseOutcome.ERROR: "ERROR",
+    ClauseOutcome.SKIPPED: "skip",
+}
 REPORT_FORMAT = "storage-adapter-check/1"
 
 
-def ordered_targets(run: ConformanceRun) -> list[CheckTarget]:
+def ordered_targets(run: ConformanceRun) -> list[Target]:
     """Judged targets first, then peers, each in the order given."""
     return [t for t in run.targets if not t.peer] + [t for t in run.targets if t.peer]
 
 
-def _heading(target: CheckTarget) -> str:
+def _heading(target: Target) -> str:
     return f"{target.name}\n(peer)" if target.peer else target.name
 
 
@@ -37,21 +43,21 @@ def notes(run: ConformanceRun) -> list[tuple[int, str]]:
     for target in ordered_targets(run):
         for clause in run.clauses:
             result = run.result(clause.name, target.name)
-            if result is not None and result.outcome is not Outcome.PASSED and result.reason:
+            if result is not None and result.outcome is not ClauseOutcome.PASSED and result.reason:
                 numbered.setdefault(result.reason, len(numbered) + 1)
     return [(n, reason) for reason, n in numbered.items()]
 
 
 def _cell(
-    run: ConformanceRun, clause: str, target: CheckTarget, note_of: dict[str, int]
-) -> tuple[str, Outcome | None]:
+    run: ConformanceRun, clause: str, target: Target, note_of: dict[str, int]
+) -> tuple[str, ClauseOutcome | None]:
     """A matrix cell's label (outcome plus the number of its reason note) and its outcome ("-", None when
     the clause did not run there)."""
     result = run.result(clause, target.name)
     if result is None:
         return "-", None
     label = _CELL_TEXT[result.outcome]
-    if result.outcome is not Outcome.PASSED and result.reason:
+    if result.outcome is not ClauseOutcome.PASSED and result.reason:
         label += f" [{note_of[result.reason]}]"
     return label, result.outcome
 

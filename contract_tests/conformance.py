@@ -3,7 +3,7 @@
 One source of truth: this runs the very clauses the pytest plugin runs (``pytest --pyargs contract_tests``),
 through ``pytest.main`` with a collector plugin, against targets given to the plugin as
 ``--storage-url NAME=URL``. A clause is a test function of ``contract_tests.clauses.AdapterContract``;
-a target is the ``storage_target`` parameter. Judged targets and peers run as separate pytest sessions
+a target is the ``storage_contract_target`` parameter. Judged targets and peers run as separate pytest sessions
 (peers have their own factory and usually smaller race sizes); peers never make a run non-conforming.
 """
 
@@ -26,7 +26,7 @@ from typing import Any, Protocol
 import pytest
 
 from contract_tests.plugin import ContractSizes
-from contract_tests.targets import DEFAULT_FACTORY, Target, load_factory
+from contract_tests.targets import Target, load_factory
 from storage_adapter.errors import StorageError
 
 CONTRACT_SUITE = ("--pyargs", "contract_tests")
@@ -35,7 +35,7 @@ PEER_SIZES = ContractSizes(threads=8, processes=2, increments=5)
 _REASON_CHARS = 240
 
 
-class Outcome(enum.Enum):
+class ClauseOutcome(enum.Enum):
     """The outcome of one clause on one target. Order of severity: error > fail > pass > skip."""
 
     PASSED = "pass"
@@ -45,10 +45,15 @@ class Outcome(enum.Enum):
 
     @property
     def is_violation(self) -> bool:
-        return self in (Outcome.FAILED, Outcome.ERROR)
+        return self in (ClauseOutcome.FAILED, ClauseOutcome.ERROR)
 
 
-_SEVERITY = {Outcome.SKIPPED: 0, Outcome.PASSED: 1, Outcome.FAILED: 2, Outcome.ERROR: 3}
+_SEVERITY = {
+    ClauseOutcome.SKIPPED: 0,
+    ClauseOutcome.PASSED: 1,
+    ClauseOutcome.FAILED: 2,
+    ClauseOutcome.ERROR: 3,
+}
 
 
 @dataclass(frozen=True)
@@ -66,27 +71,17 @@ class ClauseResult:
 
     clause: str
     target: str
-    outcome: Outcome
+    outcome: ClauseOutcome
     reason: str
     duration_s: float
     cases: int = 1
 
 
 @dataclass(frozen=True)
-class CheckTarget:
-    """A backend to check: ``url`` opened by ``factory`` (``module:function``). Peers are compared only."""
-
-    name: str
-    url: str
-    factory: str = DEFAULT_FACTORY
-    peer: bool = False
-
-
-@dataclass(frozen=True)
-class Verdict:
+class TargetVerdict:
     """Counts per outcome for one target and its violations (clause names)."""
 
-    target: CheckTarget
+    target: Target
     passed: int
     failed: int
     skipped: int
@@ -111,7 +106,7 @@ class ConformanceRun:
     """Everything one check produced. ``conforms`` ignores peers."""
 
     clauses: tuple[Clause, ...]
-    targets: tuple[CheckTarget, ...]
+    targets: tuple[Target, ...]
     results: tuple[ClauseResult, ...]
     duration_s: float
     sizes: ContractSizes
@@ -121,15 +116,15 @@ class ConformanceRun:
     def result(self, clause: str, target: str) -> ClauseResult | None:
         return next((r for r in self.results if r.clause == clause and r.target == target), None)
 
-    def verdict(self, target: CheckTarget) -> Verdict:
+    def verdict(self, target: Target) -> TargetVerdict:
         mine = [r for r in self.results if r.target == target.name]
-        count = {o: sum(1 for r in mine if r.outcome is o) for o in Outcome}
-        return Verdict(
+        count = {o: sum(1 for r in mine if r.outcome is o) for o in ClauseOutcome}
+        return TargetVerdict(
             target=target,
-            passed=count[Outcome.PASSED],
-            failed=count[Outcome.FAILED],
-            skipped=count[Outcome.SKIPPED],
-            errors=count[Outcome.ERROR],
+            passed=count[ClauseOutcome.PASSED],
+            failed=count[ClauseOutcome.FAILED],
+            skipped=count[ClauseOutcome.SKIPPED],
+            errors=count[ClauseOutcome.ERROR],
             violations=tuple(r.clause for r in mine if r.outcome.is_violation),
         )
 
@@ -143,7 +138,7 @@ class ProgressListener(Protocol):
 
     def collected(self, target: str, clauses: int) -> None: ...
 
-    def finished(self, target: str, clause: str, outcome: Outcome) -> None: ...
+    def finished(self, target: str, clause: str, outcome: ClauseOutcome) -> None: ...
 
 
 class ContractRunError(StorageError):
@@ -155,7 +150,7 @@ class _Case:
     clause: str
     target: str
     case_id: str
-    outcome: Outcome = Outcome.PASSED
+    outcome: ClauseOutcome = ClauseOutcome.PASSED
     reason: str = ""
     duration_s: float = 0.0
 
@@ -192,13 +187,13 @@ class _Collector:
         per_target: dict[str, set[str]] = {}
         for item in items:
             callspec = getattr(item, "callspec", None)
-            target = callspec.params.get("storage_target") if callspec is not None else None
-            if not isinstance(target, Target):
+            target = callspec.params.get("storage_contract_target") if callspec is not None else None
+            if callspec is None or not isinstance(target, Target):
                 continue
             clause = getattr(item, "originalname", item.name)
             doc = (getattr(item, "obj", None).__doc__ or "").strip()
             self.clauses.setdefault(clause, Clause(clause, _first_line(doc)))
-            extra = [str(v) for k, v in callspec.params.items() if k != "storage_target"]
+            extra = [str(v) for k, v in callspec.params.items() if k != "storage_contract_target"]
             self.cases[item.nodeid] = _Case(clause, target.name, ",".join(extra))
             per_target.setdefault(target.name, set()).add(clause)
         if self.listener is not None:
@@ -210,10 +205,10 @@ class _Collector:
         if case is None:
             return
         case.duration_s += report.duration
-        if report.skipped and case.outcome is Outcome.PASSED:
-            case.outcome, case.reason = Outcome.SKIPPED, _reason(report)
+        if report.skipped and case.outcome is ClauseOutcome.PASSED:
+            case.outcome, case.reason = ClauseOutcome.SKIPPED, _reason(report)
         elif report.failed and not case.outcome.is_violation:
-            failed_phase = Outcome.FAILED if report.when == "call" else Outcome.ERROR
+            failed_phase = ClauseOutcome.FAILED if report.when == "call" else ClauseOutcome.ERROR
             prefix = "" if report.when == "call" else f"{report.when} error: "
             case.outcome, case.reason = failed_phase, prefix + _reason(report)
 
@@ -252,7 +247,7 @@ def _aggregate(clause: str, target: str, cases: Sequence[_Case]) -> ClauseResult
     )
 
 
-def _pytest_args(suite: Sequence[str], targets: Iterable[CheckTarget], factory: str, sizes: ContractSizes,
+def _pytest_args(suite: Sequence[str], targets: Iterable[Target], factory: str, sizes: ContractSizes,
                  ini_dir: str) -> list[str]:  # fmt: skip
     ini = Path(ini_dir, "pytest.ini")
     ini.write_text("[pytest]\n")  # isolate from the caller's own pytest configuration and conftests
@@ -264,7 +259,7 @@ def _pytest_args(suite: Sequence[str], targets: Iterable[CheckTarget], factory: 
     return args
 
 
-def _run_session(suite: Sequence[str], targets: Sequence[CheckTarget], sizes: ContractSizes,
+def _run_session(suite: Sequence[str], targets: Sequence[Target], sizes: ContractSizes,
                  listener: ProgressListener | None) -> _Collector:  # fmt: skip
     """One pytest session over ``targets`` (all opened by the same factory)."""
     collector = _Collector(listener)
@@ -290,7 +285,7 @@ def versions() -> tuple[tuple[str, str], ...]:
 
 
 def run_contract(
-    targets: Sequence[CheckTarget],
+    targets: Sequence[Target],
     *,
     sizes: ContractSizes = DEFAULT_SIZES,
     peer_sizes: ContractSizes = PEER_SIZES,
@@ -309,7 +304,7 @@ def run_contract(
     started = time.monotonic()
     collectors: list[_Collector] = []
     for peer in (False, True):
-        by_factory: dict[str, list[CheckTarget]] = {}
+        by_factory: dict[str, list[Target]] = {}
         for target in targets:
             if target.peer is peer:
                 by_factory.setdefault(target.factory, []).append(target)
@@ -330,7 +325,7 @@ def run_contract(
     )
 
 
-def preflight(target: CheckTarget, **options: Any) -> None:
+def preflight(target: Target, **options: Any) -> None:
     """Write, read back and delete one probe object through the target's factory.
 
     Raises StorageError (ConfigurationError, PermissionDeniedError, BackendUnavailableError, ...) with a

@@ -1,0 +1,231 @@
+"""The built-in backends: ``local`` (``file://``), ``s3`` and ``memory``, each one registered object.
+
+Each states its URL shape, options, capabilities, driver, throwaway instance and fsspec peer here, and
+nowhere else. Imported (and so registered) by ``storage_adapter/__init__``.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import uuid
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from types import MappingProxyType
+from typing import Any
+from urllib.parse import SplitResult, unquote
+
+from storage_adapter.config import AdapterConfig
+from storage_adapter.errors import ConfigurationError, InvalidKeyError
+from storage_adapter.keys import validate_prefix
+from storage_adapter.local_backend import LocalBackend
+from storage_adapter.obstore_backend import ObstoreBackend, memory_store, s3_store
+from storage_adapter.registry import Backend, Driver, FsspecPeer, Option, register_backend
+from storage_adapter.types import Capabilities, Support
+
+_CHECK_THEN_ACT = "check-then-act (read the token, then write): not atomic"
+
+
+def _bucket_and_prefix(what: str) -> Any:
+    """``locate`` for ``scheme://NAME/prefix`` URLs: NAME is required, the prefix must be a valid key."""
+
+    def locate(parts: SplitResult, url: str) -> tuple[str, str]:
+        if not parts.netloc:
+            raise ConfigurationError(
+                f"{parts.scheme} URL {url!r} needs a {what}: {parts.scheme}://NAME/prefix", key=url
+            )
+        try:
+            prefix = validate_prefix(unquote(parts.path).lstrip("/"), parts.scheme)
+        except InvalidKeyError as exc:
+            raise ConfigurationError(f"storage URL {url!r} has an invalid prefix: {exc}", key=url) from exc
+        return parts.netloc, prefix
+
+    return locate
+
+
+# -- local -----------------------------------------------------------------------------------------------
+def _locate_directory(parts: SplitResult, url: str) -> tuple[str, str]:
+    path = unquote(parts.path)
+    if parts.netloc not in ("", "localhost"):
+        raise ConfigurationError(f"file URL {url!r} must be file:///absolute/path", key=url)
+    if not path.startswith("/"):
+        raise ConfigurationError(f"file URL {url!r} must name an absolute path", key=url)
+    return os.path.normpath(path), ""
+
+
+@contextmanager
+def _local_scratch() -> Iterator[str]:
+    with tempfile.TemporaryDirectory(prefix="storage-adapter-scratch-") as root:
+        yield f"file://{root}"
+
+
+def _fsspec_local(config: AdapterConfig) -> tuple[Any, str]:
+    from fsspec.implementations.local import LocalFileSystem
+
+    root = config.location.rstrip("/") + (f"/{config.prefix}" if config.prefix else "")
+    return LocalFileSystem(auto_mkdir=True), root
+
+
+LOCAL = register_backend(
+    Backend(
+        name="local",
+        scheme="file",
+        capabilities=Capabilities(
+            backend="local",
+            write_if_absent=Support.EMULATED,
+            write_if_match=Support.EMULATED,
+            atomic_rename=True,
+            shared_across_processes=True,
+            equal_content_equal_token=False,
+            token_semantics="inode-mtime-size; mtimes strictly increase along a key's history, so a token "
+            "never repeats while the key exists (single host; clocks must not step back across a re-create)",
+        ),
+        locate=_locate_directory,
+        driver=LocalBackend,
+        display_location=lambda location: location.rstrip("/"),
+        scratch=_local_scratch,
+        fsspec_peer=FsspecPeer(
+            name="fsspec-local",
+            capabilities=Capabilities(
+                backend="fsspec-local",
+                write_if_absent=Support.EMULATED,  # exists() then write
+                write_if_match=Support.EMULATED,
+                atomic_rename=True,  # shutil.move within one filesystem is rename(2)
+                shared_across_processes=True,
+                equal_content_equal_token=False,
+                token_semantics=f"hash of fsspec info (size, mtime, inode); CAS is {_CHECK_THEN_ACT}",
+            ),
+            filesystem=_fsspec_local,
+        ),
+    )
+)
+
+
+# -- s3 --------------------------------------------------------------------------------------------------
+# Bounded by default: an unreachable endpoint must fail in seconds, not after object_store's 3 minutes.
+S3_OPTIONS: Mapping[str, Option] = MappingProxyType(
+    {
+        "endpoint": Option(str, env=("AWS_ENDPOINT_URL",)),
+        "access_key_id": Option(str, env=("AWS_ACCESS_KEY_ID",)),
+        "secret_access_key": Option(str, env=("AWS_SECRET_ACCESS_KEY",), secret=True),
+        "session_token": Option(str, env=("AWS_SESSION_TOKEN",), secret=True),
+        "region": Option(str, env=("AWS_REGION", "AWS_DEFAULT_REGION"), default="us-east-1"),
+        "allow_http": Option(bool, env=("AWS_ALLOW_HTTP",), default=False),
+        "connect_timeout_s": Option(float, default=5.0),
+        "request_timeout_s": Option(float, default=60.0),
+        "max_retries": Option(int, default=3),
+        "retry_timeout_s": Option(float, default=15.0),
+    }
+)
+
+
+def _check_s3_options(options: Mapping[str, Any], url: str) -> None:
+    endpoint = options.get("endpoint")
+    if endpoint is not None and not str(endpoint).startswith(("http://", "https://")):
+        raise ConfigurationError(f"S3 endpoint {endpoint!r} for {url} must start with http:// or https://")
+
+
+def _s3_driver(config: AdapterConfig) -> Driver:
+    # Some S3 servers (SeaweedFS) report emptied directories as common prefixes: confirm each one.
+    return ObstoreBackend(config, s3_store, confirm_prefixes=True)
+
+
+def _fsspec_s3(config: AdapterConfig) -> tuple[Any, str]:
+    import s3fs
+
+    opts = dict(config.options)
+    retries = {"max_attempts": int(opts["max_retries"]) + 1, "mode": "standard"}
+    fs = s3fs.S3FileSystem(
+        key=opts.get("access_key_id"),
+        secret=opts.get("secret_access_key"),
+        token=opts.get("session_token"),
+        anon=not opts.get("access_key_id"),
+        endpoint_url=opts.get("endpoint"),
+        client_kwargs={"region_name": opts["region"]},
+        config_kwargs={
+            "connect_timeout": opts["connect_timeout_s"],
+            "read_timeout": opts["request_timeout_s"],
+            "retries": retries,
+        },
+    )
+    return fs, f"{config.location}/{config.prefix}" if config.prefix else config.location
+
+
+S3 = register_backend(
+    Backend(
+        name="s3",
+        scheme="s3",
+        capabilities=Capabilities(
+            backend="s3",
+            write_if_absent=Support.NATIVE,
+            write_if_match=Support.NATIVE,
+            atomic_rename=False,  # copy + delete
+            shared_across_processes=True,
+            equal_content_equal_token=True,
+            token_semantics="the ETag; for single-part puts the MD5 of the content, so equal bodies give "
+            "equal tokens (put a unique value in CAS bodies to rule out ABA)",
+        ),
+        locate=_bucket_and_prefix("bucket"),
+        driver=_s3_driver,
+        options=S3_OPTIONS,
+        check_options=_check_s3_options,
+        fsspec_peer=FsspecPeer(
+            name="s3fs",
+            capabilities=Capabilities(
+                backend="s3fs",
+                write_if_absent=Support.NATIVE,  # pipe_file(mode="create") sends If-None-Match: *
+                write_if_match=Support.EMULATED,
+                atomic_rename=False,  # copy + delete
+                shared_across_processes=True,
+                equal_content_equal_token=True,
+                token_semantics=f"the ETag (content MD5 for single-part puts); CAS is {_CHECK_THEN_ACT}",
+            ),
+            filesystem=_fsspec_s3,
+        ),
+    )
+)
+
+
+# -- memory ----------------------------------------------------------------------------------------------
+@contextmanager
+def _memory_scratch() -> Iterator[str]:
+    yield f"memory://scratch-{uuid.uuid4().hex[:12]}"
+
+
+def _fsspec_memory(config: AdapterConfig) -> tuple[Any, str]:
+    from fsspec.implementations.memory import MemoryFileSystem
+
+    return MemoryFileSystem(), f"/{config.location}" + (f"/{config.prefix}" if config.prefix else "")
+
+
+MEMORY = register_backend(
+    Backend(
+        name="memory",
+        scheme="memory",
+        capabilities=Capabilities(
+            backend="memory",
+            write_if_absent=Support.NATIVE,
+            write_if_match=Support.NATIVE,
+            atomic_rename=False,  # object_store's InMemory renames by copy then delete
+            shared_across_processes=False,
+            equal_content_equal_token=False,
+            token_semantics="a per-store counter, incremented by every put: never repeats within the process",
+        ),
+        locate=_bucket_and_prefix("store name"),
+        driver=lambda config: ObstoreBackend(config, memory_store),
+        scratch=_memory_scratch,
+        fsspec_peer=FsspecPeer(
+            name="fsspec-memory",
+            capabilities=Capabilities(
+                backend="fsspec-memory",
+                write_if_absent=Support.EMULATED,  # exists() then write
+                write_if_match=Support.EMULATED,
+                atomic_rename=False,  # MemoryFileSystem.mv copies then deletes
+                shared_across_processes=False,
+                equal_content_equal_token=False,
+                token_semantics=f"hash of fsspec info (size, created time); CAS is {_CHECK_THEN_ACT}",
+            ),
+            filesystem=_fsspec_memory,
+        ),
+    )
+)

@@ -1,0 +1,131 @@
+"""The written contract: :class:`StorageAdapter`, what every adapter promises, method by method.
+
+This protocol is the single source the contract suite (``contract_tests``), the engine, the idempotency
+store, the peers and the workloads are typed against. :class:`~storage_adapter.ObjectStorageAdapter`
+implements it over obstore; a downstream backend implements it (or registers a
+:class:`~storage_adapter.registry.Backend`) and proves it by running the contract suite, which checks
+each docstring below as executable clauses.
+
+It is synchronous. An asynchronous twin will mirror it method for method, with the same guarantees.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+from storage_adapter.types import Capabilities, DirListing, ObjectInfo, Versioned
+
+
+@runtime_checkable
+class StorageAdapter(Protocol):
+    """Object storage under one root: keys are ``/``-separated paths relative to it.
+
+    Guarantees every implementation keeps, on every backend (each is a clause of the contract suite):
+
+    * **Safe keys.** Every key and prefix is validated before any I/O by the rules of
+      :mod:`storage_adapter.keys`; a bad one raises :class:`~storage_adapter.errors.InvalidKeyError`
+      (also a ``ValueError``). Nothing outside the root is ever read, written, listed or deleted.
+    * **Typed errors.** Every failure is a :class:`~storage_adapter.errors.StorageError` naming the key
+      (or URL) and the backend, and never a credential. A missing object is
+      :class:`~storage_adapter.errors.NotFoundError` (also a ``FileNotFoundError``); a transient failure
+      (retry may succeed, a mutation's outcome is unknown) is
+      :class:`~storage_adapter.errors.BackendUnavailableError`.
+    * **Atomic visibility.** A reader sees an object's previous bytes or its new bytes, never a part.
+    * **Linearizable mutations.** ``write``, ``write_if_absent``, ``write_if_match``, ``delete`` and
+      ``rename`` of one key take effect in one instant between call and return, across threads and (where
+      ``capabilities.shared_across_processes``) processes.
+    * **Pickling.** An adapter pickles, and the copy addresses the same objects (process and Spark
+      workers reopen it from its configuration). Adapters built from the same configuration compare equal.
+    """
+
+    # -- identity ------------------------------------------------------------------------------------
+    @property
+    def url(self) -> str:
+        """The root as a URL (``scheme://location/prefix``), never carrying a credential."""
+        ...
+
+    @property
+    def backend(self) -> str:
+        """The backend's registered name (``memory``, ``local``, ``s3``, ...), used in messages."""
+        ...
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What this backend guarantees, declared up front. The contract checks each declaration."""
+        ...
+
+    def child(self, prefix: str) -> StorageAdapter:
+        """An adapter rooted at ``prefix`` below this one: same store, same options. It creates nothing
+        until it writes, and nothing it does reaches outside ``prefix``."""
+        ...
+
+    # -- reads ---------------------------------------------------------------------------------------
+    def read_bytes(self, key: str) -> bytes:
+        """The object's whole bytes. Raises NotFoundError if it does not exist."""
+        ...
+
+    def read_text(self, key: str, encoding: str = "utf-8") -> str:
+        """The object decoded as text. Raises NotFoundError if it does not exist."""
+        ...
+
+    def read_if_exists(self, key: str) -> bytes | None:
+        """The object's bytes, or None if (and only if) it does not exist; every other failure raises."""
+        ...
+
+    def read_versioned(self, key: str) -> Versioned:
+        """The object's bytes together with the version token of exactly those bytes (never the token of
+        another version). Raises NotFoundError if it does not exist."""
+        ...
+
+    def exists(self, key: str) -> bool:
+        """True if an object is stored at ``key`` (a prefix with objects below it is not an object)."""
+        ...
+
+    def list(self, prefix: str = "") -> list[ObjectInfo]:
+        """Every object under ``prefix``, recursively, sorted by key. A prefix names whole segments:
+        ``a/b`` lists ``a/b/...`` and never ``a/bc``. A missing prefix lists nothing."""
+        ...
+
+    def list_dir(self, prefix: str = "") -> DirListing:
+        """The objects directly under ``prefix`` and its child prefixes that hold at least one object
+        (an emptied prefix is never reported), each sorted."""
+        ...
+
+    # -- mutations -----------------------------------------------------------------------------------
+    def write(self, key: str, data: bytes | str) -> str:
+        """Atomically create or replace the object (``str`` is stored as UTF-8); return the token of the
+        bytes written. A concurrent reader sees the old or the new object, never a part."""
+        ...
+
+    def write_if_absent(self, key: str, data: bytes | str) -> bool:
+        """Create the object only if no object exists at ``key``. Among any number of concurrent callers
+        exactly one gets True, and its bytes are wholly readable when it returns; the others get False
+        and change nothing."""
+        ...
+
+    def write_if_match(self, key: str, data: bytes | str, token: str) -> str | None:
+        """Compare-and-swap: replace the object only if its current token is ``token``; return the new
+        token. Return None, writing nothing, when the object changed since ``token`` was read or does not
+        exist. Linearizable with every other mutation of the key: no update is ever lost."""
+        ...
+
+    def delete(self, key: str) -> None:
+        """Delete the object. Idempotent: deleting a missing object succeeds."""
+        ...
+
+    def rename(self, src: str, dst: str) -> None:
+        """Move ``src`` to ``dst``, replacing ``dst``. Raises NotFoundError, changing nothing, if ``src``
+        does not exist. Renaming a key onto itself leaves the object intact. Atomic only where
+        ``capabilities.atomic_rename``; elsewhere a copy then a delete (a crash between leaves both)."""
+        ...
+
+    def delete_prefix(self, prefix: str) -> int:
+        """Delete every object under the non-empty ``prefix``; return how many. Not atomic. An empty
+        prefix (the whole root) is refused with StorageError."""
+        ...
+
+    def remove_orphans(self, min_age_s: float = 3600.0) -> int:
+        """Reclaim crash leftovers under this adapter's root that no reader can see (e.g. local staging
+        files) and that are older than ``min_age_s``; return how many. Never touches a visible object
+        or a write in flight. 0 where a backend leaves none."""
+        ...
