@@ -84,14 +84,23 @@ def canonical_json(value: Any) -> bytes:
 
 
 def encode_record(record: IdempotencyRecord) -> bytes:
+    """The stored form of ``record``. Raises StoredJSONError (a ValueError) or TypeError, before anything
+    is written, for a record :func:`decode_record` would refuse (a field of the wrong type, such as
+    ``http_status="200"``; a naive time; a summary that is not bounded JSON): a key is never poisoned by a
+    record its own store cannot read back."""
     fields = dict(vars(record))  # shallow: asdict would deep-copy the summary, recursively
     fields["status"] = record.status.value
     for name in (*_TIMES, "finalized_at"):
         value = getattr(record, name)
         fields[name] = None if value is None else value.isoformat()
-    fields["headers"] = [list(pair) for pair in record.headers]
+    # Tuples become arrays; anything else stays as it is and is refused below (list("ab") is no pair).
+    fields["headers"] = [list(pair) if isinstance(pair, tuple) else pair for pair in record.headers]
     fields["schema"] = SCHEMA_VERSION
-    return stored_dumps(fields, ensure_ascii=False)
+    try:
+        _values(fields)  # the decoder's own checks: the one definition of a valid record
+        return stored_dumps(fields, ensure_ascii=False)
+    except StoredJSONError as exc:
+        raise StoredJSONError(f"cannot store idempotency record of key {record.key!r}: {exc}") from exc
 
 
 def decode_record(data: bytes, location: str) -> IdempotencyRecord:
@@ -110,21 +119,26 @@ def decode_record(data: bytes, location: str) -> IdempotencyRecord:
     if type(schema) is not int or schema != SCHEMA_VERSION:
         raise corrupt(f"unsupported schema version {schema!r} (this code reads {SCHEMA_VERSION})")
     try:
-        values: dict[str, Any] = {name: field(fields, name, str) for name in _STRINGS}
-        values["status"] = one_of(RecordStatus, field(fields, "status", str), "status")
-        values["revision"] = field(fields, "revision", int)
-        for name in _TIMES:
-            values[name] = timestamp(field(fields, name, str))
-        finalized = field(fields, "finalized_at", str, optional=True)
-        values["finalized_at"] = None if finalized is None else timestamp(finalized)
-        values["http_status"] = field(fields, "http_status", int, optional=True)
-        values["error_subtype"] = field(fields, "error_subtype", str, optional=True)
-        if "summary" not in fields:
-            raise StoredJSONError("field 'summary' missing")
-        values["summary"] = fields["summary"]
-        values["headers"] = tuple(
-            items(pair, (str, str), "header") for pair in field(fields, "headers", list)
-        )
+        return IdempotencyRecord(**_values(fields))
     except StoredJSONError as exc:
         raise corrupt(str(exc)) from exc
-    return IdempotencyRecord(**values)
+
+
+def _values(fields: dict[str, Any]) -> dict[str, Any]:
+    """The record's constructor arguments from its JSON fields, checked; StoredJSONError otherwise."""
+    values: dict[str, Any] = {name: field(fields, name, str) for name in _STRINGS}
+    values["status"] = one_of(RecordStatus, field(fields, "status", str), "status")
+    values["revision"] = field(fields, "revision", int)
+    for name in _TIMES:
+        values[name] = timestamp(field(fields, name, str))
+    finalized = field(fields, "finalized_at", str, optional=True)
+    values["finalized_at"] = None if finalized is None else timestamp(finalized)
+    values["http_status"] = field(fields, "http_status", int, optional=True)
+    if values["status"] is RecordStatus.FINALIZED and values["http_status"] is None:
+        raise StoredJSONError("a finalized record needs an http_status to replay")
+    values["error_subtype"] = field(fields, "error_subtype", str, optional=True)
+    if "summary" not in fields:
+        raise StoredJSONError("field 'summary' missing")
+    values["summary"] = fields["summary"]
+    values["headers"] = tuple(items(pair, (str, str), "header") for pair in field(fields, "headers", list))
+    return values
