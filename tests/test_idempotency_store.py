@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -25,6 +26,7 @@ from storage_adapter.idempotency import (
     SummaryTooLargeError,
     Updated,
 )
+from storage_adapter.idempotency.lease_keeper import LeaseKeeper
 from storage_adapter.idempotency.records import decode_record, encode_record
 
 BINDING = {"operation": "commit", "resource": "table/t", "fingerprint": "sha256:aa"}
@@ -281,6 +283,25 @@ def test_corrupt_record_is_refused_loudly_and_kept(adapter: Any, body: bytes) ->
     assert location in str(caught.value)
     with pytest.raises(CorruptRecordError):
         store.load("r", key)
+    assert adapter.read_bytes(location) == body
+
+
+def test_owner_whose_record_turns_corrupt_loses_it_and_the_heartbeat_does_not_crash(adapter: Any) -> None:
+    """Issue 12 finding 6: a record rewritten under its owner with a non-finite number once decoded and then
+    crashed the heartbeat thread when re-encoded. Now the keeper reports the reservation lost; the corrupt
+    bytes stay in place."""
+    store = make_store(adapter, Clock())
+    key = new_key()
+    owned = store.reserve("r", key, **BINDING)
+    assert isinstance(owned, Owned)
+    location = store.location("r", key)
+    body = adapter.read_bytes(location).replace(b'"summary":null', b'"summary":NaN')
+    adapter.write(location, body)
+    with LeaseKeeper(store, owned, interval_s=0.01) as keeper:
+        deadline = time.monotonic() + 5
+        while not keeper.lost and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert keeper.lost
     assert adapter.read_bytes(location) == body
 
 
