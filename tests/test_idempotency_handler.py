@@ -148,6 +148,25 @@ def test_handler_exception_cancels_and_propagates(adapter: Any) -> None:
     assert loaded is not None and loaded.record.status is RecordStatus.CANCELLED
 
 
+@pytest.mark.parametrize(
+    "result",
+    [HandlerResult("200"), HandlerResult(201, {"rows": float("nan")}), HandlerResult(201, {"rows": 2**64}),
+     HandlerResult(500, headers=(("Retry-After", 5),)), None, {"status": 200}],  # type: ignore[arg-type]
+    ids=["str-status", "nan-summary", "int64-overflow", "int-header", "none", "dict"],
+)  # fmt: skip
+def test_invalid_handler_result_cancels_and_raises_never_a_stuck_record(adapter: Any, result: Any) -> None:
+    """Issue 12 finding 7: a result the store could not keep is the handler's failure, like an exception:
+    the reservation is cancelled (never left in progress) and the error names the handler's result."""
+    store = IdempotencyStore(adapter)
+    key = new_key()
+    with pytest.raises((TypeError, ValueError), match="handler returned"):
+        run_idempotent(store, request(key), Calls(result))
+    loaded = store.load("tenant-a", key)
+    assert loaded is not None and loaded.record.status is RecordStatus.CANCELLED
+    retry = Calls(HandlerResult(200, {"ok": True}))
+    assert run_idempotent(store, request(key), retry).status == 200 and retry.runs == 1
+
+
 def test_in_flight_duplicate_waits_with_bounded_backoff_then_409(adapter: Any) -> None:
     store = IdempotencyStore(adapter)
     key = new_key()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -25,6 +26,7 @@ from storage_adapter.idempotency import (
     SummaryTooLargeError,
     Updated,
 )
+from storage_adapter.idempotency.lease_keeper import LeaseKeeper
 from storage_adapter.idempotency.records import decode_record, encode_record
 
 BINDING = {"operation": "commit", "resource": "table/t", "fingerprint": "sha256:aa"}
@@ -187,6 +189,66 @@ def test_malformed_keys_are_refused_before_any_request(adapter: Any) -> None:
     assert counting.total == 0
 
 
+@pytest.mark.parametrize(
+    "changes",
+    [{"operation": 5}, {"resource": None}, {"fingerprint": b"sha256:aa"}, {"operation": "\udc80"}],
+    ids=["int-operation", "null-resource", "bytes-fingerprint", "lone-surrogate"],
+)
+def test_invalid_reserve_arguments_are_refused_before_any_request(
+    adapter: Any, changes: dict[str, Any]
+) -> None:
+    """Issue 12 finding 7: a value the decoder would refuse is never written (it would poison the key)."""
+    counting = CountingAdapter(adapter)
+    store = make_store(counting, Clock())
+    key = new_key()
+    with pytest.raises((TypeError, ValueError)):
+        store.reserve("r", key, **{**BINDING, **changes})
+    assert counting.total == 0
+    assert store.load("r", key) is None
+
+
+def nested(depth: int) -> list[Any]:
+    value: list[Any] = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(
+    "outcome",
+    [
+        {"http_status": "200"},
+        {"http_status": True},
+        {"http_status": None},
+        {"http_status": 200.0},
+        {"summary": float("nan")},
+        {"summary": {"rows": 2**64}},
+        {"summary": nested(100)},
+        {"headers": (("Location", 7),)},
+        {"headers": ("ab",)},
+        {"error_subtype": 5},
+    ],
+    ids=["str-status", "bool-status", "no-status", "float-status", "nan", "int64-overflow", "deep", "int-header",
+         "str-header", "int-subtype"],
+)  # fmt: skip
+def test_invalid_outcome_is_refused_before_any_request_and_the_key_stays_usable(
+    adapter: Any, outcome: dict[str, Any]
+) -> None:
+    """Issue 12 finding 7: finalize validates its arguments before any request; the record is unchanged."""
+    counting = CountingAdapter(adapter)
+    store = make_store(counting, Clock())
+    key = new_key()
+    owned = store.reserve("r", key, **BINDING)
+    assert isinstance(owned, Owned)
+    before = store.load("r", key)
+    counting.reset()
+    with pytest.raises((TypeError, ValueError)):
+        store.finalize(owned, **{"http_status": 200, "summary": None, **outcome})
+    assert counting.total == 0
+    assert store.load("r", key) == before
+    assert isinstance(store.finalize(owned, http_status=200, summary=None), Finalized)
+
+
 def test_oversized_summary_is_a_typed_error_and_nothing_is_written(adapter: Any) -> None:
     counting = CountingAdapter(adapter)
     store = make_store(counting, Clock(), max_summary_bytes=1024)
@@ -221,6 +283,25 @@ def test_corrupt_record_is_refused_loudly_and_kept(adapter: Any, body: bytes) ->
     assert location in str(caught.value)
     with pytest.raises(CorruptRecordError):
         store.load("r", key)
+    assert adapter.read_bytes(location) == body
+
+
+def test_owner_whose_record_turns_corrupt_loses_it_and_the_heartbeat_does_not_crash(adapter: Any) -> None:
+    """Issue 12 finding 6: a record rewritten under its owner with a non-finite number once decoded and then
+    crashed the heartbeat thread when re-encoded. Now the keeper reports the reservation lost; the corrupt
+    bytes stay in place."""
+    store = make_store(adapter, Clock())
+    key = new_key()
+    owned = store.reserve("r", key, **BINDING)
+    assert isinstance(owned, Owned)
+    location = store.location("r", key)
+    body = adapter.read_bytes(location).replace(b'"summary":null', b'"summary":NaN')
+    adapter.write(location, body)
+    with LeaseKeeper(store, owned, interval_s=0.01) as keeper:
+        deadline = time.monotonic() + 5
+        while not keeper.lost and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert keeper.lost
     assert adapter.read_bytes(location) == body
 
 

@@ -14,6 +14,7 @@ from storage_adapter.engine import codec, layout
 from storage_adapter.engine.errors import CorruptMetadataError
 from storage_adapter.engine.failpoints import failpoint
 from storage_adapter.protocol import StorageAdapter
+from storage_adapter.stored_json import StoredJSONError, field, items, one_of, timestamp
 
 AUDIT_FORMAT = "storage-adapter-engine/recovery-audit"
 
@@ -43,14 +44,18 @@ class AuditRecord:
     @classmethod
     def decode(cls, raw: bytes, key: str) -> AuditRecord:
         doc = codec.decode(raw, key, AUDIT_FORMAT, (1,), CorruptMetadataError)
+        pin = (int, type(None))  # a move's from/to version; None: the table did not exist
         try:
+            recovered_at = field(doc, "recovered_at", str)
+            timestamp(recovered_at)
             return cls(
-                operation_id=str(doc["operation_id"]), outcome=RecoveryOutcome(doc["outcome"]),
-                tables={str(n): (m[0], m[1]) for n, m in doc["tables"].items()},
-                recovered_at=str(doc["recovered_at"]), recovered_by=str(doc["recovered_by"]),
+                operation_id=field(doc, "operation_id", str),
+                outcome=one_of(RecoveryOutcome, field(doc, "outcome", str), "outcome"),
+                tables={n: items(m, (pin, pin), "move") for n, m in field(doc, "tables", dict).items()},
+                recovered_at=recovered_at, recovered_by=field(doc, "recovered_by", str),
             )  # fmt: skip
-        except (KeyError, TypeError, ValueError, IndexError) as exc:
-            raise CorruptMetadataError(f"{key}: malformed audit record; left in place", key=key) from exc
+        except StoredJSONError as exc:
+            raise codec.malformed(key, CorruptMetadataError, exc) from exc
 
 
 class AuditLog:

@@ -17,6 +17,8 @@ from storage_adapter.engine import codec, layout
 from storage_adapter.engine.errors import CorruptManifestError, HistoryExpiredError, UnknownTableError
 from storage_adapter.errors import NotFoundError
 from storage_adapter.protocol import StorageAdapter
+from storage_adapter.stored_json import StoredJSONError, items, timestamp
+from storage_adapter.stored_json import field as json_field
 
 MANIFEST_FORMAT = "storage-adapter-engine/manifest"
 DEFAULT_RETENTION = 256  # ~60 KB of manifest (about 235 bytes per record); see docs/engine.md
@@ -59,15 +61,25 @@ class CommitRecord:
 
     @classmethod
     def from_json(cls, doc: Any, key: str) -> CommitRecord:
+        """The record in ``doc`` (a manifest's ``commits`` entry). CorruptManifestError unless every field
+        has its type and ``committed_at`` is a timestamp with a time zone."""
         try:
+            committed_at = json_field(doc, "committed_at", str)
+            timestamp(committed_at)
+            changes = [
+                TableChange(*items(c, (str, (int, type(None)), int), "change"))
+                for c in json_field(doc, "changes", list)
+            ]
             return cls(
-                version=int(doc["version"]), committed_at=str(doc["committed_at"]), actor=doc["actor"],
-                operation_id=str(doc["operation_id"]), idempotency_key=doc["idempotency_key"],
-                mode=str(doc["mode"]), recovered=bool(doc["recovered"]),
-                changes=tuple(TableChange(str(t), f, int(v)) for t, f, v in doc["changes"]),
+                version=json_field(doc, "version", int), committed_at=committed_at,
+                actor=json_field(doc, "actor", str, optional=True),
+                operation_id=json_field(doc, "operation_id", str),
+                idempotency_key=json_field(doc, "idempotency_key", str, optional=True),
+                mode=json_field(doc, "mode", str), recovered=json_field(doc, "recovered", bool),
+                changes=tuple(changes),
             )  # fmt: skip
-        except (KeyError, TypeError, ValueError) as exc:
-            raise CorruptManifestError(f"{key}: malformed commit record; left in place", key=key) from exc
+        except StoredJSONError as exc:
+            raise codec.malformed(key, CorruptManifestError, exc) from exc
 
 
 @dataclass(frozen=True)
@@ -146,22 +158,21 @@ class Manifest:
     @classmethod
     def decode(cls, raw: bytes, key: str = layout.MANIFEST_KEY) -> Manifest:
         doc = codec.decode(raw, key, MANIFEST_FORMAT, (1,), CorruptManifestError)
-        req = codec.require
-        raw_tables = req(doc, "tables", dict, key, CorruptManifestError)
         try:
-            tables = {str(n): TableEntry(int(e["version"]), str(e["schema"])) for n, e in raw_tables.items()}
-        except (KeyError, TypeError, ValueError) as exc:
-            raise CorruptManifestError(f"{key}: malformed table entry; left in place", key=key) from exc
-        commits = tuple(
-            CommitRecord.from_json(r, key) for r in req(doc, "commits", list, key, CorruptManifestError)
-        )
-        manifest = cls(
-            version=req(doc, "version", int, key, CorruptManifestError),
-            operation_id=req(doc, "operation_id", str, key, CorruptManifestError),
-            tables=tables,
-            commits=commits,
-            retention=req(doc, "retention", int, key, CorruptManifestError),
-        )
+            tables = {
+                name: TableEntry(json_field(entry, "version", int), json_field(entry, "schema", str))
+                for name, entry in json_field(doc, "tables", dict).items()
+            }
+            commits = tuple(CommitRecord.from_json(r, key) for r in json_field(doc, "commits", list))
+            manifest = cls(
+                version=json_field(doc, "version", int),
+                operation_id=json_field(doc, "operation_id", str),
+                tables=tables,
+                commits=commits,
+                retention=json_field(doc, "retention", int),
+            )
+        except StoredJSONError as exc:
+            raise codec.malformed(key, CorruptManifestError, exc) from exc
         if commits and commits[-1].version != manifest.version:
             raise CorruptManifestError(f"{key}: last commit record is not the manifest version", key=key)
         return manifest

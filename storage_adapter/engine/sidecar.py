@@ -25,6 +25,8 @@ from storage_adapter.engine import codec, layout
 from storage_adapter.engine.errors import CorruptSidecarError
 from storage_adapter.engine.failpoints import failpoint
 from storage_adapter.protocol import StorageAdapter
+from storage_adapter.stored_json import StoredJSONError, timestamp
+from storage_adapter.stored_json import field as json_field
 
 SIDECAR_FORMAT = "storage-adapter-engine/recovery-sidecar"
 SIDECAR_SCHEMA_VERSIONS = (1,)
@@ -71,34 +73,35 @@ class Sidecar:
     @classmethod
     def decode(cls, raw: bytes, key: str) -> Sidecar:
         doc = codec.decode(raw, key, SIDECAR_FORMAT, SIDECAR_SCHEMA_VERSIONS, CorruptSidecarError)
-        req = codec.require
         try:
             tables = {
-                str(name): SidecarPin(
-                    str(p["key"]), p["expected_version"], int(p["post_commit_pin"]), p.get("schema")
+                name: SidecarPin(
+                    json_field(p, "key", str),
+                    json_field(p, "expected_version", int, optional=True),
+                    json_field(p, "post_commit_pin", int),
+                    json_field(p, "schema", str, optional=True),
                 )
-                for name, p in req(doc, "tables", dict, key, CorruptSidecarError).items()
+                for name, p in json_field(doc, "tables", dict).items()
             }
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise CorruptSidecarError(f"{key}: malformed table pins; left in place", key=key) from exc
-        if any(
-            p.expected_version is not None and not isinstance(p.expected_version, int)
-            for p in tables.values()
-        ):
-            raise CorruptSidecarError(f"{key}: malformed expected_version; left in place", key=key)
-        sidecar = cls(
-            operation_id=req(doc, "operation_id", str, key, CorruptSidecarError),
-            writer_kind=req(doc, "writer_kind", str, key, CorruptSidecarError),
-            actor=doc.get("actor"),
-            started_at=req(doc, "started_at", str, key, CorruptSidecarError),
-            lease_expires_at=req(doc, "lease_expires_at", str, key, CorruptSidecarError),
-            host=req(doc, "host", str, key, CorruptSidecarError),
-            pid=req(doc, "pid", int, key, CorruptSidecarError),
-            manifest_version=req(doc, "manifest_version", int, key, CorruptSidecarError),
-            mode=req(doc, "mode", str, key, CorruptSidecarError),
-            idempotency_key=doc.get("idempotency_key"),
-            tables=tables,
-        )
+            started_at = json_field(doc, "started_at", str)
+            lease_expires_at = json_field(doc, "lease_expires_at", str)
+            for moment in (started_at, lease_expires_at):  # kept as text; parsed here so heal cannot fail
+                timestamp(moment)
+            sidecar = cls(
+                operation_id=json_field(doc, "operation_id", str),
+                writer_kind=json_field(doc, "writer_kind", str),
+                actor=json_field(doc, "actor", str, optional=True),
+                started_at=started_at,
+                lease_expires_at=lease_expires_at,
+                host=json_field(doc, "host", str),
+                pid=json_field(doc, "pid", int),
+                manifest_version=json_field(doc, "manifest_version", int),
+                mode=json_field(doc, "mode", str),
+                idempotency_key=json_field(doc, "idempotency_key", str, optional=True),
+                tables=tables,
+            )
+        except StoredJSONError as exc:
+            raise codec.malformed(key, CorruptSidecarError, exc) from exc
         if layout.operation_id_from_key(key) != sidecar.operation_id:
             raise CorruptSidecarError(f"{key}: operation_id does not match the key; left in place", key=key)
         return sidecar

@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 from storage_adapter.engine import codec, layout
 from storage_adapter.engine.errors import CorruptMetadataError, SchemaMismatchError
 from storage_adapter.protocol import StorageAdapter
+from storage_adapter.stored_json import StoredJSONError, field
 
 VERSION_FORMAT = "storage-adapter-engine/table-version"
 
@@ -96,23 +97,21 @@ class TableVersion:
     @classmethod
     def decode(cls, raw: bytes, key: str) -> TableVersion:
         doc = codec.decode(raw, key, VERSION_FORMAT, (1,), CorruptMetadataError)
-        req = codec.require
         try:
-            fragments = tuple((f["key"], int(f["rows"]), int(f["bytes"])) for f in doc["fragments"])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise CorruptMetadataError(f"{key}: bad fragment list; left in place", key=key) from exc
-        base = doc.get("base_version")
-        if base is not None and not isinstance(base, int):
-            raise CorruptMetadataError(f"{key}: bad base_version; left in place", key=key)
-        return cls(
-            table=req(doc, "table", str, key, CorruptMetadataError),
-            version=req(doc, "version", int, key, CorruptMetadataError),
-            base_version=base,
-            operation_id=req(doc, "operation_id", str, key, CorruptMetadataError),
-            kind=req(doc, "kind", str, key, CorruptMetadataError),
-            schema=req(doc, "schema", str, key, CorruptMetadataError),
-            fragments=fragments,
-        )
+            return cls(
+                table=field(doc, "table", str),
+                version=field(doc, "version", int),
+                base_version=field(doc, "base_version", int, optional=True),
+                operation_id=field(doc, "operation_id", str),
+                kind=field(doc, "kind", str),
+                schema=field(doc, "schema", str),
+                fragments=tuple(
+                    (field(f, "key", str), field(f, "rows", int), field(f, "bytes", int))
+                    for f in field(doc, "fragments", list)
+                ),
+            )
+        except StoredJSONError as exc:
+            raise codec.malformed(key, CorruptMetadataError, exc) from exc
 
 
 class TableVersionStore:

@@ -23,7 +23,7 @@ from storage_adapter.idempotency.errors import (
 from storage_adapter.idempotency.fingerprint import payload_fingerprint
 from storage_adapter.idempotency.lease_keeper import LeaseKeeper
 from storage_adapter.idempotency.reconcile import Reconciler, Reconciliation, Verdict
-from storage_adapter.idempotency.records import IdempotencyRecord, RecordStatus
+from storage_adapter.idempotency.records import IdempotencyRecord, RecordStatus, encode_record
 from storage_adapter.idempotency.responses import (
     IN_PROGRESS,
     KEY_CONFLICT,
@@ -107,7 +107,10 @@ def run_idempotent(
     ``reconciler`` answers for stalled owners (without one, a stale owner is AMBIGUOUS). ``replayer``
     rebuilds a response from a stored record (default: the stored summary as is); it raises
     ReplayUnavailableError when that is impossible. If ``handler`` raises, the reservation is cancelled
-    and the exception propagates.
+    and the exception propagates. So it is when ``handler`` returns a result the store could not keep
+    (not a HandlerResult: TypeError; a non-int status, headers that are not (str, str) pairs, a
+    non-str error subtype, a summary that is not bounded JSON: ValueError); the record is never left
+    in progress.
     """
     try:
         key = store.key_format.validate(request.key)
@@ -169,7 +172,7 @@ def _as_owner(
     interval = policy.heartbeat_s if policy.heartbeat_s is not None else store.lease.total_seconds() / 3
     with LeaseKeeper(store, owned, interval) as keeper:
         try:
-            result = handler(OwnerContext(request, keeper))
+            result = _checked(handler(OwnerContext(request, keeper)), keeper.owned)
         except BaseException:
             _best_effort(lambda: store.cancel(keeper.owned), policy)
             raise
@@ -178,6 +181,18 @@ def _as_owner(
     else:
         _best_effort(lambda: store.cancel(keeper.owned), policy)
     return Response(result.status, result.summary, result.headers, False, result.error_subtype)
+
+
+def _checked(result: object, owned: Owned) -> HandlerResult:
+    """``result`` if it is a HandlerResult the store could finalize (whether or not its status is stored:
+    one rule for every result), else TypeError/ValueError saying the handler returned it."""
+    if not isinstance(result, HandlerResult):
+        raise TypeError(f"handler returned {type(result).__name__}, not a HandlerResult")
+    try:
+        encode_record(_record_of(owned, result))
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"handler returned a result the idempotency store cannot keep: {exc}") from exc
+    return result
 
 
 def _reconcile(previous: IdempotencyRecord, reconciler: Reconciler | None) -> Reconciliation | None:

@@ -1,15 +1,16 @@
 """Keeps an owner's lease alive while its handler runs: a daemon thread heartbeating every interval.
 
 Heartbeats are best effort: a failed one (store unavailable) is retried at the next tick and never
-reaches the handler. When the store says the reservation is gone (taken over, purged, finalized), the
-keeper stops and ``lost`` becomes True so a handler can check before its irreversible step.
+reaches the handler. When the store says the reservation is gone (taken over, purged, finalized), or the
+record can no longer be read (CorruptRecordError: it stays in place, and no heartbeat can prove ownership
+of it), the keeper stops and ``lost`` becomes True so a handler can check before its irreversible step.
 """
 
 from __future__ import annotations
 
 import threading
 
-from storage_adapter.idempotency.errors import StoreUnavailableError
+from storage_adapter.idempotency.errors import CorruptRecordError, StoreUnavailableError
 from storage_adapter.idempotency.store import IdempotencyStore, Owned, Updated
 
 
@@ -44,6 +45,9 @@ class LeaseKeeper:
                 outcome = self.store.heartbeat(self.owned)
             except StoreUnavailableError:
                 continue
+            except CorruptRecordError:
+                self._lost.set()
+                return
             if not isinstance(outcome, Updated):
                 self._lost.set()
                 return

@@ -1,19 +1,25 @@
 """The stored idempotency record: one per (realm, key), as canonical JSON with a schema version.
 
-Decoding is strict: any missing field, wrong type, unknown status or unknown schema version raises
-:class:`CorruptRecordError` naming the object key. Callers never repair or replace such a record; it stays
-where it is for inspection.
+Decoding is strict: any missing field, wrong type, unparseable or naive timestamp, unknown status or
+unknown schema version, and anything outside the bounds of :mod:`storage_adapter.stored_json` (size,
+depth, int64 integers, finite numbers, duplicate keys, lone surrogates), raises :class:`CorruptRecordError`
+naming the object key. Callers never repair or replace such a record; it stays where it is for inspection.
+Encoding applies the same bounds, so a record that decodes can always be written again (a heartbeat never
+fails on what it read).
 """
 
 from __future__ import annotations
 
 import enum
 import json
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
 from storage_adapter.idempotency.errors import CorruptRecordError
+from storage_adapter.stored_json import StoredJSONError, field, items, one_of, timestamp
+from storage_adapter.stored_json import dumps as stored_dumps
+from storage_adapter.stored_json import loads as stored_loads
 
 SCHEMA_VERSION = 1
 
@@ -78,14 +84,23 @@ def canonical_json(value: Any) -> bytes:
 
 
 def encode_record(record: IdempotencyRecord) -> bytes:
-    fields = asdict(record)
+    """The stored form of ``record``. Raises StoredJSONError (a ValueError) or TypeError, before anything
+    is written, for a record :func:`decode_record` would refuse (a field of the wrong type, such as
+    ``http_status="200"``; a naive time; a summary that is not bounded JSON): a key is never poisoned by a
+    record its own store cannot read back."""
+    fields = dict(vars(record))  # shallow: asdict would deep-copy the summary, recursively
     fields["status"] = record.status.value
     for name in (*_TIMES, "finalized_at"):
         value = getattr(record, name)
         fields[name] = None if value is None else value.isoformat()
-    fields["headers"] = [list(pair) for pair in record.headers]
+    # Tuples become arrays; anything else stays as it is and is refused below (list("ab") is no pair).
+    fields["headers"] = [list(pair) if isinstance(pair, tuple) else pair for pair in record.headers]
     fields["schema"] = SCHEMA_VERSION
-    return canonical_json(fields)
+    try:
+        _values(fields)  # the decoder's own checks: the one definition of a valid record
+        return stored_dumps(fields, ensure_ascii=False)
+    except StoredJSONError as exc:
+        raise StoredJSONError(f"cannot store idempotency record of key {record.key!r}: {exc}") from exc
 
 
 def decode_record(data: bytes, location: str) -> IdempotencyRecord:
@@ -97,50 +112,33 @@ def decode_record(data: bytes, location: str) -> IdempotencyRecord:
         )
 
     try:
-        fields = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise corrupt(f"not JSON ({exc})") from exc
-    if not isinstance(fields, dict):
-        raise corrupt("not a JSON object")
-    if fields.get("schema") != SCHEMA_VERSION:
-        raise corrupt(
-            f"unsupported schema version {fields.get('schema')!r} (this code reads {SCHEMA_VERSION})"
-        )
+        fields = stored_loads(data)
+    except StoredJSONError as exc:
+        raise corrupt(str(exc)) from exc
+    schema = fields.get("schema")
+    if type(schema) is not int or schema != SCHEMA_VERSION:
+        raise corrupt(f"unsupported schema version {schema!r} (this code reads {SCHEMA_VERSION})")
     try:
-        values: dict[str, Any] = {name: _typed(fields, name, str) for name in _STRINGS}
-        values["status"] = RecordStatus(fields["status"])
-        values["revision"] = _typed(fields, "revision", int)
-        for name in _TIMES:
-            values[name] = _time(_typed(fields, name, str))
-        finalized = _optional(fields, "finalized_at", str)
-        values["finalized_at"] = None if finalized is None else _time(finalized)
-        values["http_status"] = _optional(fields, "http_status", int)
-        values["error_subtype"] = _optional(fields, "error_subtype", str)
-        values["summary"] = fields["summary"]
-        headers = _typed(fields, "headers", list)
-        if not all(
-            isinstance(p, list) and len(p) == 2 and all(isinstance(s, str) for s in p) for p in headers
-        ):
-            raise ValueError("headers must be [name, value] string pairs")
-        values["headers"] = tuple((name, value) for name, value in headers)
-    except (KeyError, ValueError, TypeError) as exc:
-        raise corrupt(str(exc) or type(exc).__name__) from exc
-    return IdempotencyRecord(**values)
+        return IdempotencyRecord(**_values(fields))
+    except StoredJSONError as exc:
+        raise corrupt(str(exc)) from exc
 
 
-def _typed(fields: dict[str, Any], name: str, kind: type) -> Any:
-    value = fields[name]
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise TypeError(f"field {name!r} must be {kind.__name__}, got {type(value).__name__}")
-    return value
-
-
-def _optional(fields: dict[str, Any], name: str, kind: type) -> Any:
-    return None if fields[name] is None else _typed(fields, name, kind)
-
-
-def _time(text: str) -> datetime:
-    moment = datetime.fromisoformat(text)
-    if moment.tzinfo is None:
-        raise ValueError(f"timestamp {text!r} has no time zone")
-    return moment
+def _values(fields: dict[str, Any]) -> dict[str, Any]:
+    """The record's constructor arguments from its JSON fields, checked; StoredJSONError otherwise."""
+    values: dict[str, Any] = {name: field(fields, name, str) for name in _STRINGS}
+    values["status"] = one_of(RecordStatus, field(fields, "status", str), "status")
+    values["revision"] = field(fields, "revision", int)
+    for name in _TIMES:
+        values[name] = timestamp(field(fields, name, str))
+    finalized = field(fields, "finalized_at", str, optional=True)
+    values["finalized_at"] = None if finalized is None else timestamp(finalized)
+    values["http_status"] = field(fields, "http_status", int, optional=True)
+    if values["status"] is RecordStatus.FINALIZED and values["http_status"] is None:
+        raise StoredJSONError("a finalized record needs an http_status to replay")
+    values["error_subtype"] = field(fields, "error_subtype", str, optional=True)
+    if "summary" not in fields:
+        raise StoredJSONError("field 'summary' missing")
+    values["summary"] = fields["summary"]
+    values["headers"] = tuple(items(pair, (str, str), "header") for pair in field(fields, "headers", list))
+    return values

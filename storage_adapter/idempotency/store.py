@@ -210,7 +210,9 @@ class IdempotencyStore:
 
         A cancelled record with the same binding (operation, resource, fingerprint) is taken over by CAS
         (``Owned.previous`` is set); every other existing record comes back as Duplicate. Raises
-        InvalidIdempotencyKeyError, CorruptRecordError (record left in place), StoreUnavailableError.
+        InvalidIdempotencyKeyError, CorruptRecordError (record left in place), StoreUnavailableError; and,
+        before any request, TypeError/ValueError when ``realm``, ``operation``, ``resource`` or
+        ``fingerprint`` is not a str the record can hold.
         """
         key = self.key_format.validate(key)
         if not isinstance(realm, str) or not realm:
@@ -286,16 +288,11 @@ class IdempotencyStore:
     ) -> Transition:
         """Store the terminal outcome. Finalized | NotFound | LostOwnership (fenced: nothing written).
 
-        Raises SummaryTooLargeError (nothing written) when summary + headers exceed the limit, and
-        TypeError/ValueError when the summary is not JSON.
+        Raises, before any request (nothing written): SummaryTooLargeError when summary + headers exceed
+        the limit; TypeError/ValueError for an outcome the record could not hold (``http_status`` not an
+        int, headers not (str, str) pairs, ``error_subtype`` not a str or None, a summary that is not JSON
+        within the bounds of storage_adapter.stored_json).
         """
-        size = len(canonical_json([summary, [list(h) for h in headers], error_subtype]))
-        if size > self.max_summary_bytes:
-            raise SummaryTooLargeError(
-                f"response summary of {owned.record.key!r} is {size} bytes, over the limit of "
-                f"{self.max_summary_bytes}: store a pointer, not the result",
-                key=owned.record.key,
-            )
 
         def settle(record: IdempotencyRecord) -> IdempotencyRecord:
             return record.next(
@@ -303,6 +300,14 @@ class IdempotencyStore:
                 summary=summary, headers=tuple(headers), error_subtype=error_subtype,
             )  # fmt: skip
 
+        encode_record(settle(owned.record))  # the outcome is checked now, not after a request
+        size = len(canonical_json([summary, [list(h) for h in headers], error_subtype]))
+        if size > self.max_summary_bytes:
+            raise SummaryTooLargeError(
+                f"response summary of {owned.record.key!r} is {size} bytes, over the limit of "
+                f"{self.max_summary_bytes}: store a pointer, not the result",
+                key=owned.record.key,
+            )
         return self._transition(owned, settle, lambda record, token: Finalized(record))
 
     def cancel(self, owned: Owned) -> Transition:
