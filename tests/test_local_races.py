@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -77,15 +78,14 @@ def test_swapping_a_directory_for_a_symlink_mid_operation_never_escapes(tmp_path
         lambda a: a.delete_prefix("d"),
         lambda a: a.remove_orphans(0),
     ]
-    outcomes: dict[str, int] = {}
+    outcomes: Counter[str] = Counter()
 
     def step(i: int) -> None:
         try:
             operations[i % len(operations)](adapter)
-            outcomes["ok"] = outcomes.get("ok", 0) + 1
-        except StorageError as exc:
-            name = type(exc).__name__ if type(exc) is not StorageError else str(exc)[:90]
-            outcomes[name] = outcomes.get(name, 0) + 1
+            outcomes["ok"] += 1
+        except StorageError as exc:  # refused or absent: typed errors are fine, escaping is not
+            outcomes[type(exc).__name__ if type(exc) is not StorageError else str(exc)[:90]] += 1
 
     swapper = threading.Thread(target=swap)
     swapper.start()
@@ -96,7 +96,7 @@ def test_swapping_a_directory_for_a_symlink_mid_operation_never_escapes(tmp_path
         swapper.join()
     print(outcomes)
     assert snapshot(outside) == before
-    assert outcomes.get("ok", 0) > 0
+    assert outcomes["ok"] > 0
 
 
 WRITE_DELETE_WORKER = """
@@ -138,12 +138,11 @@ def test_directory_creation_never_loses_to_pruning_across_processes(tmp_path: Pa
     ]
     reports = [json.loads(worker.communicate(timeout=120)[0]) for worker in workers]
     cycles = sum(r["cycles"] for r in reports)
-    errors: dict[str, int] = {}
+    errors: Counter[str] = Counter()
     for report in reports:
-        for name, count in report["errors"].items():
-            errors[name] = errors.get(name, 0) + count
+        errors.update(report["errors"])
     print(f"{cycles} cycles, errors: {json.dumps(errors, indent=1)}")
-    assert cycles > 200
+    assert cycles > 100  # about 600-3,000 on 2 shared cores
     assert errors == {}
     assert adapter.list() == [] and sorted(os.listdir(tmp_path)) == []
 
