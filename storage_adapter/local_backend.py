@@ -1,23 +1,189 @@
-"""The local backend: obstore's LocalStore for reads and listings, LocalMutator for every mutation.
+"""The local backend: a directory tree, read, listed and mutated without ever following a symlink.
 
-object_store's LocalFileSystem cannot do a conditional update, so all local mutations (not only CAS)
-go through :class:`~storage_adapter.local_mutation.LocalMutator`, which serializes them per directory
-across threads and processes. Mixing its mutations with LocalStore's own puts would let a plain write
-slip between a CAS's compare and its replace.
+obstore's LocalStore resolves paths with the kernel and follows symlinks, so it could read or list outside
+the root; this backend does its own I/O on directory descriptors walked from the root with
+``O_NOFOLLOW`` (see :mod:`storage_adapter.local_mutation`, which also serializes every mutation). The
+policy, per operation, is in docs/local.md:
+
+* a key or prefix whose path meets a symlink below the root is refused: PermissionDeniedError naming the
+  key and the symlink, nothing read, written or removed;
+* listings skip symlinks, special files and entries whose key would not be valid (see
+  storage_adapter.keys: names that are not UTF-8, control characters, staging files ``name#<digits>``):
+  one odd name on disk never breaks a listing;
+* a directory is a prefix, not an object: reading it is NotFoundError.
 """
 
 from __future__ import annotations
 
+import builtins
+import os
+import stat
+from collections.abc import Generator
+from contextlib import closing
+from datetime import datetime, timedelta, timezone
+
 from storage_adapter.config import AdapterConfig
-from storage_adapter.local_mutation import LocalMutator
-from storage_adapter.obstore_backend import ObstoreBackend, local_store
+from storage_adapter.errors import InvalidKeyError, StorageError
+from storage_adapter.keys import join_key, validate_key
+from storage_adapter.local_mutation import (
+    DirChain,
+    LocalMutator,
+    dir_names,
+    local_token,
+    open_chain,
+    open_subdir,
+    read_object,
+    split_path,
+    stat_entry,
+    walk,
+)
+from storage_adapter.obstore_backend import Translation
+from storage_adapter.types import ObjectInfo
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
-class LocalBackend(ObstoreBackend):
+def _is_key(key: str) -> bool:
+    """Whether a listed name is a key the adapter could have written. Names that are not UTF-8 come from
+    os.scandir as lone surrogates (surrogateescape), which must not be listed even where validate_key
+    lets them through."""
+    try:
+        validate_key(key)
+        key.encode("utf-8")
+    except (InvalidKeyError, UnicodeEncodeError):
+        return False
+    return True
+
+
+class LocalBackend:
+    """The driver the adapter calls for ``file://`` roots: same methods as ObstoreBackend.
+
+    Keys are validated by the adapter; ``config.prefix`` (a child adapter's) is joined below the root, and
+    its directories are walked like any other, never through a symlink.
+    """
+
     def __init__(self, config: AdapterConfig) -> None:
-        super().__init__(config, local_store)
-        self._mutator = LocalMutator(config.location)
+        self.name = config.backend
+        self._prefix = config.prefix
+        try:
+            # The root is the user's: resolved once here; nothing below it is ever resolved again.
+            root = os.path.realpath(config.location)
+            os.makedirs(root, exist_ok=True)
+        except OSError as exc:
+            raise StorageError(f"cannot open {config.url} ({self.name}): {exc.strerror}") from exc
+        self._root = root
+        self._mutator = LocalMutator(root)
 
+    def path(self, key: str) -> str:
+        """The store path of ``key``: relative to the root, the adapter's prefix joined."""
+        return join_key(self._prefix, key)
+
+    def translated(self, key: str, action: str) -> Translation:
+        """A context manager translating the OS's exceptions raised inside it, naming key and backend."""
+        return Translation(self.name, key, action)
+
+    def _listed(self, prefix: str) -> DirChain | None:
+        """The open directory of the listing ``prefix`` (``""``: the adapter's own), None if absent."""
+        return open_chain(self._root, dir_names(self.path(prefix) if prefix else self._prefix), create=False)
+
+    def _parent(self, key: str) -> tuple[DirChain | None, str, str]:
+        """``key``'s parent directory (None if absent), its name there and its store path."""
+        path = self.path(key)
+        directory, name = split_path(path)
+        return open_chain(self._root, directory, create=False), name, path
+
+    # -- reads ---------------------------------------------------------------------------------------
+    def get(self, key: str) -> bytes:
+        return self.get_versioned(key)[0]
+
+    def get_versioned(self, key: str) -> tuple[bytes, str]:
+        """The bytes and the token of exactly those bytes (both from one open file)."""
+        with self.translated(key, "read"):
+            chain, name, path = self._parent(key)
+            if chain is None:
+                raise FileNotFoundError(path)
+            with chain:
+                data, st = read_object(chain.fd, name, path)
+            return data, local_token(st)
+
+    def head_token(self, key: str) -> str:
+        with self.translated(key, "head"):
+            chain, name, path = self._parent(key)
+            st = None
+            if chain is not None:
+                with chain:
+                    st = stat_entry(chain.fd, name, path)
+            if st is None or not stat.S_ISREG(st.st_mode):
+                raise FileNotFoundError(path)
+            return local_token(st)
+
+    def list(self, prefix: str) -> list[ObjectInfo]:
+        with self.translated(prefix, "list"):
+            chain = self._listed(prefix)
+            if chain is None:
+                return []
+            with chain:
+                return list(self._objects(chain.fd, prefix))
+
+    def list_dir(self, prefix: str) -> tuple[builtins.list[ObjectInfo], builtins.list[str]]:
+        with self.translated(prefix, "list_dir"):
+            chain = self._listed(prefix)
+            if chain is None:
+                return [], []
+            with chain:
+                with os.scandir(chain.fd) as scan:
+                    entries = list(scan)
+                objects = [info for entry in entries if (info := self._info(chain.fd, prefix, entry))]
+                prefixes = [
+                    key
+                    for entry in entries
+                    if entry.is_dir(follow_symlinks=False)
+                    and _is_key(key := f"{prefix}/{entry.name}" if prefix else entry.name)
+                    and self._holds_objects(chain.fd, entry.name, key)
+                ]
+            return objects, prefixes
+
+    def _objects(self, top: int, prefix: str) -> Generator[ObjectInfo, None, None]:
+        """Every object below the open directory ``top`` (whose keys start with ``prefix``)."""
+        for fd, path, entries in walk(top, prefix):
+            for entry in entries:
+                info = self._info(fd, path, entry)
+                if info is not None:
+                    yield info
+
+    def _holds_objects(self, parent: int, name: str, key: str) -> bool:
+        """Whether the directory ``name`` in ``parent`` holds an object, at any depth (S3 shows a prefix
+        only then; a directory holding only staging files or symlinks is no prefix)."""
+        fd = open_subdir(parent, name)
+        if fd is None:
+            return False
+        try:
+            with closing(self._objects(fd, key)) as objects:
+                return next(objects, None) is not None
+        finally:
+            os.close(fd)
+
+    @staticmethod
+    def _info(directory: int, path: str, entry: os.DirEntry[str]) -> ObjectInfo | None:
+        """The object ``entry`` of ``directory`` (keys starting with ``path``), None when it is not one: a
+        directory, a symlink, a special file, an invalid key, or gone since it was listed."""
+        key = f"{path}/{entry.name}" if path else entry.name
+        if not entry.is_file(follow_symlinks=False) or not _is_key(key):
+            return None
+        try:
+            st = os.stat(entry.name, dir_fd=directory, follow_symlinks=False)
+        except FileNotFoundError:
+            return None
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        return ObjectInfo(
+            key=key,
+            size=st.st_size,
+            token=local_token(st),
+            last_modified=_EPOCH + timedelta(microseconds=st.st_mtime_ns // 1000),
+        )
+
+    # -- mutations: serialized and confined by LocalMutator --------------------------------------------
     def put(self, key: str, data: bytes) -> str:
         with self.translated(key, "write"):
             return self._mutator.write(self.path(key), data)
@@ -40,4 +206,4 @@ class LocalBackend(ObstoreBackend):
 
     def remove_orphans(self, min_age_s: float) -> int:
         with self.translated("", "remove_orphans"):
-            return self._mutator.remove_orphans(min_age_s)
+            return self._mutator.remove_orphans(self._prefix, min_age_s)

@@ -1,26 +1,34 @@
-"""Linearizable mutations of a local directory tree, across threads and processes on one host.
+"""Confined, linearizable access to a local directory tree, across threads and processes on one host.
 
-object_store's LocalFileSystem has no conditional update, and a read-compare-replace emulation races.
-Here every mutation of a key (``write``, ``write_if_absent``, ``write_if_match``, ``delete``, ``rename``)
-runs while holding an exclusive ``flock`` on the key's *parent directory*:
+**Confinement.** Nothing below the root is ever reached through a symlink. Paths are never resolved by
+the kernel from a string: each component is opened relative to its parent's descriptor with
+``O_NOFOLLOW`` (``openat``-style, see :func:`open_chain`), and every later call on that directory uses
+``dir_fd=`` (mkdir, rename, link, unlink, rmdir, stat without following, utime). A directory swapped for
+a symlink mid-operation therefore cannot redirect it: the descriptor still names the directory that was
+opened. A symlink on a key's path raises :class:`SymlinkRefusedError`; listings skip symlinks.
+
+**Mutations.** Every mutation of a key (``write``, ``write_if_absent``, ``write_if_match``, ``delete``,
+``rename``) runs while holding an exclusive ``flock`` on the key's *parent directory*:
 
 * The lock is on the directory inode, so two adapters rooted at different ancestors of the same file
   still serialize, and no lock files exist (nothing to list, nothing to orphan). flock is released by
   the kernel when a process dies, so a crash never leaves a key locked.
-* New content is staged in a temporary file named ``<name>#<digits>`` in the same directory (the shape
-  object_store never lists), then published by ``rename`` (replace) or ``link`` (create): a reader sees
-  the old or the new file, never a partial one.
-* Tokens are object_store's local ETag, ``"<inode>-<mtime µs>-<size>"``. Inodes are reused and file
+* New content is staged in a temporary file named ``<name>#<12 digits>`` in the same directory (a name
+  no key can have), then published by ``rename`` (replace) or ``link`` (create): a reader sees the old
+  or the new file, never a partial one. A staging file exists only while its writer holds the directory
+  lock, which is what lets :meth:`LocalMutator.remove_orphans` tell a crash leftover from a write in
+  flight.
+* Tokens are ``"<inode>-<mtime µs>-<size>"`` (object_store's local ETag). Inodes are reused and file
   timestamps are coarse (a kernel tick), so two versions could share a token (ABA). Before publishing,
   each staged file's mtime is set to ``max(now, previous version's mtime + 1 µs)``: along a key's
   history mtimes strictly increase, so a token is never repeated while the key exists.
-* Readers take no lock: they open whichever file the name points to, and object_store derives the
-  token from that open file, so data and token always belong together.
+* Readers take no lock: they open whichever file the name points to and take the token from that open
+  file, so data and token always belong together (files are never modified after they are published).
 
-Deletes prune directories they leave empty (``rmdir`` only succeeds on an empty directory), so local
-listings show the same prefixes as S3. A writer that locked a directory which was pruned meanwhile sees
-the inode change and retries. Staged files orphaned by a crash are never listed and are removed by
-:meth:`LocalMutator.remove_orphans`.
+Deletes prune directories they leave empty (``rmdir`` only succeeds on an empty directory; never the
+root), so local listings show the same prefixes as S3. Directory creation and pruning race by design:
+a writer that finds a directory pruned under it (an ``mkdir`` in a removed directory, or a locked
+directory no longer linked where it was opened) starts its walk again, so neither surfaces as an error.
 """
 
 from __future__ import annotations
@@ -28,12 +36,22 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import re
 import secrets
+import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 
-_STAGING_MARK = "#"
+# Every directory below the root is opened with these: never through a symlink, never inherited.
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# Regular files: O_NONBLOCK so that opening a FIFO planted in the tree cannot hang (fstat rejects it).
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+_STAGE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+_STAGING_DIGITS = 12
+# The exact shape of a staging file. storage_adapter.keys rejects any segment ending in '#<digits>', so
+# no object can have it; ASCII digits only, as written by _stage.
+_STAGING_NAME = re.compile(rf".+#[0-9]{{{_STAGING_DIGITS}}}", re.ASCII | re.DOTALL)
 
 
 def local_token(st: os.stat_result) -> str:
@@ -41,76 +59,284 @@ def local_token(st: os.stat_result) -> str:
     return f'"{st.st_ino:x}-{st.st_mtime_ns // 1000:x}-{st.st_size:x}"'
 
 
-def _date_after(target: int | str, previous: os.stat_result | None) -> None:
-    """Set ``target``'s mtime to max(now, ``previous`` version's mtime + 1 µs): along a key's history
-    mtimes (hence tokens, at µs resolution) strictly increase even when an inode is reused."""
+def is_staging_name(name: str) -> bool:
+    """True for the name of a staging file, ``<name>#<12 ASCII digits>``."""
+    return _STAGING_NAME.fullmatch(name) is not None
+
+
+class SymlinkRefusedError(PermissionError):
+    """A symlink (or a special file) sits on a key's path below the root: it is never followed, replaced
+    or removed. A PermissionError, so the adapter reports it as PermissionDeniedError."""
+
+    def __init__(self, path: str, what: str = "symlink") -> None:
+        super().__init__(errno.EPERM, f"{what} below the root is never followed or replaced", path)
+
+
+def _refuse_odd(st: os.stat_result, path: str) -> os.stat_result:
+    """``st`` if it is a regular file or a directory; a symlink or special file is refused."""
+    if stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode):
+        return st
+    raise SymlinkRefusedError(path, "symlink" if stat.S_ISLNK(st.st_mode) else "special file")
+
+
+class _Pruned(Exception):
+    """A directory on the walk was removed meanwhile (empty-directory pruning): walk again."""
+
+
+def _date_after(target: int, previous: os.stat_result | None) -> None:
+    """Set the open file ``target``'s mtime to max(now, ``previous`` version's mtime + 1 µs): along a
+    key's history mtimes (hence tokens, at µs resolution) strictly increase even when an inode is reused."""
     mtime_us = time.time_ns() // 1000
     if previous is not None:
         mtime_us = max(mtime_us, previous.st_mtime_ns // 1000 + 1)
     os.utime(target, ns=(mtime_us * 1000, mtime_us * 1000))
 
 
-class _DirectoryGone(Exception):
-    """The directory was pruned between open and lock; the caller retries."""
+class DirChain:
+    """Open descriptors of the root and of each directory on a path below it, opened without following
+    symlinks. ``fds[i]`` is the directory reached by ``names[:i]``; ``fd`` is the deepest."""
+
+    __slots__ = ("fds", "names", "path")
+
+    def __init__(self, fds: list[int], names: Sequence[str]) -> None:
+        self.fds, self.names = fds, names
+        self.path = "/".join(names)
+
+    @property
+    def fd(self) -> int:
+        return self.fds[-1]
+
+    def entry(self, name: str) -> str:
+        """``name``'s path relative to the root, for messages."""
+        return f"{self.path}/{name}" if self.path else name
+
+    def linked(self, depth: int) -> bool:
+        """Whether ``fds[depth]`` is still the directory named ``names[depth - 1]`` in its parent (not
+        pruned, not swapped for anything else). The root always is."""
+        if depth == 0:
+            return True
+        try:
+            named = os.stat(self.names[depth - 1], dir_fd=self.fds[depth - 1], follow_symlinks=False)
+        except FileNotFoundError:
+            return False
+        opened = os.fstat(self.fds[depth])
+        return (named.st_dev, named.st_ino) == (opened.st_dev, opened.st_ino)
+
+    def close(self) -> None:
+        for fd in self.fds:
+            os.close(fd)
+        self.fds = []
+
+    def __enter__(self) -> DirChain:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_chain(root: str, names: Sequence[str], create: bool) -> DirChain | None:
+    """Open ``root`` then each of ``names`` below it, creating missing ones if ``create``.
+
+    Returns None when a directory is missing (and not ``create``) or a file is in the way (and not
+    ``create``); raises SymlinkRefusedError at a symlink. With ``create``, a directory pruned by a
+    concurrent delete while being walked is simply created again.
+    """
+    while True:
+        chain = DirChain([], names)
+        try:
+            chain.fds.append(_open_root(root, create))
+            for depth, name in enumerate(names):
+                fd = _open_dir(chain.fd, name, "/".join(names[: depth + 1]), create)
+                if fd is None:
+                    chain.close()
+                    return None
+                chain.fds.append(fd)
+            return chain
+        except BaseException as exc:
+            chain.close()
+            if not isinstance(exc, _Pruned):
+                raise
+
+
+def _open_root(root: str, create: bool) -> int:
+    # The root is the user's choice (resolved once at open): the only path the kernel resolves for us.
+    try:
+        return os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        if not create:
+            raise
+        os.makedirs(root, exist_ok=True)
+        raise _Pruned from None
+
+
+def _open_dir(parent: int, name: str, path: str, create: bool) -> int | None:
+    """The directory ``name`` in ``parent``, created if missing and ``create``; None if absent."""
+    while True:
+        try:
+            return os.open(name, _DIR_FLAGS, dir_fd=parent)
+        except FileNotFoundError:
+            if not create:
+                return None
+        except OSError as exc:
+            if exc.errno not in (errno.ENOTDIR, errno.ELOOP):
+                raise
+            st = stat_entry(parent, name, path)  # refuses a symlink
+            if st is None or stat.S_ISDIR(st.st_mode):
+                continue  # the entry changed since the open: look again
+            if not create:
+                return None  # a file in the way: no key lives below it
+            raise
+        try:
+            os.mkdir(name, 0o777, dir_fd=parent)
+        except FileExistsError:
+            continue  # created concurrently: open it
+        except FileNotFoundError:
+            raise _Pruned from None  # parent itself was pruned after we opened it
+
+
+def open_subdir(parent: int, name: str) -> int | None:
+    """The real directory ``name`` in ``parent`` for a listing: None if it is gone, a symlink or not a
+    directory (the entry changed since it was listed)."""
+    try:
+        return os.open(name, _DIR_FLAGS, dir_fd=parent)
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
+            return None
+        raise
+
+
+def walk(top: int, path: str) -> Iterator[tuple[int, str, list[os.DirEntry[str]]]]:
+    """``(fd, path, entries)`` for ``top`` and every real directory below it, top-down, never following a
+    symlink. Directories that vanish while walked are skipped. The caller owns ``top``."""
+    with os.scandir(top) as scan:
+        entries = list(scan)
+    yield top, path, entries
+    for entry in entries:
+        if not entry.is_dir(follow_symlinks=False):
+            continue
+        fd = open_subdir(top, entry.name)
+        if fd is None:
+            continue
+        try:
+            yield from walk(fd, f"{path}/{entry.name}" if path else entry.name)
+        finally:
+            os.close(fd)
+
+
+def stat_entry(parent: int, name: str, path: str) -> os.stat_result | None:
+    """The stat of the file or directory ``name`` in ``parent`` (not following), None if absent; a symlink
+    or special file is refused."""
+    try:
+        st = os.stat(name, dir_fd=parent, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+    return _refuse_odd(st, path)
+
+
+def read_object(parent: int, name: str, path: str) -> tuple[bytes, os.stat_result]:
+    """The bytes of the object ``name`` in ``parent`` and the stat of exactly that file.
+
+    One copy: ``os.read`` allocates the result and the kernel fills it. Raises FileNotFoundError when
+    absent (or a directory), SymlinkRefusedError for a symlink.
+    """
+    try:
+        fd = os.open(name, _READ_FLAGS, dir_fd=parent)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise SymlinkRefusedError(path) from None
+        raise
+    try:
+        st = _refuse_odd(os.fstat(fd), path)
+        if stat.S_ISDIR(st.st_mode):
+            raise FileNotFoundError(errno.ENOENT, "a prefix, not an object", path)
+        data = os.read(fd, st.st_size)
+        if len(data) < st.st_size:
+            # One read returns at most ~2 GiB on Linux: gather the rest (a second copy, for such sizes only).
+            parts, got = [data], len(data)
+            while got < st.st_size:
+                chunk = os.read(fd, st.st_size - got)
+                if not chunk:  # truncated in place by someone else: never loop forever
+                    raise OSError(errno.EIO, "object truncated while being read", path)
+                parts.append(chunk)
+                got += len(chunk)
+            data = b"".join(parts)
+        return data, st
+    finally:
+        os.close(fd)
+
+
+def dir_names(path: str) -> list[str]:
+    """The components of a directory's store path (none for the root itself)."""
+    return path.split("/") if path else []
+
+
+def split_path(path: str) -> tuple[list[str], str]:
+    """A key's store path as its directory's components and its name in that directory."""
+    directory, _, name = path.rpartition("/")
+    return dir_names(directory), name
+
+
+class _Absent(Exception):
+    """A directory to be locked without creating it does not exist."""
 
 
 class LocalMutator:
-    """Serialized mutations below ``root``. Keys are validated relative paths (see storage_adapter.keys)."""
+    """Serialized, confined mutations below ``root`` (an absolute, resolved directory). Paths are validated
+    store paths relative to it (see storage_adapter.keys): ``/``-separated, no ``.`` or ``..``."""
 
     def __init__(self, root: str) -> None:
         self.root = root
 
-    def _path(self, key: str) -> str:
-        return os.path.join(self.root, key)
-
     @contextmanager
-    def _locked_dir(self, directory: str, create: bool) -> Iterator[bool]:
-        """Hold an exclusive flock on ``directory``. Yields False if it does not exist and not ``create``."""
+    def _locked(self, *wanted: tuple[Sequence[str], bool]) -> Iterator[list[DirChain]]:
+        """Hold an exclusive flock on each directory ``(names, create)``: yields their chains in the order
+        asked. Raises _Absent when one is missing and not to be created (before creating any later one)."""
         while True:
             try:
-                if create:
-                    os.makedirs(directory, exist_ok=True)
-                fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-            except FileNotFoundError:
-                if create:
-                    continue  # an ancestor was pruned while we created or opened it
-                yield False
-                return
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
-                try:
-                    # A delete may have pruned (and someone re-created) the directory while we waited.
-                    if os.stat(directory).st_ino != os.fstat(fd).st_ino:
-                        raise _DirectoryGone
-                except (FileNotFoundError, _DirectoryGone):
-                    continue
-                yield True
-                return
-            finally:
-                os.close(fd)
+                chains = self._lock(wanted)
+                break
+            except _Pruned:
+                continue
+        try:
+            yield chains
+        finally:
+            for chain in chains:
+                chain.close()  # closing a descriptor releases its flock
 
-    @contextmanager
-    def _locked(self, *keys: str, create: bool) -> Iterator[bool]:
-        """Lock the parent directories of ``keys`` in a global order (no deadlock between renames)."""
-        directories = sorted({os.path.dirname(self._path(k)) for k in keys})
-        with ExitStack() as stack:
-            present = all([stack.enter_context(self._locked_dir(d, create)) for d in directories])
-            yield present
+    def _lock(self, wanted: Sequence[tuple[Sequence[str], bool]]) -> list[DirChain]:
+        """Open and lock, once per directory inode and in inode order (no deadlock between renames, even
+        for adapters rooted at different ancestors). Raises _Pruned when a directory was pruned (maybe
+        re-created) while we waited for its lock: the caller walks again."""
+        with ExitStack() as opened:
+            chains = []
+            for names, create in wanted:
+                chain = open_chain(self.root, names, create)
+                if chain is None:
+                    raise _Absent
+                chains.append(opened.enter_context(chain))
+            by_inode = {(st.st_dev, st.st_ino): chain.fd for chain in chains for st in [os.fstat(chain.fd)]}
+            for inode in sorted(by_inode):
+                fcntl.flock(by_inode[inode], fcntl.LOCK_EX)
+            if all(chain.linked(len(chain.names)) for chain in chains):
+                opened.pop_all()
+                return chains
+        raise _Pruned
 
     @staticmethod
-    def _stat(path: str) -> os.stat_result | None:
-        try:
-            st = os.stat(path)
-        except (FileNotFoundError, NotADirectoryError):
-            return None
-        if not os.path.isfile(path):
-            raise IsADirectoryError(errno.EISDIR, "is a directory (a prefix of other keys)", path)
+    def _current(chain: DirChain, name: str) -> os.stat_result | None:
+        """The stat of the object ``name`` in the locked ``chain``, None if absent."""
+        st = stat_entry(chain.fd, name, chain.entry(name))
+        if st is not None and stat.S_ISDIR(st.st_mode):
+            raise IsADirectoryError(
+                errno.EISDIR, "is a directory (a prefix of other keys)", chain.entry(name)
+            )
         return st
 
-    def _stage(self, path: str, data: bytes, previous: os.stat_result | None) -> tuple[str, str]:
-        """Write ``data`` to a fresh staging file beside ``path``; return (staging path, its token)."""
-        staging = f"{path}{_STAGING_MARK}{secrets.randbelow(10**12):012d}"
-        fd = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    @staticmethod
+    def _stage(chain: DirChain, name: str, data: bytes, previous: os.stat_result | None) -> tuple[str, str]:
+        """Write ``data`` to a fresh staging file beside ``name``; return (staging name, its token)."""
+        staging = f"{name}#{secrets.randbelow(10**_STAGING_DIGITS):0{_STAGING_DIGITS}d}"
+        fd = os.open(staging, _STAGE_FLAGS, 0o644, dir_fd=chain.fd)
         try:
             view = memoryview(data)
             while view:
@@ -119,108 +345,149 @@ class LocalMutator:
             token = local_token(os.fstat(fd))
         except BaseException:
             os.close(fd)
-            os.unlink(staging)
+            os.unlink(staging, dir_fd=chain.fd)
             raise
         os.close(fd)
         return staging, token
 
-    def write(self, key: str, data: bytes) -> str:
-        path = self._path(key)
-        with self._locked(key, create=True):
-            staging, token = self._stage(path, data, self._stat(path))
-            os.rename(staging, path)
+    @staticmethod
+    def _replace(chain: DirChain, staging: str, name: str) -> None:
+        os.rename(staging, name, src_dir_fd=chain.fd, dst_dir_fd=chain.fd)
+
+    def write(self, path: str, data: bytes) -> str:
+        directory, name = split_path(path)
+        with self._locked((directory, True)) as (chain,):
+            staging, token = self._stage(chain, name, data, self._current(chain, name))
+            self._replace(chain, staging, name)
             return token
 
-    def write_if_absent(self, key: str, data: bytes) -> str | None:
-        path = self._path(key)
-        with self._locked(key, create=True):
-            if self._stat(path) is not None:
+    def write_if_absent(self, path: str, data: bytes) -> str | None:
+        directory, name = split_path(path)
+        with self._locked((directory, True)) as (chain,):
+            if self._current(chain, name) is not None:
                 return None
-            staging, token = self._stage(path, data, None)
+            staging, token = self._stage(chain, name, data, None)
             try:
-                os.link(staging, path)  # fails if the name exists: one winner even without the lock
+                # link fails if the name exists: one winner even against writers that take no lock.
+                os.link(staging, name, src_dir_fd=chain.fd, dst_dir_fd=chain.fd, follow_symlinks=False)
             except FileExistsError:
                 return None
             finally:
-                os.unlink(staging)
+                os.unlink(staging, dir_fd=chain.fd)
             return token
 
-    def write_if_match(self, key: str, data: bytes, token: str) -> str | None:
-        path = self._path(key)
-        with self._locked(key, create=False) as present:
-            if not present:
-                return None
-            current = self._stat(path)
-            if current is None or local_token(current) != token:
-                return None
-            staging, new_token = self._stage(path, data, current)
-            os.rename(staging, path)
-            return new_token
+    def write_if_match(self, path: str, data: bytes, token: str) -> str | None:
+        directory, name = split_path(path)
+        try:
+            with self._locked((directory, False)) as (chain,):
+                current = self._current(chain, name)
+                if current is None or local_token(current) != token:
+                    return None
+                staging, new_token = self._stage(chain, name, data, current)
+                self._replace(chain, staging, name)
+                return new_token
+        except _Absent:
+            return None
 
-    def delete(self, key: str) -> None:
-        path = self._path(key)
-        with self._locked(key, create=False) as present:
-            if not present or self._stat(path) is None:
-                return
-            os.unlink(path)
-        self._prune(os.path.dirname(path))
+    def delete(self, path: str) -> None:
+        directory, name = split_path(path)
+        try:
+            with self._locked((directory, False)) as (chain,):
+                if self._current(chain, name) is None:
+                    return
+                os.unlink(name, dir_fd=chain.fd)
+        except _Absent:
+            return
+        self._prune(directory)
 
     def rename(self, src: str, dst: str) -> None:
         """Atomically move ``src`` over ``dst``. Raises FileNotFoundError if ``src`` is absent.
 
-        Creates ``dst``'s directory only once ``src`` is known to exist, so a failed rename leaves
-        nothing behind.
+        ``dst``'s directory is created after ``src``'s is found, and pruned again if ``src`` turns out to
+        be absent, so a failed rename leaves nothing behind.
         """
-        src_path, dst_path = self._path(src), self._path(dst)
-        while True:
-            if self._stat(src_path) is None:
-                raise FileNotFoundError(errno.ENOENT, "no such object", src_path)
-            os.makedirs(os.path.dirname(dst_path), exist_ok=True)
-            with self._locked(src, dst, create=False) as present:
-                if self._stat(src_path) is None:
-                    raise FileNotFoundError(errno.ENOENT, "no such object", src_path)
-                if not present:
-                    continue  # dst's directory was pruned after we created it: create it again
-                _date_after(src_path, self._stat(dst_path))  # dst's token chain, as in _stage
-                os.rename(src_path, dst_path)
-                break
-        self._prune(os.path.dirname(src_path))
+        (src_dir, src_name), (dst_dir, dst_name) = split_path(src), split_path(dst)
+        moved = False
+        try:
+            with self._locked((src_dir, False), (dst_dir, True)) as (src_chain, dst_chain):
+                if self._current(src_chain, src_name) is None:
+                    raise FileNotFoundError(errno.ENOENT, "no such object", src)
+                fd = os.open(src_name, _READ_FLAGS, dir_fd=src_chain.fd)
+                try:
+                    _date_after(fd, self._current(dst_chain, dst_name))  # dst's token chain, as in _stage
+                finally:
+                    os.close(fd)
+                os.rename(src_name, dst_name, src_dir_fd=src_chain.fd, dst_dir_fd=dst_chain.fd)
+                moved = True
+        except _Absent:
+            raise FileNotFoundError(errno.ENOENT, "no such object", src) from None
+        finally:
+            self._prune(src_dir if moved else dst_dir)
 
-    def _prune(self, directory: str) -> None:
-        """Remove ``directory`` and its ancestors below root while they are empty.
+    def _prune(self, names: Sequence[str]) -> None:
+        """Remove the directory ``names`` and its ancestors while they are empty; never the root.
 
         Runs after the caller released its locks and takes one directory lock at a time, child first:
-        never nested, so it cannot deadlock with a rename holding two locks. A writer that locked a
-        directory removed here sees its inode vanish and re-creates it (see _locked_dir).
+        never nested, so it cannot deadlock with a rename holding two. A writer that locked a directory
+        removed here sees it unlinked and walks again (see _lock). Stops at anything unexpected (a
+        symlink, a non-empty or vanished directory): pruning is housekeeping, never a failure.
         """
-        root = os.path.normpath(self.root)
-        current = os.path.normpath(directory)
-        while current.startswith(root + os.sep):
-            with self._locked_dir(current, create=False) as present:
-                if not present:
-                    return
+        try:
+            chain = open_chain(self.root, names, create=False)
+        except SymlinkRefusedError:
+            return
+        if chain is None:
+            return
+        with chain:
+            for depth in range(len(names), 0, -1):
+                fcntl.flock(chain.fds[depth], fcntl.LOCK_EX)
                 try:
-                    os.rmdir(current)
+                    if not chain.linked(depth):
+                        return
+                    os.rmdir(names[depth - 1], dir_fd=chain.fds[depth - 1])
                 except OSError as exc:
-                    if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
+                    if exc.errno in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOENT, errno.ENOTDIR):
                         return
                     raise
-            current = os.path.dirname(current)
+                finally:
+                    fcntl.flock(chain.fds[depth], fcntl.LOCK_UN)
 
-    def remove_orphans(self, min_age_s: float) -> int:
-        """Remove staging files (``name#<digits>``) older than ``min_age_s`` left by crashed writers."""
+    def remove_orphans(self, prefix: str, min_age_s: float) -> int:
+        """Remove staging files (``name#<12 digits>``) older than ``min_age_s`` below the directory
+        ``prefix``; return how many.
+
+        Writers stage and publish while holding the directory lock, so a staging file seen under that lock
+        was abandoned by a crashed writer: a write in flight is never touched, whatever ``min_age_s``.
+        """
+        chain = open_chain(self.root, dir_names(prefix), create=False)
+        if chain is None:
+            return 0
         cutoff = time.time() - min_age_s
         removed = 0
-        for directory, _dirs, files in os.walk(self.root):
-            for name in files:
-                stem, mark, digits = name.rpartition(_STAGING_MARK)
-                if not (mark and stem and digits.isdigit()):
-                    continue
-                path = os.path.join(directory, name)
-                try:
-                    if os.lstat(path).st_mtime < cutoff:
-                        os.unlink(path)
-                        removed += 1
-                except FileNotFoundError:
-                    continue
+        with chain:
+            for fd, _path, entries in walk(chain.fd, ""):
+                staged = [
+                    e.name for e in entries if is_staging_name(e.name) and e.is_file(follow_symlinks=False)
+                ]
+                if staged:
+                    removed += _remove_abandoned(fd, staged, cutoff)
         return removed
+
+
+def _remove_abandoned(directory: int, names: list[str], cutoff: float) -> int:
+    """Unlink the staging files ``names`` in ``directory`` last modified before ``cutoff``, under the
+    directory's lock (so none belongs to a live writer)."""
+    removed = 0
+    fcntl.flock(directory, fcntl.LOCK_EX)
+    try:
+        for name in names:
+            try:
+                st = os.stat(name, dir_fd=directory, follow_symlinks=False)
+            except FileNotFoundError:
+                continue
+            if stat.S_ISREG(st.st_mode) and st.st_mtime < cutoff:
+                os.unlink(name, dir_fd=directory)
+                removed += 1
+    finally:
+        fcntl.flock(directory, fcntl.LOCK_UN)
+    return removed

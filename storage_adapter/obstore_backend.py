@@ -25,7 +25,7 @@ from obstore.exceptions import (
     UnauthenticatedError,
 )
 from obstore.exceptions import PermissionDeniedError as ObstorePermissionDenied
-from obstore.store import LocalStore, MemoryStore, S3Store
+from obstore.store import MemoryStore, S3Store
 
 from storage_adapter.config import AdapterConfig
 from storage_adapter.errors import (
@@ -66,11 +66,6 @@ def memory_store(config: AdapterConfig) -> Any:
     return _memory_store(config.location)
 
 
-def local_store(config: AdapterConfig) -> Any:
-    """obstore's LocalStore over the directory ``config.location`` (created if missing)."""
-    return LocalStore(config.location, mkdir=True)
-
-
 def s3_store(config: AdapterConfig) -> Any:
     """An S3Store for the bucket ``config.location`` with the resolved S3 options."""
     opts = dict(config.options)
@@ -104,8 +99,9 @@ def _first_line(exc: BaseException) -> str:
 _TRANSLATED = (BaseError, OSError, NotImplementedError)
 
 
-class _Translation:
-    """Translates exceptions leaving its block into our hierarchy, naming key and backend.
+class Translation:
+    """Translates exceptions leaving its block into our hierarchy, naming key and backend. Every driver
+    (this module's and the local one) wraps its I/O in one, so classification lives in one place.
 
     A class rather than a generator-based context manager: it wraps every request, and costs a fraction.
     """
@@ -179,9 +175,9 @@ class ObstoreBackend:
     def relative(self, path: str) -> str:
         return path[len(self._prefix) + 1 :] if self._prefix else path
 
-    def translated(self, key: str, action: str) -> _Translation:
+    def translated(self, key: str, action: str) -> Translation:
         """A context manager translating obstore's (and the OS's) exceptions raised inside it."""
-        return _Translation(self.name, key, action)
+        return Translation(self.name, key, action)
 
     # -- reads ---------------------------------------------------------------------------------------
     def get(self, key: str) -> bytes:
