@@ -6,6 +6,7 @@ Providers that need Docker are marked so callers can say so before trying (``nee
 
 from __future__ import annotations
 
+from backends.ceph import CephRGW
 from backends.containers import ContainerS3Server, MinIO, RustFS
 from backends.seaweedfs import SeaweedFS
 from backends.server import S3Server
@@ -15,6 +16,7 @@ PROVIDERS: dict[str, type[S3Server]] = {
     SeaweedFS.name: SeaweedFS,
     MinIO.name: MinIO,
     RustFS.name: RustFS,
+    CephRGW.name: CephRGW,
 }
 
 

@@ -130,7 +130,7 @@ def test_image_override_from_the_environment(monkeypatch: pytest.MonkeyPatch) ->
 
 # -- registry ---------------------------------------------------------------------------------------------
 def test_registry_names_every_provider() -> None:
-    assert provider_names() == ("seaweedfs", "minio", "rustfs")
+    assert provider_names() == ("seaweedfs", "minio", "rustfs", "ceph")
     assert provider("seaweedfs") is SeaweedFS
     assert provider("minio") is MinIO
     assert provider("rustfs") is RustFS
@@ -140,8 +140,8 @@ def test_registry_names_every_provider() -> None:
 
 
 def test_registry_rejects_unknown_names_listing_the_choices() -> None:
-    with pytest.raises(ConfigurationError, match=r"'ceph'.*seaweedfs, minio, rustfs"):
-        provider("ceph")
+    with pytest.raises(ConfigurationError, match=r"'no-such-server'.*seaweedfs, minio, rustfs, ceph"):
+        provider("no-such-server")
 
 
 # -- no Docker engine -------------------------------------------------------------------------------------

@@ -53,6 +53,6 @@ def test_downstream_subclass_runs_every_clause_on_its_own_adapter(tmp_path: Path
 
 
 def test_unknown_embedded_target_is_a_usage_error(tmp_path: Path) -> None:
-    result = run_pytest(tmp_path, "--pyargs", "contract_tests", "--storage-embedded", "ceph")
+    result = run_pytest(tmp_path, "--pyargs", "contract_tests", "--storage-embedded", "no-such-server")
     assert result.returncode != 0
-    assert "unknown ['ceph']" in result.stdout + result.stderr
+    assert "unknown ['no-such-server']" in result.stdout + result.stderr
