@@ -31,10 +31,10 @@ from storage_adapter.idempotency import (
     KeyFormat,
     Owned,
     Policy,
+    ReconcileVerdict,
     Reconciliation,
     RecordStatus,
     ReplayUnavailableError,
-    Verdict,
     payload_fingerprint,
     run_idempotent,
 )
@@ -217,27 +217,27 @@ class Answer:
         return self.answer
 
 
-@pytest.mark.parametrize("verdict", list(Verdict))
-def test_stale_owner_is_reconciled(adapter: Any, verdict: Verdict) -> None:
+@pytest.mark.parametrize("verdict", list(ReconcileVerdict))
+def test_stale_owner_is_reconciled(adapter: Any, verdict: ReconcileVerdict) -> None:
     crashed = IdempotencyStore(adapter)
     key = new_key()
     assert isinstance(
         crashed.reserve("tenant-a", key, operation="commit", resource="t", fingerprint=_fingerprint()), Owned
     )
     retrier = IdempotencyStore(adapter, clock=later(10))
-    outcome = HandlerResult(201, {"version": 9}) if verdict is Verdict.APPLIED else None
+    outcome = HandlerResult(201, {"version": 9}) if verdict is ReconcileVerdict.APPLIED else None
     reconciler = Answer(Reconciliation(verdict, outcome, reason="partial state"))
     handler = Calls(HandlerResult(201, {"version": 10}))
     response = run_idempotent(retrier, request(key), handler, reconciler=reconciler)
     assert len(reconciler.asked) == 1 and reconciler.asked[0].key == key
     expected = {
-        Verdict.APPLIED: (201, {"version": 9}, True, 0),
-        Verdict.NOT_APPLIED: (201, {"version": 10}, False, 1),
-        Verdict.AMBIGUOUS: (500, None, True, 0),
+        ReconcileVerdict.APPLIED: (201, {"version": 9}, True, 0),
+        ReconcileVerdict.NOT_APPLIED: (201, {"version": 10}, False, 1),
+        ReconcileVerdict.AMBIGUOUS: (500, None, True, 0),
     }[verdict]
-    summary = response.summary if verdict is not Verdict.AMBIGUOUS else None
+    summary = response.summary if verdict is not ReconcileVerdict.AMBIGUOUS else None
     assert (response.status, summary, response.replayed, handler.runs) == expected
-    if verdict is Verdict.AMBIGUOUS:
+    if verdict is ReconcileVerdict.AMBIGUOUS:
         assert response.problem_type == "idempotency_reconcile_failed"
     again = run_idempotent(retrier, request(key), handler, reconciler=reconciler)  # one stable answer
     assert (again.status, again.replayed, handler.runs, len(reconciler.asked)) == (
@@ -284,7 +284,7 @@ def test_reconcilers_by_operation_never_guess(adapter: Any) -> None:
     IdempotencyStore(adapter).reserve(
         "tenant-a", key, operation="drop", resource="t", fingerprint=_fingerprint()
     )
-    applied = Answer(Reconciliation(Verdict.APPLIED, HandlerResult(204)))
+    applied = Answer(Reconciliation(ReconcileVerdict.APPLIED, HandlerResult(204)))
     by_operation = ByOperation({"commit": applied})
     handler = Calls(HandlerResult(204))
     retrier = IdempotencyStore(adapter, clock=later(10))

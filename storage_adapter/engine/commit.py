@@ -1,5 +1,17 @@
-"""The commit protocol of one writer: Phase A sidecar, Phase B table versions, Phase C manifest CAS,
-Phase D sidecar delete, with bounded rebase-and-retry for appends that lose the publish race.
+"""The commit protocol of one writer, in the order it runs (:meth:`CommitOperation.run`, top-down):
+
+0. replay: a commit with the same idempotency key already landed → return it, write nothing;
+1. Phase A, :meth:`~CommitOperation._write_sidecar`: the recovery sidecar names every pin the commit
+   will move, before any table head advances (a failure here leaves nothing behind);
+2. Phase B, :meth:`~CommitOperation._write_table_versions`: one new table version per table, at the first
+   free number at or above the sidecar's pin;
+3. Phase C, :meth:`~CommitOperation._publish`: one manifest compare-and-swap moves every pin together
+   with the commit record; the commit is now visible and durable;
+4. Phase D, :meth:`~CommitOperation._finish`: delete the sidecar (a failure only leaves work for the
+   next heal);
+5. on a lost publish, :meth:`~CommitOperation._after_lost_publish`: landed by a healer → done; same key
+   landed → replay; conflict → undo and raise; else re-base the moved tables and go to 2 after a
+   jittered backoff (bounded by ``CommitPolicy.max_attempts``).
 
 Atomicity: readers see only what the manifest pins, and the manifest changes by one compare-and-swap that
 moves every pin of the commit together with its commit record. Table versions written before a lost or
@@ -99,8 +111,37 @@ class CommitOperation:
 
     def _run(self, state: ManifestState, writes: dict[str, TableWrite], mode: str,
              expected_version: int | None, idempotency_key: str | None, actor: str | None) -> Commit:  # fmt: skip
-        failpoint("commit.before_sidecar")
         bases = {name: _pin(state, name) for name in writes}
+        self._write_sidecar(state, writes, mode, bases, idempotency_key, actor)  # Phase A
+        written: dict[str, TableVersion] = {}
+        for attempt in range(1, self._policy.max_attempts + 1):
+            self._write_table_versions(writes, mode, bases, written)  # Phase B
+            record = CommitRecord(
+                state.manifest.version + 1, codec.now_iso(), actor, self.operation_id, idempotency_key, mode,
+                False, tuple(TableChange(n, bases[n], written[n].version) for n in sorted(writes)),
+            )  # fmt: skip
+            if self._publish(state, record, writes, mode):  # Phase C
+                return self._finish(record, attempt)  # Phase D
+            state = self._manifests.load()
+            done = self._after_lost_publish(
+                state, writes, mode, bases, written, expected_version, idempotency_key, attempt
+            )
+            if done is not None:
+                return done
+            time.sleep(
+                random.uniform(0, min(self._policy.backoff_cap_s, self._policy.backoff_s * 2**attempt))
+            )
+        self._abandon()
+        raise CommitRetriesExhaustedError(
+            f"commit {self.operation_id} lost the manifest race {self._policy.max_attempts} times; nothing "
+            f"of it is visible (manifest now at version {state.manifest.version})",
+            expected=None, actual=state.manifest.version, key=layout.MANIFEST_KEY,
+        )  # fmt: skip
+
+    def _write_sidecar(self, state: ManifestState, writes: dict[str, TableWrite], mode: str,
+                       bases: dict[str, int | None], idempotency_key: str | None, actor: str | None) -> None:  # fmt: skip
+        """Phase A: the sidecar names every pin before any head advances."""
+        failpoint("commit.before_sidecar")
         pins = {
             name: SidecarPin(
                 layout.table_prefix(name),
@@ -126,44 +167,45 @@ class CommitOperation:
                 idempotency_key,
                 pins,
             )
-        )  # fmt: skip  (Phase A: a failure here raises with nothing advanced)
+        )  # fmt: skip  (a failure here raises with nothing advanced)
         failpoint("commit.after_sidecar")
-        written: dict[str, TableVersion] = {}
-        for attempt in range(1, self._policy.max_attempts + 1):
-            for name in sorted(writes):  # Phase B
-                if name not in written:
-                    written[name] = self._write_version(writes[name], mode, bases[name])
-                    failpoint("commit.after_table_version")
-            failpoint("commit.before_publish")
-            self._sidecar = self._keeper.renew_if_due(self._sidecar)
-            record = CommitRecord(
-                state.manifest.version + 1, codec.now_iso(), actor, self.operation_id, idempotency_key, mode,
-                False, tuple(TableChange(n, bases[n], written[n].version) for n in sorted(writes)),
-            )  # fmt: skip
-            schemas = {n: w.schema for n, w in writes.items()} if mode == "create" else {}
-            if self._manifests.publish(state, state.manifest.advance(record, schemas)) is not None:  # Phase C
-                return self._finish(record, attempt)
-            state = self._manifests.load()
-            landed = state.manifest.record_for_operation(self.operation_id)
-            if landed is not None:  # our lease lapsed and a healer rolled us forward
-                return self._finish(landed, attempt)
-            try:
-                self._rebase(state, writes, mode, bases, written, expected_version, idempotency_key)
-            except _Replay as replay:
-                self._abandon()
-                return Commit(replay.record.version, replay.record, attempt, replayed=True)
-            except (CommitConflictError, TableExistsError):
-                self._abandon()
-                raise
-            time.sleep(
-                random.uniform(0, min(self._policy.backoff_cap_s, self._policy.backoff_s * 2**attempt))
-            )
-        self._abandon()
-        raise CommitRetriesExhaustedError(
-            f"commit {self.operation_id} lost the manifest race {self._policy.max_attempts} times; nothing "
-            f"of it is visible (manifest now at version {state.manifest.version})",
-            expected=None, actual=state.manifest.version, key=layout.MANIFEST_KEY,
-        )  # fmt: skip
+
+    def _write_table_versions(self, writes: dict[str, TableWrite], mode: str, bases: dict[str, int | None],
+                              written: dict[str, TableVersion]) -> None:  # fmt: skip
+        """Phase B: a version for every table not yet written (all on the first attempt; after a re-base,
+        only the moved tables)."""
+        for name in sorted(writes):
+            if name not in written:
+                written[name] = self._write_version(writes[name], mode, bases[name])
+                failpoint("commit.after_table_version")
+
+    def _publish(self, state: ManifestState, record: CommitRecord, writes: dict[str, TableWrite],
+                 mode: str) -> bool:  # fmt: skip
+        """Phase C: the manifest CAS. True when this commit is now visible."""
+        failpoint("commit.before_publish")
+        self._sidecar = self._keeper.renew_if_due(self._sidecar)
+        schemas = {n: w.schema for n, w in writes.items()} if mode == "create" else {}
+        return self._manifests.publish(state, state.manifest.advance(record, schemas)) is not None
+
+    def _after_lost_publish(self, state: ManifestState, writes: dict[str, TableWrite], mode: str,
+                            bases: dict[str, int | None], written: dict[str, TableVersion],
+                            expected_version: int | None, idempotency_key: str | None,
+                            attempt: int) -> Commit | None:  # fmt: skip
+        """The outcome of a lost publish, given the manifest that won: the finished commit when a healer
+        rolled ours forward (our lease lapsed), the landed commit of the same key (a replay), an error on a
+        conflict (our versions undone), or None after re-basing the moved tables for another attempt."""
+        landed = state.manifest.record_for_operation(self.operation_id)
+        if landed is not None:
+            return self._finish(landed, attempt)
+        try:
+            self._rebase(state, writes, mode, bases, written, expected_version, idempotency_key)
+        except _Replay as replay:
+            self._abandon()
+            return Commit(replay.record.version, replay.record, attempt, replayed=True)
+        except (CommitConflictError, TableExistsError):
+            self._abandon()
+            raise
+        return None
 
     def _write_version(self, write: TableWrite, mode: str, base: int | None) -> TableVersion:
         """Phase B for one table: the first free version at or above the sidecar's pin."""

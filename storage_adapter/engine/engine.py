@@ -16,7 +16,7 @@ from typing import Any
 import pyarrow as pa
 from ulid import ULID
 
-from storage_adapter.adapter import ObjectStorageAdapter, open_adapter
+from storage_adapter.adapter import open_adapter
 from storage_adapter.engine import codec, layout
 from storage_adapter.engine.audit import AuditLog, AuditRecord
 from storage_adapter.engine.commit import (
@@ -88,7 +88,7 @@ class Engine:
         self.last_heal: HealReport | None = None
 
     @classmethod
-    def open(cls, url_or_adapter: str | ObjectStorageAdapter | Any, actor: str | None = None,
+    def open(cls, url_or_adapter: str | StorageAdapter, actor: str | None = None,
              read_only: bool = False, *, options: Mapping[str, Any] | None = None,
              settings: EngineSettings | None = None) -> Engine:  # fmt: skip
         """Open the engine rooted at a URL (with adapter ``options``) or an adapter.
@@ -113,7 +113,7 @@ class Engine:
         return engine
 
     @property
-    def adapter(self) -> Any:
+    def adapter(self) -> StorageAdapter:
         return self._adapter
 
     @property

@@ -17,7 +17,7 @@ from storage_adapter.idempotency.handler import (
     run_idempotent,
 )
 from storage_adapter.idempotency.keyformat import UUID_KEYS, UUIDV7_KEYS, KeyFormat
-from storage_adapter.idempotency.reconcile import ByOperation, Reconciler, Reconciliation, Verdict
+from storage_adapter.idempotency.reconcile import ByOperation, Reconciler, ReconcileVerdict, Reconciliation
 from storage_adapter.idempotency.records import IdempotencyRecord, RecordStatus
 from storage_adapter.idempotency.responses import HandlerResult, Response, is_replayable
 from storage_adapter.idempotency.store import (
@@ -51,6 +51,7 @@ __all__ = [
     "Owned",
     "OwnerContext",
     "Policy",
+    "ReconcileVerdict",
     "Reconciler",
     "Reconciliation",
     "RecordStatus",
@@ -60,7 +61,6 @@ __all__ = [
     "Stored",
     "SummaryTooLargeError",
     "Updated",
-    "Verdict",
     "commit_key",
     "is_replayable",
     "payload_fingerprint",

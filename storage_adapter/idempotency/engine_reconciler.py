@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from storage_adapter.idempotency.handler import commit_key
-from storage_adapter.idempotency.reconcile import Reconciliation, Verdict
+from storage_adapter.idempotency.reconcile import ReconcileVerdict, Reconciliation
 from storage_adapter.idempotency.records import IdempotencyRecord
 from storage_adapter.idempotency.responses import HandlerResult
 
@@ -43,5 +43,5 @@ class EngineReconciler:
         self.engine.heal()
         found = self.engine.find_commit(commit_key(record.realm, record.key))
         if found is None:
-            return Reconciliation(Verdict.NOT_APPLIED)
-        return Reconciliation(Verdict.APPLIED, self.describe(found))
+            return Reconciliation(ReconcileVerdict.NOT_APPLIED)
+        return Reconciliation(ReconcileVerdict.APPLIED, self.describe(found))

@@ -22,7 +22,7 @@ from storage_adapter.idempotency.errors import (
 )
 from storage_adapter.idempotency.fingerprint import payload_fingerprint
 from storage_adapter.idempotency.lease_keeper import LeaseKeeper
-from storage_adapter.idempotency.reconcile import Reconciler, Reconciliation, Verdict
+from storage_adapter.idempotency.reconcile import Reconciler, ReconcileVerdict, Reconciliation
 from storage_adapter.idempotency.records import IdempotencyRecord, RecordStatus, encode_record
 from storage_adapter.idempotency.responses import (
     IN_PROGRESS,
@@ -200,10 +200,10 @@ def _reconcile(previous: IdempotencyRecord, reconciler: Reconciler | None) -> Re
     if reconciler is None:
         if previous.status is RecordStatus.CANCELLED:
             return None  # without an engine to ask, a cancelled attempt is taken at its word: no effect
-        return Reconciliation(Verdict.AMBIGUOUS, reason="no reconciler configured for a stale owner")
+        return Reconciliation(ReconcileVerdict.AMBIGUOUS, reason="no reconciler configured for a stale owner")
     # The Reconciler protocol lets any reconciler raise BackendUnavailableError: a 503, like the store's.
     answer = translate_unavailable(lambda: reconciler.reconcile(previous), f"reconcile {previous.key!r}")
-    return None if answer.verdict is Verdict.NOT_APPLIED else answer
+    return None if answer.verdict is ReconcileVerdict.NOT_APPLIED else answer
 
 
 def _settle(

@@ -15,7 +15,7 @@ from storage_adapter.idempotency.records import IdempotencyRecord
 from storage_adapter.idempotency.responses import HandlerResult
 
 
-class Verdict(enum.Enum):
+class ReconcileVerdict(enum.Enum):
     APPLIED = "applied"  # the effect is durable: finalize from ``outcome`` and replay it
     NOT_APPLIED = "not_applied"  # provably no effect: the new owner runs the request
     AMBIGUOUS = "ambiguous"  # cannot tell: finalize the terminal ``idempotency_reconcile_failed``
@@ -23,12 +23,12 @@ class Verdict(enum.Enum):
 
 @dataclass(frozen=True)
 class Reconciliation:
-    verdict: Verdict
+    verdict: ReconcileVerdict
     outcome: HandlerResult | None = None  # set exactly when APPLIED
     reason: str = ""
 
     def __post_init__(self) -> None:
-        if (self.verdict is Verdict.APPLIED) != (self.outcome is not None):
+        if (self.verdict is ReconcileVerdict.APPLIED) != (self.outcome is not None):
             raise ValueError("an APPLIED reconciliation carries the outcome; the others carry none")
 
 
@@ -53,6 +53,6 @@ class ByOperation:
         reconciler = self.reconcilers.get(record.operation)
         if reconciler is None:
             return Reconciliation(
-                Verdict.AMBIGUOUS, reason=f"no reconciler for operation {record.operation!r}"
+                ReconcileVerdict.AMBIGUOUS, reason=f"no reconciler for operation {record.operation!r}"
             )
         return reconciler.reconcile(record)
