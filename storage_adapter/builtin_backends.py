@@ -11,6 +11,7 @@ import tempfile
 import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
 from urllib.parse import SplitResult, unquote
@@ -77,11 +78,14 @@ LOCAL = register_backend(
             atomic_rename=True,
             shared_across_processes=True,
             equal_content_equal_token=False,
+            durable=True,
             token_semantics="inode-mtime-size; mtimes strictly increase along a key's history, so a token "
             "never repeats while the key exists (single host; clocks must not step back across a re-create)",
         ),
         locate=_locate_directory,
         driver=LocalBackend,
+        options=MappingProxyType({"durable": Option(bool, default=True)}),
+        configured=lambda declared, config: replace(declared, durable=bool(config.option("durable"))),
         display_location=lambda location: location.rstrip("/"),
         scratch=_local_scratch,
         fsspec_peer=FsspecPeer(
@@ -93,6 +97,7 @@ LOCAL = register_backend(
                 atomic_rename=True,  # shutil.move within one filesystem is rename(2)
                 shared_across_processes=True,
                 equal_content_equal_token=False,
+                durable=False,
                 token_semantics=f"hash of fsspec info (size, mtime, inode); CAS is {_CHECK_THEN_ACT}",
             ),
             filesystem=_fsspec_local,
@@ -162,6 +167,7 @@ S3 = register_backend(
             atomic_rename=False,  # copy + delete
             shared_across_processes=True,
             equal_content_equal_token=True,
+            durable=True,
             token_semantics="the ETag; for single-part puts the MD5 of the content, so equal bodies give "
             "equal tokens (put a unique value in CAS bodies to rule out ABA)",
         ),
@@ -178,6 +184,7 @@ S3 = register_backend(
                 atomic_rename=False,  # copy + delete
                 shared_across_processes=True,
                 equal_content_equal_token=True,
+                durable=True,
                 token_semantics=f"the ETag (content MD5 for single-part puts); CAS is {_CHECK_THEN_ACT}",
             ),
             filesystem=_fsspec_s3,
@@ -209,6 +216,7 @@ MEMORY = register_backend(
             atomic_rename=False,  # object_store's InMemory renames by copy then delete
             shared_across_processes=False,
             equal_content_equal_token=False,
+            durable=False,
             token_semantics="a per-store counter, incremented by every put: never repeats within the process",
         ),
         locate=_bucket_and_prefix("store name"),
@@ -223,6 +231,7 @@ MEMORY = register_backend(
                 atomic_rename=False,  # MemoryFileSystem.mv copies then deletes
                 shared_across_processes=False,
                 equal_content_equal_token=False,
+                durable=False,
                 token_semantics=f"hash of fsspec info (size, created time); CAS is {_CHECK_THEN_ACT}",
             ),
             filesystem=_fsspec_memory,

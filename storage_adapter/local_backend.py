@@ -72,7 +72,7 @@ class LocalBackend:
         except OSError as exc:
             raise StorageError(f"cannot open {config.url} ({self.name}): {exc.strerror}") from exc
         self._root = root
-        self._mutator = LocalMutator(root)
+        self._mutator = LocalMutator(root, durable=bool(config.option("durable")))
 
     def path(self, key: str) -> str:
         """The store path of ``key``: relative to the root, the adapter's prefix joined."""

@@ -94,12 +94,14 @@ def _date_after(target: int, previous: os.stat_result | None) -> None:
 
 class DirChain:
     """Open descriptors of the root and of each directory on a path below it, opened without following
-    symlinks. ``fds[i]`` is the directory reached by ``names[:i]``; ``fd`` is the deepest."""
+    symlinks. ``fds[i]`` is the directory reached by ``names[:i]``; ``fd`` is the deepest. ``created``
+    holds the depths ``i`` whose directory ``names[i]`` this walk created (its entry lives in ``fds[i]``)."""
 
-    __slots__ = ("fds", "names", "path")
+    __slots__ = ("created", "fds", "names", "path")
 
     def __init__(self, fds: list[int], names: Sequence[str]) -> None:
         self.fds, self.names = fds, names
+        self.created: list[int] = []
         self.path = "/".join(names)
 
     @property
@@ -146,11 +148,14 @@ def open_chain(root: str, names: Sequence[str], create: bool) -> DirChain | None
         try:
             chain.fds.append(_open_root(root, create))
             for depth, name in enumerate(names):
-                fd = _open_dir(chain.fd, name, "/".join(names[: depth + 1]), create)
-                if fd is None:
+                opened = _open_dir(chain.fd, name, "/".join(names[: depth + 1]), create)
+                if opened is None:
                     chain.close()
                     return None
+                fd, made = opened
                 chain.fds.append(fd)
+                if made:
+                    chain.created.append(depth)
             return chain
         except BaseException as exc:
             chain.close()
@@ -169,11 +174,13 @@ def _open_root(root: str, create: bool) -> int:
         raise _Pruned from None
 
 
-def _open_dir(parent: int, name: str, path: str, create: bool) -> int | None:
-    """The directory ``name`` in ``parent``, created if missing and ``create``; None if absent."""
+def _open_dir(parent: int, name: str, path: str, create: bool) -> tuple[int, bool] | None:
+    """The directory ``name`` in ``parent`` and whether this call created it (only if missing and
+    ``create``); None if absent."""
+    made = False
     while True:
         try:
-            return os.open(name, _DIR_FLAGS, dir_fd=parent)
+            return os.open(name, _DIR_FLAGS, dir_fd=parent), made
         except FileNotFoundError:
             if not create:
                 return None
@@ -188,6 +195,7 @@ def _open_dir(parent: int, name: str, path: str, create: bool) -> int | None:
             raise
         try:
             os.mkdir(name, 0o777, dir_fd=parent)
+            made = True
         except FileExistsError:
             continue  # created concurrently: open it
         except FileNotFoundError:
@@ -282,10 +290,31 @@ class _Absent(Exception):
 
 class LocalMutator:
     """Serialized, confined mutations below ``root`` (an absolute, resolved directory). Paths are validated
-    store paths relative to it (see storage_adapter.keys): ``/``-separated, no ``.`` or ``..``."""
+    store paths relative to it (see storage_adapter.keys): ``/``-separated, no ``.`` or ``..``.
 
-    def __init__(self, root: str) -> None:
+    ``durable`` (the default): a mutation returns only once it survives power loss. The staged file is
+    fsynced before it is published (so the name never points at unwritten data), and the directories
+    whose entries changed are fsynced after the publish, the unlink or the rename (so the new name, or the
+    removal, is on disk) — including the parents of directories the mutation created. With
+    ``durable=False`` (scratch data) a crash of the machine may lose acknowledged mutations, never tear
+    one: atomicity does not depend on the syncs.
+    """
+
+    def __init__(self, root: str, durable: bool = True) -> None:
         self.root = root
+        self.durable = durable
+
+    def _sync(self, fd: int) -> None:
+        if self.durable:
+            os.fsync(fd)
+
+    def _sync_entries(self, chain: DirChain) -> None:
+        """Make ``chain``'s changed directory entries durable: the deepest directory, then the parent of
+        every directory this walk created."""
+        if self.durable:
+            os.fsync(chain.fd)
+            for depth in reversed(chain.created):
+                os.fsync(chain.fds[depth])
 
     @contextmanager
     def _locked(self, *wanted: tuple[Sequence[str], bool]) -> Iterator[list[DirChain]]:
@@ -332,9 +361,11 @@ class LocalMutator:
             )
         return st
 
-    @staticmethod
-    def _stage(chain: DirChain, name: str, data: bytes, previous: os.stat_result | None) -> tuple[str, str]:
-        """Write ``data`` to a fresh staging file beside ``name``; return (staging name, its token)."""
+    def _stage(
+        self, chain: DirChain, name: str, data: bytes, previous: os.stat_result | None
+    ) -> tuple[str, str]:
+        """Write ``data`` to a fresh staging file beside ``name`` (synced when durable); return (staging
+        name, its token)."""
         staging = f"{name}#{secrets.randbelow(10**_STAGING_DIGITS):0{_STAGING_DIGITS}d}"
         fd = os.open(staging, _STAGE_FLAGS, 0o644, dir_fd=chain.fd)
         try:
@@ -343,6 +374,7 @@ class LocalMutator:
                 view = view[os.write(fd, view) :]
             _date_after(fd, previous)
             token = local_token(os.fstat(fd))
+            self._sync(fd)  # the data is on disk before any name points at it
         except BaseException:
             os.close(fd)
             os.unlink(staging, dir_fd=chain.fd)
@@ -350,9 +382,9 @@ class LocalMutator:
         os.close(fd)
         return staging, token
 
-    @staticmethod
-    def _replace(chain: DirChain, staging: str, name: str) -> None:
+    def _replace(self, chain: DirChain, staging: str, name: str) -> None:
         os.rename(staging, name, src_dir_fd=chain.fd, dst_dir_fd=chain.fd)
+        self._sync_entries(chain)
 
     def write(self, path: str, data: bytes) -> str:
         directory, name = split_path(path)
@@ -374,6 +406,7 @@ class LocalMutator:
                 return None
             finally:
                 os.unlink(staging, dir_fd=chain.fd)
+            self._sync_entries(chain)
             return token
 
     def write_if_match(self, path: str, data: bytes, token: str) -> str | None:
@@ -396,6 +429,7 @@ class LocalMutator:
                 if self._current(chain, name) is None:
                     return
                 os.unlink(name, dir_fd=chain.fd)
+                self._sync(chain.fd)
         except _Absent:
             return
         self._prune(directory)
@@ -418,6 +452,8 @@ class LocalMutator:
                 finally:
                     os.close(fd)
                 os.rename(src_name, dst_name, src_dir_fd=src_chain.fd, dst_dir_fd=dst_chain.fd)
+                self._sync_entries(dst_chain)  # the new name first: a crash between leaves both, never none
+                self._sync(src_chain.fd)
                 moved = True
         except _Absent:
             raise FileNotFoundError(errno.ENOENT, "no such object", src) from None

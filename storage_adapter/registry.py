@@ -78,7 +78,8 @@ class Backend:
 
     ``locate(parts, url)`` turns a split URL into ``(location, prefix)`` (raising ConfigurationError);
     ``display_location`` is how the location is written back into the adapter's URL; ``check_options``
-    validates resolved options together; ``driver(config)`` builds the I/O driver; ``scratch()`` is a
+    validates resolved options together; ``driver(config)`` builds the I/O driver; ``configured`` adjusts
+    the declared capabilities to an adapter's options; ``scratch()`` is a
     context manager yielding the URL of a private, throwaway instance (tests and the conformance check),
     or None when an instance needs a server (those come from ``backends``).
     """
@@ -93,6 +94,12 @@ class Backend:
     check_options: Callable[[Mapping[str, Any], str], None] | None = None
     scratch: Callable[[], AbstractContextManager[str]] | None = None
     fsspec_peer: FsspecPeer | None = None
+    configured: Callable[[Capabilities, AdapterConfig], Capabilities] | None = None
+
+    def capabilities_for(self, config: AdapterConfig) -> Capabilities:
+        """The capabilities of an adapter opened with ``config``: the declared ones, adjusted by
+        ``configured`` where an option changes a guarantee (local ``durable=False``)."""
+        return self.capabilities if self.configured is None else self.configured(self.capabilities, config)
 
     @property
     def secret_options(self) -> frozenset[str]:

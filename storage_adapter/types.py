@@ -53,6 +53,8 @@ class Capabilities:
     ``atomic_rename`` is True when ``rename`` is a single atomic step (local only).
     ``equal_content_equal_token`` is True where two writes of identical bytes can carry the same token
     (S3 single-part ETags are content MD5s): callers doing CAS must make each body unique to avoid ABA.
+    ``durable`` is True where an acknowledged mutation survives a power loss (local: fsync in the right
+    order, unless opened with ``durable=False``; S3: the service's promise; memory: never).
     """
 
     backend: str
@@ -62,3 +64,4 @@ class Capabilities:
     shared_across_processes: bool
     equal_content_equal_token: bool
     token_semantics: str
+    durable: bool
