@@ -33,6 +33,7 @@ class ObjectStorageAdapter(DerivedOperations):
         self._config = config
         self._spec = config.spec
         self._backend: Driver = self._spec.driver(config)
+        self._capabilities = self._spec.capabilities_for(config)
 
     # -- identity -------------------------------------------------------------------------------------
     @property
@@ -49,7 +50,7 @@ class ObjectStorageAdapter(DerivedOperations):
 
     @property
     def capabilities(self) -> Capabilities:
-        return self._spec.capabilities
+        return self._capabilities
 
     def child(self, prefix: str) -> ObjectStorageAdapter:
         """An adapter rooted at ``prefix`` below this one (same store, same options)."""

@@ -19,7 +19,7 @@ import importlib.metadata
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import SplitResult
@@ -80,7 +80,8 @@ class Backend:
     ``display_location`` is how the location is written back into the adapter's URL; ``check_options``
     validates resolved options together; ``driver(config)`` builds the I/O driver; ``scratch()`` is a
     context manager yielding the URL of a private, throwaway instance (tests and the conformance check),
-    or None when an instance needs a server (those come from ``backends``).
+    or None when an instance needs a server (those come from ``backends``). ``compatibility_modes(config)``
+    names the workarounds for server bugs a configuration turns on (see ``Capabilities``).
     """
 
     name: str
@@ -93,6 +94,13 @@ class Backend:
     check_options: Callable[[Mapping[str, Any], str], None] | None = None
     scratch: Callable[[], AbstractContextManager[str]] | None = None
     fsspec_peer: FsspecPeer | None = None
+    compatibility_modes: Callable[[AdapterConfig], tuple[str, ...]] | None = None
+
+    def capabilities_for(self, config: AdapterConfig) -> Capabilities:
+        """The capabilities of an adapter opened with ``config``: the declared ones, plus the
+        compatibility modes its options turn on."""
+        modes = self.compatibility_modes(config) if self.compatibility_modes is not None else ()
+        return replace(self.capabilities, compatibility_modes=modes) if modes else self.capabilities
 
     @property
     def secret_options(self) -> frozenset[str]:

@@ -53,6 +53,9 @@ class Capabilities:
     ``atomic_rename`` is True when ``rename`` is a single atomic step (local only).
     ``equal_content_equal_token`` is True where two writes of identical bytes can carry the same token
     (S3 single-part ETags are content MD5s): callers doing CAS must make each body unique to avoid ABA.
+    ``compatibility_modes`` names the workarounds for known server bugs this adapter was opened with
+    (e.g. ``unquoted-if-match``); empty when none. A mode is declared, never silent: the adapter honours
+    the contract only as far as the mode's description says.
     """
 
     backend: str
@@ -62,3 +65,4 @@ class Capabilities:
     shared_across_processes: bool
     equal_content_equal_token: bool
     token_semantics: str
+    compatibility_modes: tuple[str, ...] = ()
