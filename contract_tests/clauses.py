@@ -220,7 +220,13 @@ class AdapterContract:
         """write_if_match with the current token replaces and returns the new token."""
         token = adapter.write("k", b"v1")
         new_token = adapter.write_if_match("k", b"v2", token)
-        assert new_token is not None and new_token != token
+        if new_token is None:
+            raise Violation(
+                "write_if_match with the current token was rejected (returned None)",
+                f"write('k', b'v1') returned token {token!r}; write_if_match('k', b'v2', {token!r}) -> None; "
+                f"expected a new token (on S3: the server answered 412 to If-Match: {token})",
+            )
+        assert new_token != token, f"the new version kept the old token {token!r}"
         assert adapter.read_versioned("k") == type(adapter.read_versioned("k"))(data=b"v2", token=new_token)
 
     def test_cas_stale_token_gets_none(self, adapter: StorageAdapter) -> None:
