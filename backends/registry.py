@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from backends.ceph import CephRGW
 from backends.containers import ContainerS3Server, MinIO, RustFS
+from backends.moto import Moto
 from backends.seaweedfs import SeaweedFS
 from backends.server import S3Server
 from storage_adapter.errors import ConfigurationError
@@ -17,6 +18,7 @@ PROVIDERS: dict[str, type[S3Server]] = {
     MinIO.name: MinIO,
     RustFS.name: RustFS,
     CephRGW.name: CephRGW,
+    Moto.name: Moto,
 }
 
 

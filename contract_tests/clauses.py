@@ -27,9 +27,11 @@ import pytest
 
 from contract_tests import race_tasks
 from contract_tests.bodies import make_body
-from contract_tests.linearizability import check_history
+from contract_tests.history import History
+from contract_tests.linearizability import KeyVerdict, check_history
 from contract_tests.plugin import ContractSizes
 from contract_tests.races import Sync, race_in_processes, race_in_threads
+from contract_tests.verdicts import Inconclusive, Violation
 from contract_tests.workloads import WorkloadSpec, run_processes, run_threads
 from storage_adapter.errors import InvalidKeyError, NotFoundError, UnsupportedOperationError
 from storage_adapter.protocol import StorageAdapter
@@ -75,14 +77,37 @@ def _assert_one_winner(adapter: StorageAdapter, run: Runner, racers: int, rounds
 
 def _assert_increments_exact(adapter: StorageAdapter, run: Runner, racers: int, increments: int) -> None:
     adapter.write("counter", json.dumps({"n": 0}))
+    probe = race_tasks.probe_cas(adapter, "counter")
+    if not probe.successes:
+        raise Violation("CAS with the current token never succeeds, even uncontended", probe.evidence())
+    adapter.write("counter", json.dumps({"n": 0}))
     tallies = run(racers, partial(race_tasks.cas_increments, adapter, "counter", increments))
     replaced = sorted(v for tally in tallies for v in tally.replaced)
     final, expected = race_tasks.counter_value(adapter, "counter"), racers * increments
-    assert final == expected, f"counter ended at {final}, expected {expected} ({racers} x {increments})"
+    racer_lines = [tally.line(i) for i, tally in enumerate(tallies)]
     duplicates = sorted({v for v in replaced if replaced.count(v) > 1})
-    assert replaced == list(range(expected)), (
-        f"values replaced more than once (lost updates): {duplicates[:10]}"
-    )
+    evidence = "\n".join([f"expected {expected} ({racers} racers x {increments}), actual {final}; "
+                          f"{len(replaced)} CAS calls reported success", *racer_lines])  # fmt: skip
+    if duplicates:
+        raise Violation(f"lost updates: values replaced more than once: {duplicates[:10]}", evidence)
+    if final != len(replaced) or replaced != list(range(len(replaced))):
+        raise Violation(f"counter ended at {final} after {len(replaced)} successful CAS calls", evidence)
+    if any(tally.cut_off for tally in tallies):
+        raise Inconclusive(
+            f"the race was cut off by its attempt/time budget after {final} of {expected} increments; "
+            "no lost update seen", evidence
+        )  # fmt: skip
+
+
+def _assert_linearizable(history: History, budget_s: float) -> None:
+    result = check_history(history, time_budget_s=budget_s)
+    if result.verdict is KeyVerdict.VIOLATION:
+        raise Violation("the history is not linearizable", result.report())
+    if result.verdict is KeyVerdict.UNKNOWN:
+        raise Inconclusive(
+            f"the linearizability search ran out of its {budget_s:g} s budget; no violation found",
+            result.report(),
+        )
 
 
 @pytest.mark.storage_contract
@@ -195,7 +220,13 @@ class AdapterContract:
         """write_if_match with the current token replaces and returns the new token."""
         token = adapter.write("k", b"v1")
         new_token = adapter.write_if_match("k", b"v2", token)
-        assert new_token is not None and new_token != token
+        if new_token is None:
+            raise Violation(
+                "write_if_match with the current token was rejected (returned None)",
+                f"write('k', b'v1') returned token {token!r}; write_if_match('k', b'v2', {token!r}) -> None; "
+                f"expected a new token (on S3: the server answered 412 to If-Match: {token})",
+            )
+        assert new_token != token, f"the new version kept the old token {token!r}"
         assert adapter.read_versioned("k") == type(adapter.read_versioned("k"))(data=b"v2", token=new_token)
 
     def test_cas_stale_token_gets_none(self, adapter: StorageAdapter) -> None:
@@ -244,12 +275,12 @@ class AdapterContract:
         built as compare-then-replace without serialization overwrites it (a lost update).
         """
         lost = []
-        for round_ in range(12):
+        rounds = 12
+        for round_ in range(rounds):
             key = f"round-{round_}"
             token = adapter.write(key, make_body(f"{key}-base", 64))
-            cas = threading.Thread(
-                target=adapter.write_if_match, args=(key, make_body(f"{key}-cas", 64), token)
-            )
+            cas_body = make_body(f"{key}-cas", 64)
+            cas = threading.Thread(target=adapter.write_if_match, args=(key, cas_body, token))
             cas.start()
             if round_ % 2:
                 adapter.delete(key)
@@ -258,9 +289,15 @@ class AdapterContract:
                 expected = make_body(f"{key}-plain", 64)
                 adapter.write(key, expected)
             cas.join()
-            if adapter.read_if_exists(key) != expected:
-                lost.append(f"{key}: the {'delete' if expected is None else 'write'} was lost")
-        assert not lost, lost
+            actual = adapter.read_if_exists(key)
+            if actual != expected:
+                kind = "delete" if expected is None else "write"
+                holds = "the CAS body (resurrected/overwritten)" if actual == cas_body else repr(actual)
+                lost.append(f"{key}: the {kind} was lost: expected {expected!r}, the key holds {holds}")
+        if lost:
+            raise Violation(
+                f"{len(lost)} of {rounds} rounds lost a write/delete to a racing CAS", "\n".join(lost)
+            )
 
     # -- linearizability ---------------------------------------------------------------------------------------
     def test_mixed_history_is_linearizable_threads(
@@ -269,8 +306,7 @@ class AdapterContract:
         """A recorded history of mixed reads, writes, creates, CASes and deletes on a few hot keys, from
         N threads, is linearizable (contract_tests.linearizability, per-key register model)."""
         history = run_threads(adapter, WorkloadSpec(), workers=sizes.threads)
-        result = check_history(history)
-        assert result.ok, result.report()
+        _assert_linearizable(history, sizes.check_budget_s)
 
     @pytest.mark.storage_contract_processes
     def test_mixed_history_is_linearizable_processes(
@@ -279,8 +315,7 @@ class AdapterContract:
         """The same mixed workload from N processes: the merged history is linearizable."""
         _require_processes(adapter)
         history = run_processes(adapter, WorkloadSpec(), workers=max(2, sizes.processes))
-        result = check_history(history)
-        assert result.ok, result.report()
+        _assert_linearizable(history, sizes.check_budget_s)
 
     # -- delete, exists ----------------------------------------------------------------------------------------
     def test_delete_is_idempotent(self, adapter: StorageAdapter) -> None:

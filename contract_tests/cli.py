@@ -2,9 +2,11 @@
 
 Exit status of ``check``: 0 when every judged backend keeps every clause, 1 on any violation of a judged
 backend (peers never count), 2 on bad input (unknown scheme, unreachable endpoint, missing credentials,
-no permission, ``--server`` with URLs), 3 when an S3 server the check must start cannot run here (no
-Docker engine, no ``weed`` binary), each printed as one line without a traceback. With
-``--allow-unavailable`` that last case prints ``SKIPPED <server>: <reason>`` and exits 0.
+no permission, a failed preflight, ``--server`` with URLs), 3 when an S3 server the check must start
+cannot run here (no Docker engine, no ``weed`` binary), 4 when nothing was violated but some clause was
+inconclusive (it could not decide within its bound). 2 and 3 are printed as one line without a
+traceback. With ``--allow-unavailable`` case 3 prints ``SKIPPED <server>: <reason>`` and exits 0. With
+``--report`` the Markdown and JSON reports are written in every case, a run that did not happen saying why.
 """
 
 from __future__ import annotations
@@ -15,6 +17,9 @@ import dataclasses
 import os
 import subprocess
 import sys
+import time
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -31,24 +36,46 @@ from rich.progress import (
 )
 from rich.text import Text
 
+from backends.containers import create_bucket
 from backends.registry import provider, provider_names
 from backends.server import S3Endpoint, ServerUnavailable
 from contract_tests.conformance import (
     DEFAULT_SIZES,
     PEER_SIZES,
     ClauseOutcome,
+    ConformanceRun,
     ContractRunError,
+    RunStatus,
+    not_run,
     preflight,
     run_contract,
 )
 from contract_tests.plugin import ContractSizes
-from contract_tests.report import matrix_table, notes, ordered_targets, write_report
+from contract_tests.report import (
+    evidence,
+    evidence_title,
+    header_lines,
+    matrix_table,
+    notes,
+    ordered_targets,
+    overall,
+    write_report,
+)
 from contract_tests.targets import DEFAULT_FACTORY, EMBEDDED, Target, load_factory, parse_target
+from storage_adapter.builtin_backends import UNQUOTED_IF_MATCH
 from storage_adapter.errors import ConfigurationError, PermissionDeniedError, StorageError
 from storage_adapter.registry import Backend, backend_for_scheme, registered, schemes
 
 PEER_FACTORY = "contract_tests.peers:open_peer"
-EXIT_OK, EXIT_VIOLATION, EXIT_BAD_INPUT, EXIT_SERVER_UNAVAILABLE = 0, 1, 2, 3
+EXIT_OK, EXIT_VIOLATION, EXIT_BAD_INPUT, EXIT_SERVER_UNAVAILABLE, EXIT_INCONCLUSIVE = 0, 1, 2, 3, 4
+_EXIT_OF = {
+    RunStatus.CONFORMS: EXIT_OK,
+    RunStatus.VIOLATIONS: EXIT_VIOLATION,
+    RunStatus.INCONCLUSIVE: EXIT_INCONCLUSIVE,
+}
+# --compat MODE: the compatibility modes a check can turn on, and the environment variable that turns each
+# on for every adapter the run opens (spawned clause workers inherit it).
+COMPAT_MODES = {UNQUOTED_IF_MATCH: "STORAGE_ADAPTER_S3_UNQUOTED_IF_MATCH"}
 # Preflight fails fast where the backend takes these options: one retry, short timeouts (the suite
 # itself uses the URL's normal settings).
 _PREFLIGHT_OPTIONS = {"max_retries": 1, "retry_timeout_s": 5.0, "connect_timeout_s": 3.0}
@@ -85,6 +112,31 @@ class _RichProgress:
         bad = self.violations[target]
         label = f"{target} [red]{bad} failing[/red]" if bad else target
         self.progress.update(self.tasks[target], advance=1, description=f"{label} [dim]{clause}[/dim]")
+
+
+class _PlainProgress:
+    """ProgressListener for logs and pipes (CI): one line per finished clause with its outcome, the time
+    since the previous line (the clause's duration, near enough) and since the start."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.started = self.last = time.monotonic()
+        self.totals: dict[str, int] = {}
+        self.done: dict[str, int] = {}
+
+    def collected(self, target: str, clauses: int) -> None:
+        self.totals[target], self.done[target] = clauses, 0
+        self.console.print(f"{target}: {clauses} clauses", highlight=False, markup=False)
+
+    def finished(self, target: str, clause: str, outcome: ClauseOutcome) -> None:
+        now = time.monotonic()
+        self.done[target] += 1
+        line = (
+            f"[{now - self.started:7.1f}s] {target} {self.done[target]}/{self.totals[target]} "
+            f"{clause.removeprefix('test_')}: {outcome.value} ({now - self.last:.1f} s)"
+        )
+        self.last = now
+        self.console.print(line, highlight=False, markup=False, soft_wrap=True)
 
 
 @contextlib.contextmanager
@@ -247,44 +299,131 @@ def _server_targets(
 
 
 # -- commands -------------------------------------------------------------------------------------------------
-def _check(args: argparse.Namespace, console: Console) -> int:
-    sizes = ContractSizes(args.threads, args.processes, args.increments)
-    if args.server and args.urls:
-        raise InputError(f"--server {args.server} starts and checks its own server: give no URL with it")
-    load_factory(args.factory)  # a bad --factory is bad input before any server starts
-    with contextlib.ExitStack() as stack:
-        if args.urls:
-            targets, server = _user_targets(args.urls, args.peers), [("server", "user-supplied")]
-        elif args.server:
-            targets, server = stack.enter_context(_server_targets(args.server, args.peers, console))
-        else:
-            targets, server = stack.enter_context(_embedded_targets(args.peers, console))
-        targets = [t if t.peer else dataclasses.replace(t, factory=args.factory) for t in targets]
-        targets = _preflight_all(targets, console)
-        progress = Progress(
-            SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-            TimeElapsedColumn(), console=console, redirect_stdout=False, redirect_stderr=False,
-        )  # fmt: skip
-        with progress:
-            run = run_contract(
-                targets, sizes=sizes, peer_sizes=PEER_SIZES if args.peer_sizes is None else args.peer_sizes,
-                listener=_RichProgress(progress), extra_versions=server,
-            )  # fmt: skip
+def _user_server_version(targets: Sequence[Target]) -> list[tuple[str, str]]:
+    """What can be learned of the server behind user URLs: the ``Server`` header the S3 endpoint answers
+    a plain HEAD with (obstore does not expose response headers), else an honest "unknown"."""
+    judged = [_backend_of(t.address) for t in targets if not t.peer]
+    if not any(backend is not None and "endpoint" in backend.options for backend in judged):
+        return [("server", "none (no S3 URL)")]
+    endpoint = os.environ.get("AWS_ENDPOINT_URL")
+    if not endpoint:
+        return [("server", "AWS S3 (no AWS_ENDPOINT_URL set)")]
+    header = None
+    with contextlib.suppress(OSError, ValueError):
+        request = urllib.request.Request(endpoint, method="HEAD")
+        try:
+            with urllib.request.urlopen(request, timeout=3) as response:
+                header = response.headers.get("Server")
+        except urllib.error.HTTPError as answer:  # an S3 endpoint answers 403/400 to an anonymous HEAD
+            header = answer.headers.get("Server")
+    if header:
+        return [("server", f"{header} (Server header of the user-supplied endpoint {endpoint})")]
+    return [("server", f"unknown (user-supplied endpoint {endpoint})")]
+
+
+def _create_buckets(targets: Sequence[Target], console: Console) -> None:
+    """``--create-bucket``: create the bucket of every judged s3:// URL if missing, at ``AWS_ENDPOINT_URL``
+    with the ``AWS_*`` credentials. Raises InputError when it cannot."""
+    endpoint = os.environ.get("AWS_ENDPOINT_URL")
+    for target in targets:
+        if target.peer or not target.address.startswith("s3://"):
+            continue
+        if not endpoint:
+            raise InputError("--create-bucket needs AWS_ENDPOINT_URL (create AWS S3 buckets yourself)")
+        bucket = target.address.removeprefix("s3://").split("/", 1)[0]
+        s3 = S3Endpoint(target.name, endpoint, bucket, os.environ.get("AWS_ACCESS_KEY_ID", ""),
+                        os.environ.get("AWS_SECRET_ACCESS_KEY", ""), os.environ.get("AWS_REGION", "us-east-1"))  # fmt: skip
+        try:
+            create_bucket(s3, time.monotonic() + 15.0, None)
+        except ServerUnavailable as exc:
+            raise InputError(f"{target.name}: cannot create bucket {bucket!r}: {exc}") from None
+        console.print(f"bucket {bucket} is there", highlight=False, markup=False)
+
+
+def _progress(console: Console) -> tuple[contextlib.AbstractContextManager[Any], Any]:
+    """Rich progress bars on a terminal (gone once the run ends), plain lines elsewhere."""
+    if not console.is_terminal:
+        return contextlib.nullcontext(), _PlainProgress(console)
+    progress = Progress(
+        SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+        TimeElapsedColumn(), console=console, redirect_stdout=False, redirect_stderr=False, transient=True,
+    )  # fmt: skip
+    return progress, _RichProgress(progress)
+
+
+def _print_run(run: ConformanceRun, console: Console) -> None:
+    for line in header_lines(run):
+        console.print(line, style="yellow", highlight=False, markup=False)
+    if run.not_run:
+        console.print(f"overall: {overall(run)}", highlight=False, markup=False)
+        return
     console.print(matrix_table(run))
     for number, reason in notes(run):
         console.print(Text.assemble((f"[{number}] ", "dim"), reason), highlight=False)
+    for result in evidence(run):
+        console.print()
+        console.print(evidence_title(result), style="bold", highlight=False, markup=False, soft_wrap=True)
+        console.print(Text(result.evidence), highlight=False, soft_wrap=True)
     console.print()
     for target in ordered_targets(run):
         verdict = run.verdict(target)
         style = "green" if verdict.conforms else ("yellow" if target.peer else "bold red")
         console.print(verdict.line(), style=style, highlight=False, markup=False)
     console.print(
-        f"checked in {run.duration_s:.0f} s; overall: {'conforms' if run.conforms else 'VIOLATIONS'}"
+        f"checked in {run.duration_s:.0f} s; overall: {overall(run)}", highlight=False, markup=False
     )
+
+
+def _check(args: argparse.Namespace, console: Console) -> int:
+    """Run the check; with ``--report`` a report is written whatever happens (a run that could not
+    happen is reported as not run, with the reason, and the exception goes on to set the exit status)."""
+    started = time.monotonic()
+    sizes = ContractSizes(
+        args.threads, args.processes, args.increments, args.check_budget, args.clause_timeout
+    )
+    peer_sizes = PEER_SIZES if args.peer_sizes is None else args.peer_sizes
+    peer_sizes = dataclasses.replace(
+        peer_sizes, check_budget_s=args.check_budget, clause_timeout_s=args.clause_timeout
+    )
+    known: list[Target] = []
+    server: list[tuple[str, str]] = []
+    try:
+        if args.server and args.urls:
+            raise InputError(f"--server {args.server} starts and checks its own server: give no URL with it")
+        load_factory(args.factory)  # a bad --factory is bad input before any server starts
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(_environment({COMPAT_MODES[mode]: "true" for mode in args.compat}))
+            if args.urls:
+                targets = _user_targets(args.urls, args.peers)
+                server = _user_server_version(targets)
+            elif args.server:
+                server = [(args.server, "not started")]
+                targets, server = stack.enter_context(_server_targets(args.server, args.peers, console))
+            else:
+                targets, server = stack.enter_context(_embedded_targets(args.peers, console))
+            targets = [t if t.peer else dataclasses.replace(t, factory=args.factory) for t in targets]
+            known = targets
+            if args.create_bucket:
+                _create_buckets(targets, console)
+            targets = _preflight_all(targets, console)
+            display, listener = _progress(console)
+            with display:
+                run = run_contract(targets, sizes=sizes, peer_sizes=peer_sizes, listener=listener,
+                                   extra_versions=server)  # fmt: skip
+    except (InputError, ConfigurationError, ContractRunError, ServerCannotRun) as exc:
+        if args.report:
+            reason = f"{type(exc).__name__}: {exc}"
+            failed = not_run(known, reason, sizes=sizes, peer_sizes=peer_sizes,
+                             duration_s=time.monotonic() - started, extra_versions=server)  # fmt: skip
+            with contextlib.suppress(OSError):  # an unwritable report path is itself the bad input
+                md_path, json_path = write_report(failed, args.report)
+                console.print(f"report (not run): {md_path} and {json_path}", highlight=False, markup=False)
+        raise
+    _print_run(run, console)
     if args.report:
         md_path, json_path = write_report(run, args.report)
-        console.print(f"report: {md_path} and {json_path}")
-    return EXIT_OK if run.conforms else EXIT_VIOLATION
+        console.print(f"report: {md_path} and {json_path}", highlight=False, markup=False)
+    return _EXIT_OF[run.status]
 
 
 def _bench(extra: Sequence[str]) -> int:
@@ -318,8 +457,11 @@ _CHECK_EXIT_STATUS = """\
 exit status:
   0  every judged backend keeps every clause (skips are fine)
   1  a judged backend violated a clause (peers never count)
-  2  bad input (unknown scheme, unreachable endpoint, credentials, permission, --server with URLs)
-  3  a server to start cannot run here (no Docker engine, no weed binary); 0 with --allow-unavailable"""
+  2  bad input (unknown scheme, unreachable endpoint, credentials, permission, a failed preflight,
+     --server with URLs)
+  3  a server to start cannot run here (no Docker engine, no weed binary); 0 with --allow-unavailable
+  4  no violation found, but some clause was inconclusive (it could not decide within its bound)
+With --report, the reports are written in every case (a run that did not happen says why)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -345,6 +487,17 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--peers", action=argparse.BooleanOptionalAction, default=True,
                        help="also run the peer adapters (fsspec local/memory, s3fs) for comparison")  # fmt: skip
     check.add_argument("--report", metavar="PATH", help="write PATH.md and PATH.json (or into a directory)")
+    check.add_argument("--create-bucket", action="store_true",
+                       help="create the bucket of each s3:// URL if missing (at AWS_ENDPOINT_URL)")  # fmt: skip
+    check.add_argument("--compat", action="append", default=[], choices=sorted(COMPAT_MODES), metavar="MODE",
+                       help="turn on a declared compatibility mode for a known server bug: unquoted-if-match "
+                       "(Ceph RGW before 2025 rejects quoted If-Match ETags); reported, never silent")  # fmt: skip
+    check.add_argument("--clause-timeout", type=float, default=DEFAULT_SIZES.clause_timeout_s, metavar="S",
+                       help="deadline of each clause: a clause still running fails as 'did not finish' "
+                       f"(default {DEFAULT_SIZES.clause_timeout_s:g})")  # fmt: skip
+    check.add_argument("--check-budget", type=float, default=DEFAULT_SIZES.check_budget_s, metavar="S",
+                       help="seconds the linearizability search may take per history; a search cut off is "
+                       f"inconclusive, never a failure (default {DEFAULT_SIZES.check_budget_s:g})")  # fmt: skip
     check.add_argument("--threads", type=int, default=DEFAULT_SIZES.threads, help="threads in thread races")
     check.add_argument("--processes", type=int, default=DEFAULT_SIZES.processes, help="processes in races")
     check.add_argument(

@@ -18,7 +18,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -27,19 +27,21 @@ import pytest
 
 from contract_tests.plugin import ContractSizes
 from contract_tests.targets import Target, load_factory
+from contract_tests.verdicts import Inconclusive, split_message
 from storage_adapter.errors import StorageError
 
 CONTRACT_SUITE = ("--pyargs", "contract_tests")
 DEFAULT_SIZES = ContractSizes(threads=8, processes=4, increments=25)
 PEER_SIZES = ContractSizes(threads=8, processes=2, increments=5)
-_REASON_CHARS = 240
 
 
 class ClauseOutcome(enum.Enum):
-    """The outcome of one clause on one target. Order of severity: error > fail > pass > skip."""
+    """The outcome of one clause on one target. Order of severity: error > fail > inconclusive > pass >
+    skip. Inconclusive (the clause could not decide within its bound) is never a violation."""
 
     PASSED = "pass"
     FAILED = "fail"
+    INCONCLUSIVE = "inconclusive"
     SKIPPED = "skip"
     ERROR = "error"  # the clause could not run (fixture or teardown failure): counts as a violation
 
@@ -51,9 +53,19 @@ class ClauseOutcome(enum.Enum):
 _SEVERITY = {
     ClauseOutcome.SKIPPED: 0,
     ClauseOutcome.PASSED: 1,
-    ClauseOutcome.FAILED: 2,
-    ClauseOutcome.ERROR: 3,
+    ClauseOutcome.INCONCLUSIVE: 2,
+    ClauseOutcome.FAILED: 3,
+    ClauseOutcome.ERROR: 4,
 }
+
+
+class RunStatus(enum.Enum):
+    """The verdict of a whole check on its judged targets (peers never count)."""
+
+    CONFORMS = "conforms"  # every clause passed or was skipped
+    VIOLATIONS = "violations"  # some clause failed (with evidence) or could not run
+    INCONCLUSIVE = "inconclusive"  # no violation, but some clause could not decide within its bound
+    NOT_RUN = "not-run"  # the contract did not run at all (preflight, server start): see ``not_run``
 
 
 @dataclass(frozen=True)
@@ -75,6 +87,7 @@ class ClauseResult:
     reason: str
     duration_s: float
     cases: int = 1
+    evidence: str = ""  # the clause's further message lines, whole: a counterexample, expected vs actual
 
 
 @dataclass(frozen=True)
@@ -87,18 +100,47 @@ class TargetVerdict:
     skipped: int
     errors: int
     violations: tuple[str, ...]
+    inconclusive: tuple[str, ...] = ()
+    compatibility_modes: tuple[str, ...] = ()
 
     @property
     def conforms(self) -> bool:
-        return not self.violations
+        return not self.violations and not self.inconclusive and not self.compatibility_modes
+
+    @property
+    def status(self) -> RunStatus:
+        if self.violations:
+            return RunStatus.VIOLATIONS
+        return RunStatus.INCONCLUSIVE if self.inconclusive else RunStatus.CONFORMS
 
     def line(self) -> str:
+        """One line: conforms, PARTIAL (passes only with declared compatibility modes, or fails with
+        them), VIOLATES or INCONCLUSIVE, with the clauses concerned."""
         role = " (peer, not judged)" if self.target.peer else ""
+        modes = (
+            f" with compatibility mode {', '.join(self.compatibility_modes)}"
+            if self.compatibility_modes
+            else ""
+        )
         counts = f"{self.passed} passed, {self.skipped} skipped"
-        if self.conforms:
-            return f"{self.target.name}{role}: conforms - {counts}"
-        broken = ", ".join(v.removeprefix("test_") for v in self.violations)
-        return f"{self.target.name}{role}: VIOLATES {len(self.violations)} clause(s) - {counts}; {broken}"
+        if self.inconclusive:
+            counts += f", {len(self.inconclusive)} inconclusive"
+
+        def names(clauses: tuple[str, ...]) -> str:
+            return ", ".join(c.removeprefix("test_") for c in clauses)
+
+        if self.status is RunStatus.VIOLATIONS:
+            verdict = f"PARTIAL{modes}, VIOLATES" if self.compatibility_modes else "VIOLATES"
+            detail = f"; inconclusive: {names(self.inconclusive)}" if self.inconclusive else ""
+            return (
+                f"{self.target.name}{role}: {verdict} {len(self.violations)} clause(s) - {counts}; "
+                f"{names(self.violations)}{detail}"
+            )
+        if self.status is RunStatus.INCONCLUSIVE:
+            return f"{self.target.name}{role}: INCONCLUSIVE{modes} - {counts}; undecided: {names(self.inconclusive)}"
+        if self.compatibility_modes:
+            return f"{self.target.name}{role}: PARTIAL{modes} (not conforming without it) - {counts}"
+        return f"{self.target.name}{role}: conforms - {counts}"
 
 
 @dataclass(frozen=True)
@@ -112,6 +154,9 @@ class ConformanceRun:
     sizes: ContractSizes
     peer_sizes: ContractSizes
     versions: tuple[tuple[str, str], ...] = field(default=())
+    # Active compatibility modes per target name (capabilities.compatibility_modes of its adapter).
+    compatibility_modes: tuple[tuple[str, tuple[str, ...]], ...] = field(default=())
+    not_run: str = ""  # why the contract did not run at all (then ``results`` is empty)
 
     def result(self, clause: str, target: str) -> ClauseResult | None:
         return next((r for r in self.results if r.clause == clause and r.target == target), None)
@@ -126,11 +171,26 @@ class ConformanceRun:
             skipped=count[ClauseOutcome.SKIPPED],
             errors=count[ClauseOutcome.ERROR],
             violations=tuple(r.clause for r in mine if r.outcome.is_violation),
+            inconclusive=tuple(r.clause for r in mine if r.outcome is ClauseOutcome.INCONCLUSIVE),
+            compatibility_modes=dict(self.compatibility_modes).get(target.name, ()),
         )
 
     @property
+    def status(self) -> RunStatus:
+        """Not run, else the worst judged target: violations > inconclusive > conforms. A target that
+        passes only with compatibility modes is reported PARTIAL but does not change the status."""
+        if self.not_run:
+            return RunStatus.NOT_RUN
+        statuses = {self.verdict(t).status for t in self.targets if not t.peer}
+        for status in (RunStatus.VIOLATIONS, RunStatus.INCONCLUSIVE):
+            if status in statuses:
+                return status
+        return RunStatus.CONFORMS
+
+    @property
     def conforms(self) -> bool:
-        return all(self.verdict(t).conforms for t in self.targets if not t.peer)
+        """Every judged target keeps every clause, without compatibility modes."""
+        return not self.not_run and all(self.verdict(t).conforms for t in self.targets if not t.peer)
 
 
 class ProgressListener(Protocol):
@@ -152,26 +212,35 @@ class _Case:
     case_id: str
     outcome: ClauseOutcome = ClauseOutcome.PASSED
     reason: str = ""
+    evidence: str = ""
     duration_s: float = 0.0
 
 
 def _first_line(text: str) -> str:
-    line = next((ln.strip() for ln in text.strip().splitlines() if ln.strip()), "")
-    return line if len(line) <= _REASON_CHARS else line[: _REASON_CHARS - 3] + "..."
+    return next((ln.strip() for ln in text.strip().splitlines() if ln.strip()), "")
 
 
-def _reason(report: pytest.TestReport) -> str:
+# The packages whose versions every report names; any other entry of ``versions`` names a server.
+PACKAGES = ("storage-adapter", "obstore", "pytest", "fsspec", "s3fs")
+_INCONCLUSIVE_PROPERTY = "storage_contract_inconclusive"
+# The user property that carries a clause's whole exception message from the report hook to the collector.
+_MESSAGE_PROPERTY = "storage_contract_message"
+
+
+def _reason_and_evidence(report: pytest.TestReport) -> tuple[str, str]:
+    """A failed or skipped phase as (one-line reason, further evidence lines), never truncated. The
+    clause's own exception message is preferred (see :mod:`contract_tests.verdicts`)."""
     longrepr = report.longrepr
     if isinstance(longrepr, tuple):  # a skip: (path, lineno, "Skipped: why")
-        return _first_line(str(longrepr[2]).removeprefix("Skipped: "))
-    crash = getattr(longrepr, "reprcrash", None)
-    message = _first_line(crash.message) if crash is not None and getattr(crash, "message", None) else ""
-    if message in ("", "AssertionError"):
+        return _first_line(str(longrepr[2]).removeprefix("Skipped: ")), ""
+    message = dict(report.user_properties).get(_MESSAGE_PROPERTY)
+    reason, evidence = split_message(str(message)) if message else ("", "")
+    if reason in ("", "AssertionError"):
         # A bare assert (clauses are not assertion-rewritten): name the failing source line instead.
         failing = [ln.lstrip("> ").strip() for ln in str(longrepr).splitlines() if ln.startswith(">")]
         if failing:
-            return _first_line(f"{message or 'failed'}: {failing[-1]}")
-    return message or _first_line(str(longrepr))
+            return f"{reason or 'failed'}: {failing[-1]}", evidence
+    return (reason, evidence) if reason else split_message(str(longrepr))
 
 
 class _Collector:
@@ -184,7 +253,6 @@ class _Collector:
         self.finished_cases: Counter[tuple[str, str]] = Counter()
 
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
-        per_target: dict[str, set[str]] = {}
         for item in items:
             callspec = getattr(item, "callspec", None)
             target = callspec.params.get("storage_contract_target") if callspec is not None else None
@@ -195,10 +263,34 @@ class _Collector:
             self.clauses.setdefault(clause, Clause(clause, _first_line(doc)))
             extra = [str(v) for k, v in callspec.params.items() if k != "storage_contract_target"]
             self.cases[item.nodeid] = _Case(clause, target.name, ",".join(extra))
-            per_target.setdefault(target.name, set()).add(clause)
+
+    def pytest_deselected(self, items: Sequence[pytest.Item]) -> None:
+        """A clause deselected (``-k``, ``-m`` in the suite's arguments) has no result."""
+        for item in items:
+            self.cases.pop(item.nodeid, None)
+
+    def pytest_collection_finish(self) -> None:
+        """Once selection is final: forget deselected clauses, and tell the listener what will run."""
+        kept = {case.clause for case in self.cases.values()}
+        self.clauses = {name: clause for name, clause in self.clauses.items() if name in kept}
+        per_target: dict[str, set[str]] = {}
+        for case in self.cases.values():
+            per_target.setdefault(case.target, set()).add(case.clause)
         if self.listener is not None:
             for name, clauses in per_target.items():
                 self.listener.collected(name, len(clauses))
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(
+        self, item: pytest.Item, call: pytest.CallInfo[None]
+    ) -> Generator[None, Any, None]:
+        """Keep the clause's whole exception message, and whether it was a verdict of Inconclusive."""
+        outcome = yield
+        report: pytest.TestReport = outcome.get_result()
+        if call.excinfo is not None and item.nodeid in self.cases:
+            report.user_properties.append((_MESSAGE_PROPERTY, str(call.excinfo.value)))
+            if call.excinfo.errisinstance(Inconclusive):
+                report.user_properties.append((_INCONCLUSIVE_PROPERTY, True))
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         case = self.cases.get(report.nodeid)
@@ -206,11 +298,17 @@ class _Collector:
             return
         case.duration_s += report.duration
         if report.skipped and case.outcome is ClauseOutcome.PASSED:
-            case.outcome, case.reason = ClauseOutcome.SKIPPED, _reason(report)
+            case.outcome = ClauseOutcome.SKIPPED
+            case.reason, case.evidence = _reason_and_evidence(report)
         elif report.failed and not case.outcome.is_violation:
-            failed_phase = ClauseOutcome.FAILED if report.when == "call" else ClauseOutcome.ERROR
-            prefix = "" if report.when == "call" else f"{report.when} error: "
-            case.outcome, case.reason = failed_phase, prefix + _reason(report)
+            reason, evidence = _reason_and_evidence(report)
+            if report.when != "call":
+                outcome, reason = ClauseOutcome.ERROR, f"{report.when} error: {reason}"
+            elif dict(report.user_properties).get(_INCONCLUSIVE_PROPERTY):
+                outcome = ClauseOutcome.INCONCLUSIVE
+            else:
+                outcome = ClauseOutcome.FAILED
+            case.outcome, case.reason, case.evidence = outcome, reason, evidence
 
     def pytest_runtest_logfinish(self, nodeid: str) -> None:
         case = self.cases.get(nodeid)
@@ -234,8 +332,8 @@ class _Collector:
 def _aggregate(clause: str, target: str, cases: Sequence[_Case]) -> ClauseResult:
     worst = max(cases, key=lambda c: _SEVERITY[c.outcome])
     reason = worst.reason
-    if len(cases) > 1 and worst.outcome.is_violation:
-        bad = sum(1 for c in cases if c.outcome.is_violation)
+    if len(cases) > 1 and (worst.outcome.is_violation or worst.outcome is ClauseOutcome.INCONCLUSIVE):
+        bad = sum(1 for c in cases if c.outcome is worst.outcome)
         reason = f"{bad}/{len(cases)} cases, e.g. [{worst.case_id}]: {reason}"
     return ClauseResult(
         clause=clause,
@@ -244,6 +342,7 @@ def _aggregate(clause: str, target: str, cases: Sequence[_Case]) -> ClauseResult
         reason=reason,
         duration_s=sum(c.duration_s for c in cases),
         cases=len(cases),
+        evidence=worst.evidence,
     )
 
 
@@ -253,7 +352,9 @@ def _pytest_args(suite: Sequence[str], targets: Iterable[Target], factory: str, 
     ini.write_text("[pytest]\n")  # isolate from the caller's own pytest configuration and conftests
     args = [*suite, "-c", str(ini), "--rootdir", ini_dir, "-p", "no:cacheprovider", "-q",
             "--storage-factory", factory, "--contract-threads", str(sizes.threads),
-            "--contract-processes", str(sizes.processes), "--contract-increments", str(sizes.increments)]  # fmt: skip
+            "--contract-processes", str(sizes.processes), "--contract-increments", str(sizes.increments),
+            "--contract-check-budget", str(sizes.check_budget_s),
+            "--contract-clause-timeout", str(sizes.clause_timeout_s)]  # fmt: skip
     for target in targets:
         args += ["--storage-url", f"{target.name}={target.url}"]
     return args
@@ -278,7 +379,7 @@ def _run_session(suite: Sequence[str], targets: Sequence[Target], sizes: Contrac
 def versions() -> tuple[tuple[str, str], ...]:
     """Versions of Python and of the packages a check depends on (those installed)."""
     found = [("python", platform.python_version())]
-    for dist in ("storage-adapter", "obstore", "pytest", "fsspec", "s3fs"):
+    for dist in PACKAGES:
         with contextlib.suppress(importlib.metadata.PackageNotFoundError):
             found.append((dist, importlib.metadata.version(dist)))
     return tuple(found)
@@ -322,7 +423,37 @@ def run_contract(
         sizes=sizes,
         peer_sizes=peer_sizes,
         versions=(*versions(), *extra_versions),
+        compatibility_modes=tuple((t.name, compatibility_modes(t)) for t in targets if not t.peer and t.url),
     )
+
+
+def not_run(
+    targets: Sequence[Target],
+    reason: str,
+    *,
+    sizes: ContractSizes = DEFAULT_SIZES,
+    peer_sizes: ContractSizes = PEER_SIZES,
+    duration_s: float = 0.0,
+    extra_versions: Iterable[tuple[str, str]] = (),
+) -> ConformanceRun:
+    """The run of a check that could not start the contract (a preflight failed, a server could not run):
+    no results, and ``reason`` says why, so a report is written in that case too."""
+    return ConformanceRun(
+        clauses=(),
+        targets=tuple(targets),
+        results=(),
+        duration_s=duration_s,
+        sizes=sizes,
+        peer_sizes=peer_sizes,
+        versions=(*versions(), *extra_versions),
+        not_run=reason,
+    )
+
+
+def compatibility_modes(target: Target) -> tuple[str, ...]:
+    """The compatibility modes the target's adapter declares (``Capabilities.compatibility_modes``; a
+    factory's adapter that has no such field declares none)."""
+    return tuple(getattr(target.open().capabilities, "compatibility_modes", ()))
 
 
 def preflight(target: Target, **options: Any) -> None:

@@ -10,6 +10,13 @@ its race window with a sleep so a synchronized burst of workers hits the window 
 * :func:`open_check_then_act_create` - ``write_if_absent`` as ``exists()``, sleep, ``write()``:
   several callers win the same create.
 
+Two more break the referee's bounds rather than its checker (so they are not in ``PLANTED_BUGS``, whose
+bugs the linearizability checker must catch): every clause must still end with a verdict in bounded time.
+
+* :func:`open_rejecting_cas` - ``write_if_match`` always answers None, as a server that rejects If-Match
+  with the current ETag (Ceph RGW 16.2 with quoted ETags): a CAS race can never progress.
+* :func:`open_hanging_cas` - ``write_if_match`` never returns (a request the server never answers).
+
 Everything else is delegated; ``child(prefix)`` returns the same broken kind; the wrappers pickle (so
 processes and Spark tasks reopen the same bug), compare equal by (kind, inner adapter, window), and
 report the inner adapter's ``capabilities``. The factories accept one extra option, ``bug_window_s``
@@ -19,6 +26,7 @@ report the inner adapter's ``capabilities``. The factories accept one extra opti
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -89,6 +97,21 @@ class CheckThenActCreateAdapter(PlantedBugAdapter):
         return True
 
 
+class RejectingCasAdapter(PlantedBugAdapter):
+    """BUG: compare-and-swap rejects every token, the current one included."""
+
+    def write_if_match(self, key: str, data: bytes | str, token: str) -> str | None:
+        return None
+
+
+class HangingCasAdapter(PlantedBugAdapter):
+    """BUG: compare-and-swap blocks forever (a call the server never answers)."""
+
+    def write_if_match(self, key: str, data: bytes | str, token: str) -> str | None:
+        threading.Event().wait()
+        raise AssertionError("unreachable: the wait above never ends")
+
+
 def _open(kind: type[PlantedBugAdapter], url: str, options: dict[str, Any]) -> PlantedBugAdapter:
     window_s = float(options.pop("bug_window_s", DEFAULT_WINDOW_S))
     return kind(open_adapter(url, **options), window_s)
@@ -107,6 +130,16 @@ def open_torn_write(url: str, **options: Any) -> PlantedBugAdapter:
 def open_check_then_act_create(url: str, **options: Any) -> PlantedBugAdapter:
     """An adapter for ``url`` whose ``write_if_absent`` lets several concurrent callers win."""
     return _open(CheckThenActCreateAdapter, url, options)
+
+
+def open_rejecting_cas(url: str, **options: Any) -> PlantedBugAdapter:
+    """An adapter for ``url`` whose ``write_if_match`` never succeeds."""
+    return _open(RejectingCasAdapter, url, options)
+
+
+def open_hanging_cas(url: str, **options: Any) -> PlantedBugAdapter:
+    """An adapter for ``url`` whose ``write_if_match`` never returns."""
+    return _open(HangingCasAdapter, url, options)
 
 
 PLANTED_BUGS = {

@@ -11,6 +11,14 @@ Options (each mirrored as an ini setting of the same name with dashes as undersc
 ``--contract-threads N``         threads in the thread races (default 8).
 ``--contract-processes N``       processes in the process races (default 4).
 ``--contract-increments N``      CAS increments per worker (default 25).
+``--contract-check-budget S``    seconds the linearizability search may take per history (default 60);
+                                 a search cut off is an inconclusive clause, never a failure.
+``--contract-clause-timeout S``  deadline of each clause (default 300; 0: none). A clause still running
+                                 then fails "did not finish within S s", naming where it is blocked.
+
+The deadline is a watchdog, not an interruption: a storage call blocked in native code cannot be
+interrupted from Python, so the clause body runs in a daemon thread that is abandoned when its deadline
+passes (it may go on running until the process exits); fixtures run in the main thread as usual.
 
 Fixtures, all prefixed so they cannot collide with a project's own: ``storage_contract_target``
 (session, one per target), ``storage_contract_servers`` (session: S3 servers started on demand),
@@ -24,6 +32,9 @@ do nothing unless a test requests them.
 
 from __future__ import annotations
 
+import sys
+import threading
+import traceback
 import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -33,6 +44,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import pytest
 
 from contract_tests.targets import DEFAULT_FACTORY, EMBEDDED, Target, parse_target
+from contract_tests.verdicts import Violation
 from storage_adapter.protocol import StorageAdapter
 from storage_adapter.registry import registered
 
@@ -46,6 +58,8 @@ _OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
     ("contract-threads", "store", "8", "threads in thread races"),
     ("contract-processes", "store", "4", "processes in process races"),
     ("contract-increments", "store", "25", "CAS increments per worker"),
+    ("contract-check-budget", "store", "60", "seconds the linearizability search may take per history"),
+    ("contract-clause-timeout", "store", "300", "deadline of each clause in seconds (0: none)"),
 )
 
 
@@ -116,11 +130,14 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 @dataclass(frozen=True)
 class ContractSizes:
-    """Race sizes: threads and processes per race, CAS increments per worker."""
+    """Race sizes (threads and processes per race, CAS increments per worker) and the bounds of a clause:
+    the linearizability search budget and the clause deadline (seconds; 0: none)."""
 
     threads: int
     processes: int
     increments: int
+    check_budget_s: float = 60.0
+    clause_timeout_s: float = 300.0
 
 
 @pytest.fixture(scope="session")
@@ -129,7 +146,44 @@ def storage_contract_sizes(pytestconfig: pytest.Config) -> ContractSizes:
         threads=int(option(pytestconfig, "contract-threads")),
         processes=int(option(pytestconfig, "contract-processes")),
         increments=int(option(pytestconfig, "contract-increments")),
+        check_budget_s=float(option(pytestconfig, "contract-check-budget")),
+        clause_timeout_s=float(option(pytestconfig, "contract-clause-timeout")),
     )
+
+
+def _blocked_at(thread: threading.Thread) -> str:
+    """The innermost frames of ``thread``'s stack, for a clause that missed its deadline."""
+    frame = sys._current_frames().get(thread.ident or -1)
+    if frame is None:
+        return "(no stack: the thread has just finished)"
+    return "".join(traceback.format_stack(frame)[-4:]).rstrip()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
+    """Run a contract clause under its deadline (``--contract-clause-timeout``, see the module docstring)."""
+    limit = float(option(pyfuncitem.config, "contract-clause-timeout"))
+    if limit <= 0 or pyfuncitem.get_closest_marker("storage_contract") is None:
+        return None  # pytest's own call
+    arguments = {name: pyfuncitem.funcargs[name] for name in pyfuncitem._fixtureinfo.argnames}
+    raised: list[BaseException] = []
+
+    def body() -> None:
+        try:
+            pyfuncitem.obj(**arguments)
+        except BaseException as exc:  # re-raised in the main thread: a skip, a failure, a verdict
+            raised.append(exc)
+
+    thread = threading.Thread(target=body, name=f"clause {pyfuncitem.name}", daemon=True)
+    thread.start()
+    thread.join(limit)
+    if thread.is_alive():
+        raise Violation(
+            f"did not finish within {limit:g} s (the clause deadline); blocked at:", _blocked_at(thread)
+        )
+    if raised:
+        raise raised[0]
+    return True
 
 
 class ServerPool:

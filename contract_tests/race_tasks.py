@@ -6,6 +6,8 @@ leading arguments with ``functools.partial`` and the runner supplies ``(index, s
 from __future__ import annotations
 
 import json
+import random
+import time
 from dataclasses import dataclass
 
 from contract_tests.bodies import body_is_whole, make_body
@@ -39,13 +41,68 @@ def create_race(adapter: StorageAdapter, keys: list[str], index: int, sync: Sync
     return attempts
 
 
+# Retries after a lost CAS back off exponentially with full jitter (a random sleep up to the cap), so
+# racers that keep colliding spread out instead of retrying in lockstep.
+CAS_BACKOFF_BASE_S = 0.001
+CAS_BACKOFF_CAP_S = 0.05
+# Uncontended CAS attempts with the current token before the primitive is judged broken.
+CAS_PROBE_ATTEMPTS = 40
+# A racer's bounds: attempts per increment it must make, and seconds. A correct CAS under N racers needs
+# about N attempts per increment at worst; a racer reaching either bound stops and says so (cut off).
+CAS_ATTEMPTS_PER_INCREMENT = 64
+CAS_RACE_DEADLINE_S = 90.0
+
+
+def backoff_s(consecutive_failures: int, rng: random.Random) -> float:
+    """The sleep before the next retry: uniform in [0, min(cap, base * 2**failures)] (full jitter)."""
+    return rng.uniform(0.0, min(CAS_BACKOFF_CAP_S, CAS_BACKOFF_BASE_S * 2 ** min(consecutive_failures, 16)))
+
+
+@dataclass(frozen=True)
+class CasProbe:
+    """Uncontended CAS attempts with the token just read: how many were made and how many succeeded, and
+    what the last rejected one sent."""
+
+    attempts: int
+    successes: int
+    last_rejected_token: str | None
+
+    def evidence(self) -> str:
+        return (
+            f"{self.successes} of {self.attempts} uncontended CAS attempts succeeded; each sent the token "
+            f"read_versioned had just returned ({self.last_rejected_token!r} on the last), and "
+            "write_if_match answered None (the server rejected If-Match with the current token)"
+        )
+
+
+def probe_cas(adapter: StorageAdapter, key: str, attempts: int = CAS_PROBE_ATTEMPTS) -> CasProbe:
+    """Try CAS on ``key`` (a JSON counter) alone, with the current token, until one succeeds or
+    ``attempts`` are made. A correct CAS succeeds on the first attempt; one that never does cannot make a
+    contended race progress, so the race is not worth running."""
+    last = None
+    for made in range(1, attempts + 1):
+        current = adapter.read_versioned(key)
+        body = json.dumps({"n": int(json.loads(current.data)["n"]), "probe": made})
+        if adapter.write_if_match(key, body, current.token) is not None:
+            return CasProbe(made, 1, last)
+        last = current.token
+    return CasProbe(attempts, 0, last)
+
+
 @dataclass(frozen=True)
 class CasTally:
     """One racer's CAS increments: the counter values it replaced (across all racers they must be exactly
-    0..N*M-1, each once: a duplicate is a lost update) and how many attempts lost a race."""
+    0..N*M-1, each once: a duplicate is a lost update), its attempts, how many lost a race, and whether it
+    stopped at its attempt budget or deadline before making all its increments."""
 
     replaced: tuple[int, ...]
+    attempts: int
     conflicts: int
+    cut_off: bool
+
+    def line(self, index: int) -> str:
+        cut = " (cut off by its budget)" if self.cut_off else ""
+        return f"racer {index}: {len(self.replaced)} increments in {self.attempts} attempts{cut}"
 
 
 def counter_value(adapter: StorageAdapter, key: str) -> int:
@@ -53,23 +110,39 @@ def counter_value(adapter: StorageAdapter, key: str) -> int:
     return int(json.loads(adapter.read_bytes(key))["n"])
 
 
-def cas_increments(adapter: StorageAdapter, key: str, increments: int, index: int, sync: Sync) -> CasTally:
+def cas_increments(
+    adapter: StorageAdapter,
+    key: str,
+    increments: int,
+    index: int,
+    sync: Sync,
+    *,
+    max_attempts: int | None = None,
+    deadline_s: float = CAS_RACE_DEADLINE_S,
+) -> CasTally:
     """Add ``increments`` to the JSON counter at ``key`` by read_versioned + write_if_match, retrying on
-    conflict. Bodies name the racer and attempt, so no two versions share bytes (no ABA, even where tokens
-    are content hashes)."""
+    conflict with jittered exponential backoff, for at most ``max_attempts`` attempts (default
+    ``CAS_ATTEMPTS_PER_INCREMENT * increments``) and ``deadline_s`` seconds after the start. Bodies name the racer and attempt, so no two versions share bytes (no ABA,
+    even where tokens are content hashes)."""
     sync()
+    max_attempts = CAS_ATTEMPTS_PER_INCREMENT * increments if max_attempts is None else max_attempts
+    rng = random.Random(index)
+    deadline = time.monotonic() + deadline_s
     replaced: list[int] = []
-    attempt = conflicts = 0
-    while len(replaced) < increments:
+    attempt = conflicts = streak = 0
+    while len(replaced) < increments and attempt < max_attempts and time.monotonic() < deadline:
         attempt += 1
         current = adapter.read_versioned(key)
         value = int(json.loads(current.data)["n"])
         body = json.dumps({"n": value + 1, "by": index, "attempt": attempt})
         if adapter.write_if_match(key, body, current.token) is not None:
             replaced.append(value)
+            streak = 0
         else:
             conflicts += 1
-    return CasTally(tuple(replaced), conflicts)
+            streak += 1
+            time.sleep(backoff_s(streak, rng))
+    return CasTally(tuple(replaced), attempt, conflicts, cut_off=len(replaced) < increments)
 
 
 @dataclass(frozen=True)

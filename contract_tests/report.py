@@ -1,4 +1,10 @@
-"""Present a ConformanceRun: the clause x backend matrix (rich), and Markdown and JSON report files."""
+"""Present a ConformanceRun: the clause x backend matrix (rich), and Markdown and JSON report files.
+
+All three formats carry the same facts: the overall status (conforms, violations, inconclusive, or not
+run with the reason), each target's verdict line (PARTIAL when it relies on compatibility modes), every
+non-pass reason whole, and for every failing or inconclusive clause its evidence (the counterexample
+history, expected vs actual) as the clause stated it.
+"""
 
 from __future__ import annotations
 
@@ -10,22 +16,30 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
-from contract_tests.conformance import ClauseOutcome, ConformanceRun
+from contract_tests.conformance import PACKAGES, ClauseOutcome, ClauseResult, ConformanceRun, RunStatus
 from contract_tests.targets import Target
 
 _CELL_STYLE = {
     ClauseOutcome.PASSED: "green",
     ClauseOutcome.FAILED: "bold red",
     ClauseOutcome.ERROR: "bold red",
+    ClauseOutcome.INCONCLUSIVE: "yellow",
     ClauseOutcome.SKIPPED: "dim",
 }
 _CELL_TEXT = {
     ClauseOutcome.PASSED: "pass",
     ClauseOutcome.FAILED: "FAIL",
     ClauseOutcome.ERROR: "ERROR",
+    ClauseOutcome.INCONCLUSIVE: "INCONCLUSIVE",
     ClauseOutcome.SKIPPED: "skip",
 }
-REPORT_FORMAT = "storage-adapter-check/1"
+REPORT_FORMAT = "storage-adapter-check/2"
+_OVERALL = {
+    RunStatus.CONFORMS: "conforms",
+    RunStatus.VIOLATIONS: "VIOLATIONS",
+    RunStatus.INCONCLUSIVE: "INCONCLUSIVE (no violation found; some clauses could not decide)",
+    RunStatus.NOT_RUN: "NOT RUN",
+}
 
 
 def ordered_targets(run: ConformanceRun) -> list[Target]:
@@ -83,12 +97,47 @@ def verdict_lines(run: ConformanceRun) -> list[str]:
     return [run.verdict(t).line() for t in ordered_targets(run)]
 
 
+def overall(run: ConformanceRun) -> str:
+    """The run's one-line verdict; a run that did not happen says why."""
+    text = _OVERALL[run.status]
+    return f"{text}: {run.not_run}" if run.not_run else text
+
+
+def header_lines(run: ConformanceRun) -> list[str]:
+    """What the reader must know before the matrix: the server versions and any compatibility mode."""
+    servers = [(n, v) for n, v in run.versions if n != "python" and n not in PACKAGES]
+    lines = [f"server {name}: {version}" for name, version in servers]
+    lines += [
+        f"{target}: compatibility mode {', '.join(modes)} is ON (a workaround for a server bug, declared "
+        "in capabilities; this target can only be PARTIAL, never conforming)"
+        for target, modes in run.compatibility_modes
+        if modes
+    ]
+    return lines
+
+
+def evidence(run: ConformanceRun) -> list[ClauseResult]:
+    """The results with evidence to show: failing, erroring and inconclusive ones that carry any, judged
+    targets first."""
+    shown = (ClauseOutcome.FAILED, ClauseOutcome.ERROR, ClauseOutcome.INCONCLUSIVE)
+    order = {t.name: i for i, t in enumerate(ordered_targets(run))}
+    found = [r for r in run.results if r.outcome in shown and r.evidence]
+    return sorted(found, key=lambda r: order.get(r.target, len(order)))
+
+
+def evidence_title(result: ClauseResult) -> str:
+    return f"{result.clause.removeprefix('test_')} on {result.target} ({_CELL_TEXT[result.outcome]}): {result.reason}"
+
+
 def to_json(run: ConformanceRun) -> dict[str, Any]:
     """The machine-readable report (format ``storage-adapter-check/1``)."""
     return {
         "format": REPORT_FORMAT,
         "written_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "status": run.status.value,
+        "not_run": run.not_run or None,
         "conforms": run.conforms,
+        "compatibility_modes": {target: list(modes) for target, modes in run.compatibility_modes if modes},
         "duration_s": round(run.duration_s, 3),
         "sizes": vars(run.sizes),
         "peer_sizes": vars(run.peer_sizes),
@@ -101,7 +150,10 @@ def to_json(run: ConformanceRun) -> dict[str, Any]:
                 "factory": t.factory,
                 "peer": t.peer,
                 "conforms": run.verdict(t).conforms,
+                "status": run.verdict(t).status.value,
+                "verdict": run.verdict(t).line(),
                 "violations": list(run.verdict(t).violations),
+                "inconclusive": list(run.verdict(t).inconclusive),
                 "duration_s": round(sum(r.duration_s for r in run.results if r.target == t.name), 3),
             }
             for t in ordered_targets(run)
@@ -112,6 +164,7 @@ def to_json(run: ConformanceRun) -> dict[str, Any]:
                 "target": r.target,
                 "outcome": r.outcome.value,
                 "reason": r.reason,
+                "evidence": r.evidence,
                 "duration_s": round(r.duration_s, 3),
                 "cases": r.cases,
             }
@@ -130,8 +183,10 @@ def to_markdown(run: ConformanceRun) -> str:
     lines = [
         "# storage-adapter check",
         "",
-        f"Overall: **{'conforms' if run.conforms else 'VIOLATIONS'}** (peers are shown for comparison and never "
-        f"judged). Duration {run.duration_s:.1f} s.",
+        f"Overall: **{_md_escape(overall(run))}** (peers are shown for comparison and never judged). "
+        f"Duration {run.duration_s:.1f} s.",
+        "",
+        *[f"> {_md_escape(line)}" for line in header_lines(run)],
         "",
         *[f"- {_md_escape(line)}" for line in verdict_lines(run)],
         "",
@@ -143,6 +198,11 @@ def to_markdown(run: ConformanceRun) -> str:
         lines.append(f"| {clause.name.removeprefix('test_')} | " + " | ".join(cells) + " |")
     lines += ["", "## Notes", ""]
     lines += [f"{n}. {_md_escape(reason)}" for reason, n in note_of.items()] or ["(none)"]
+    lines += ["", "## Evidence", ""]
+    for result in evidence(run):
+        lines += [f"### {_md_escape(evidence_title(result))}", "", "```", result.evidence, "```", ""]
+    if not evidence(run):
+        lines += ["(none)"]
     lines += ["", "## Clauses", ""]
     lines += [f"- `{c.name}`: {_md_escape(c.summary)}" for c in run.clauses]
     lines += ["", "## Targets", ""]

@@ -120,8 +120,13 @@ S3_OPTIONS: Mapping[str, Option] = MappingProxyType(
         "request_timeout_s": Option(float, default=60.0),
         "max_retries": Option(int, default=3),
         "retry_timeout_s": Option(float, default=15.0),
+        # Compatibility mode for Ceph RGW before its 2025 fix, which answers 412 to an If-Match carrying
+        # the quoted ETag it returned itself: send the ETag unquoted. CAS against CAS is then exact, but a
+        # CAS racing a plain write or delete is still not atomic there (docs/ceph.md).
+        "unquoted_if_match": Option(bool, env=("STORAGE_ADAPTER_S3_UNQUOTED_IF_MATCH",), default=False),
     }
 )
+UNQUOTED_IF_MATCH = "unquoted-if-match"
 
 
 def _check_s3_options(options: Mapping[str, Any], url: str) -> None:
@@ -130,9 +135,25 @@ def _check_s3_options(options: Mapping[str, Any], url: str) -> None:
         raise ConfigurationError(f"S3 endpoint {endpoint!r} for {url} must start with http:// or https://")
 
 
+class _UnquotedIfMatch(ObstoreBackend):
+    """The S3 driver in compatibility mode ``unquoted-if-match``: If-Match carries the ETag without its
+    quotes (a token is still the quoted ETag everywhere else)."""
+
+    def put_if_match(self, key: str, data: bytes, token: str) -> str | None:
+        return super().put_if_match(key, data, token.strip('"'))
+
+
 def _s3_driver(config: AdapterConfig) -> Driver:
     # Some S3 servers (SeaweedFS) report emptied directories as common prefixes: confirm each one.
-    return ObstoreBackend(config, s3_store, confirm_prefixes=True)
+    driver = _UnquotedIfMatch if config.option("unquoted_if_match") else ObstoreBackend
+    return driver(config, s3_store, confirm_prefixes=True)
+
+
+def _s3_configured(declared: Capabilities, config: AdapterConfig) -> Capabilities:
+    """The compatibility modes an S3 configuration turns on, declared (never silent)."""
+    return replace(
+        declared, compatibility_modes=(UNQUOTED_IF_MATCH,) if config.option("unquoted_if_match") else ()
+    )
 
 
 def _fsspec_s3(config: AdapterConfig) -> tuple[Any, str]:
@@ -175,6 +196,7 @@ S3 = register_backend(
         driver=_s3_driver,
         options=S3_OPTIONS,
         check_options=_check_s3_options,
+        configured=_s3_configured,
         fsspec_peer=FsspecPeer(
             name="s3fs",
             capabilities=Capabilities(

@@ -98,7 +98,8 @@ class Backend:
 
     def capabilities_for(self, config: AdapterConfig) -> Capabilities:
         """The capabilities of an adapter opened with ``config``: the declared ones, adjusted by
-        ``configured`` where an option changes a guarantee (local ``durable=False``)."""
+        ``configured`` where an option changes a guarantee (local ``durable=False``) or turns on a
+        compatibility mode for a server bug (S3 ``unquoted_if_match``)."""
         return self.capabilities if self.configured is None else self.configured(self.capabilities, config)
 
     @property

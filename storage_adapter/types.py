@@ -55,6 +55,9 @@ class Capabilities:
     (S3 single-part ETags are content MD5s): callers doing CAS must make each body unique to avoid ABA.
     ``durable`` is True where an acknowledged mutation survives a power loss (local: fsync in the right
     order, unless opened with ``durable=False``; S3: the service's promise; memory: never).
+    ``compatibility_modes`` names the workarounds for known server bugs this adapter was opened with
+    (e.g. ``unquoted-if-match``); empty when none. A mode is declared, never silent: the adapter honours
+    the contract only as far as the mode's description says.
     """
 
     backend: str
@@ -65,3 +68,4 @@ class Capabilities:
     equal_content_equal_token: bool
     token_semantics: str
     durable: bool
+    compatibility_modes: tuple[str, ...] = ()

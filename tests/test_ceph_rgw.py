@@ -1,7 +1,7 @@
 """Ceph RGW (``backends.ceph``) characterised with raw obstore calls, not the contract suite.
 
-The contract would not finish on Ceph 16.2 today (``cas_increments`` retries a CAS that the server never
-accepts), so this module pins down the primitives the contract relies on instead: a plain round trip,
+The contract itself runs on Ceph in tests/test_check_servers.py (``check --server ceph``); this module
+pins down the primitives the contract relies on: a plain round trip,
 create-if-absent, and the known CAS deviation (docs/ceph.md). Tests that need the server skip with the
 provider's one-line reason where the packages are not installed (scripts/install-ceph.sh) or it cannot
 start; the others run everywhere.

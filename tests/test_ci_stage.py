@@ -51,7 +51,8 @@ def test_seaweedfs_stage_end_to_end(tmp_path: Path) -> None:
     report = json.loads((tmp_path / "stage.json").read_text())
     assert [t["name"] for t in report["targets"]] == ["seaweedfs"]
     assert report["targets"][0]["url"].startswith("s3://check/adapter-")
-    assert report["sizes"] == {"threads": 4, "processes": 2, "increments": 5}
+    assert report["sizes"] == {"threads": 4, "processes": 2, "increments": 5, "check_budget_s": 60.0,
+                               "clause_timeout_s": 300.0}  # fmt: skip
     rows = outcomes(report, "seaweedfs")
     for clause in ("test_round_trip_bytes", "test_write_if_absent_one_winner_processes",
                    "test_cas_increments_processes", "test_invalid_keys_rejected_everywhere",
@@ -120,7 +121,7 @@ def test_unknown_server_is_a_usage_error() -> None:
     result = run_stage("no-such-server")
     assert result.returncode == 2
     assert (
-        "invalid choice: 'no-such-server' (choose from 'seaweedfs', 'minio', 'rustfs', 'ceph')"
+        "invalid choice: 'no-such-server' (choose from 'seaweedfs', 'minio', 'rustfs', 'ceph', 'moto')"
         in result.stderr
     )
 

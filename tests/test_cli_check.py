@@ -173,7 +173,13 @@ def test_check_cli_on_memory_and_local(tmp_path: Path) -> None:
     assert "memory:cli-check: conforms" in result.stdout
     assert "overall: conforms" in result.stdout
     data = json.loads(report.with_suffix(".json").read_text())
-    assert data["sizes"] == {"threads": 4, "processes": 2, "increments": 3}
+    assert data["sizes"] == {
+        "threads": 4,
+        "processes": 2,
+        "increments": 3,
+        "check_budget_s": 60.0,
+        "clause_timeout_s": 300.0,
+    }
     clauses = {c["name"] for c in data["clauses"]}
     assert {"test_write_if_absent_one_winner_processes", "test_cas_increments_threads"} <= clauses
     assert report.with_suffix(".md").exists()

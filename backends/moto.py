@@ -1,0 +1,88 @@
+"""moto as an S3 server: ``moto_server`` (pure Python, ``pip install 'moto[server]'``) on a free loopback
+port, a peer server of the conformance matrix that needs neither Docker nor a binary download.
+
+moto keeps everything in the server process's memory, accepts any credentials, and implements
+conditional writes (``If-None-Match: *``, ``If-Match``) as a check followed by a write inside one
+request handler: under heavy thread switching in the server those races can show (docs/check.md).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from backends.containers import create_bucket
+from backends.server import S3Endpoint, S3Server, ServerUnavailable, free_port, wait_until_bucket_answers
+
+NOT_INSTALLED = "moto is not installed: pip install 'moto[server]'"
+
+
+def moto_version() -> str:
+    """The installed moto's version. Raises ServerUnavailable(NOT_INSTALLED)."""
+    try:
+        return importlib.metadata.version("moto")
+    except importlib.metadata.PackageNotFoundError:
+        raise ServerUnavailable(NOT_INSTALLED) from None
+
+
+class Moto(S3Server):
+    """``with Moto() as endpoint:`` a ``moto_server`` with one bucket, stopped (and its state gone) at exit."""
+
+    name = "moto"
+
+    def __init__(self, bucket: str = "contract", start_timeout_s: float = 60.0) -> None:
+        super().__init__(bucket)
+        self.start_timeout_s = start_timeout_s
+        self._process: subprocess.Popen[bytes] | None = None
+        self.log_path: Path | None = None  # kept after stop, so a failed start can be inspected
+
+    def _launch(self) -> S3Endpoint:
+        moto_version()
+        if importlib.util.find_spec("flask") is None:  # moto_server needs moto's [server] extra
+            raise ServerUnavailable(NOT_INSTALLED)
+        port = free_port()
+        log_fd, log_name = tempfile.mkstemp(prefix="moto-", suffix=".log")
+        self.log_path = Path(log_name)
+        # The interpreter running the check runs the server too: moto is importable there by construction.
+        args = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
+        self._process = subprocess.Popen(
+            args, stdout=log_fd, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+        )  # fmt: skip
+        os.close(log_fd)
+        endpoint = S3Endpoint(
+            name=self.name,
+            endpoint=f"http://127.0.0.1:{port}",
+            bucket=self.bucket,
+            access_key_id="moto-any",
+            secret_access_key="moto-any-secret",
+        )
+        deadline = time.monotonic() + self.start_timeout_s
+        try:
+            create_bucket(endpoint, deadline, self._alive)
+            wait_until_bucket_answers(endpoint, max(1.0, deadline - time.monotonic()), self._alive)
+        except ServerUnavailable as exc:
+            raise ServerUnavailable(f"{exc}; see the server log {self.log_path}") from exc
+        return endpoint
+
+    def _alive(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def version(self) -> str:
+        return f"moto {moto_version()} (moto_server, in-memory)"
+
+    def stop(self) -> None:
+        process, self._process = self._process, None
+        if process is not None and process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
