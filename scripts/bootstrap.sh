@@ -24,12 +24,12 @@ if [ ! -x .venv/bin/python ]; then
   fi
 fi
 
-# Re-install only when pyproject.toml changed since the last successful install.
+# Re-install only when pyproject.toml or the pinned set changed since the last successful install.
 stamp=.venv/.storage-adapter-installed
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ ci/constraints.txt -nt "$stamp" ]; then
   echo "bootstrap: installing storage-adapter[dev] into .venv (first run takes a few minutes)" >&2
   .venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip 2>&1 | grep -v '^WARNING: Location' || true
-  .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev]' 2>&1 | grep -v '^WARNING: Location' || true
+  .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev]' -c ci/constraints.txt 2>&1 | grep -v '^WARNING: Location' || true
   .venv/bin/python -c "import storage_adapter, obstore, pyspark, pyarrow" # fail loudly if the install did not work
   touch "$stamp"
 fi
