@@ -13,9 +13,9 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from types import MappingProxyType
 from typing import Any
-from urllib.parse import SplitResult, unquote
+from urllib.parse import SplitResult
 
-from storage_adapter.config import AdapterConfig
+from storage_adapter.config import AdapterConfig, url_path
 from storage_adapter.errors import ConfigurationError, InvalidKeyError
 from storage_adapter.keys import validate_prefix
 from storage_adapter.local_backend import LocalBackend
@@ -35,7 +35,7 @@ def _bucket_and_prefix(what: str) -> Any:
                 f"{parts.scheme} URL {url!r} needs a {what}: {parts.scheme}://NAME/prefix", key=url
             )
         try:
-            prefix = validate_prefix(unquote(parts.path).lstrip("/"), parts.scheme)
+            prefix = validate_prefix(url_path(parts, url).lstrip("/"), parts.scheme)
         except InvalidKeyError as exc:
             raise ConfigurationError(f"storage URL {url!r} has an invalid prefix: {exc}", key=url) from exc
         return parts.netloc, prefix
@@ -45,7 +45,7 @@ def _bucket_and_prefix(what: str) -> Any:
 
 # -- local -----------------------------------------------------------------------------------------------
 def _locate_directory(parts: SplitResult, url: str) -> tuple[str, str]:
-    path = unquote(parts.path)
+    path = url_path(parts, url)
     if parts.netloc not in ("", "localhost"):
         raise ConfigurationError(f"file URL {url!r} must be file:///absolute/path", key=url)
     if not path.startswith("/"):

@@ -13,7 +13,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, unquote, urlsplit
 
 from storage_adapter.errors import ConfigurationError
 from storage_adapter.keys import join_key, validate_prefix
@@ -63,6 +63,17 @@ class AdapterConfig:
 
     def __repr__(self) -> str:
         return f"AdapterConfig(url={self.url!r}, options={self.public_options()!r})"
+
+
+def url_path(parts: SplitResult, url: str) -> str:
+    """The percent-decoded path of a split storage URL. Raises ConfigurationError when the escapes do not
+    decode as UTF-8 (``unquote`` would silently turn them into U+FFFD)."""
+    try:
+        return unquote(parts.path, errors="strict")
+    except UnicodeDecodeError:
+        reason = "percent-escapes that are not UTF-8"
+    # Raised outside the handler: the codec error adds nothing to the message.
+    raise ConfigurationError(f"storage URL {url!r} has {reason}", key=url)
 
 
 def _coerce(name: str, value: Any, kind: type, url: str) -> Any:
