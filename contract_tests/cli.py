@@ -45,6 +45,7 @@ from contract_tests.plugin import ContractSizes
 from contract_tests.report import matrix_table, notes, ordered_targets, write_report
 from contract_tests.targets import DEFAULT_FACTORY, EMBEDDED, Target, load_factory, parse_target
 from storage_adapter.errors import ConfigurationError, PermissionDeniedError, StorageError
+from storage_adapter.redaction import redact_environment
 from storage_adapter.registry import Backend, backend_for_scheme, registered, schemes
 
 PEER_FACTORY = "contract_tests.peers:open_peer"
@@ -190,7 +191,7 @@ def _explain(target: Target, exc: BaseException) -> str:
         and not isinstance(exc, ConfigurationError)
     ):
         hint = " (no AWS_ENDPOINT_URL set: talking to AWS S3)"
-    return f"{target.name} ({target.url}): {type(exc).__name__}: {first}{hint}"
+    return redact_environment(f"{target.name} ({target.url}): {type(exc).__name__}: {first}{hint}")
 
 
 @contextlib.contextmanager
@@ -376,7 +377,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             return _check(args, console)
         except (InputError, ConfigurationError, ContractRunError) as exc:
-            message = Text.assemble(("storage-adapter check: error: ", "bold red"), str(exc))
+            message = Text.assemble(
+                ("storage-adapter check: error: ", "bold red"), redact_environment(str(exc))
+            )
             console.print(message, highlight=False, soft_wrap=True)
             return EXIT_BAD_INPUT
         except ServerCannotRun as exc:

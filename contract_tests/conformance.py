@@ -28,6 +28,7 @@ import pytest
 from contract_tests.plugin import ContractSizes
 from contract_tests.targets import Target, load_factory
 from storage_adapter.errors import StorageError
+from storage_adapter.redaction import redact_environment
 
 CONTRACT_SUITE = ("--pyargs", "contract_tests")
 DEFAULT_SIZES = ContractSizes(threads=8, processes=4, increments=25)
@@ -156,7 +157,9 @@ class _Case:
 
 
 def _first_line(text: str) -> str:
-    line = next((ln.strip() for ln in text.strip().splitlines() if ln.strip()), "")
+    """The first non-blank line of ``text``, shortened, with the environment's secrets masked (every
+    reason the matrix and the reports show passes here)."""
+    line = redact_environment(next((ln.strip() for ln in text.strip().splitlines() if ln.strip()), ""))
     return line if len(line) <= _REASON_CHARS else line[: _REASON_CHARS - 3] + "..."
 
 

@@ -20,6 +20,7 @@ from storage_adapter.errors import ConfigurationError, InvalidKeyError
 from storage_adapter.keys import validate_prefix
 from storage_adapter.local_backend import LocalBackend
 from storage_adapter.obstore_backend import ObstoreBackend, memory_store, s3_store
+from storage_adapter.redaction import reject_userinfo
 from storage_adapter.registry import Backend, Driver, FsspecPeer, Option, register_backend
 from storage_adapter.types import Capabilities, Support
 
@@ -119,10 +120,22 @@ S3_OPTIONS: Mapping[str, Option] = MappingProxyType(
 )
 
 
+# What object_store can represent (its durations and retry count), with room to spare.
+_S3_LIMITS = {"max_retries": 100, "connect_timeout_s": 86400.0, "request_timeout_s": 86400.0,
+               "retry_timeout_s": 86400.0}  # fmt: skip
+
+
 def _check_s3_options(options: Mapping[str, Any], url: str) -> None:
     endpoint = options.get("endpoint")
-    if endpoint is not None and not str(endpoint).startswith(("http://", "https://")):
-        raise ConfigurationError(f"S3 endpoint {endpoint!r} for {url} must start with http:// or https://")
+    if endpoint is not None:
+        reject_userinfo(endpoint)  # credentials belong in their options
+        if not endpoint.startswith(("http://", "https://")):
+            raise ConfigurationError(
+                f"S3 endpoint {endpoint!r} for {url} must start with http:// or https://"
+            )
+    for name, limit in _S3_LIMITS.items():
+        if options[name] > limit:
+            raise ConfigurationError(f"option {name}={options[name]!r} for {url} is over {limit}", key=url)
 
 
 def _s3_driver(config: AdapterConfig) -> Driver:
