@@ -51,6 +51,8 @@ def _locate_directory(parts: SplitResult, url: str) -> tuple[str, str]:
         raise ConfigurationError(f"file URL {url!r} must be file:///absolute/path", key=url)
     if not path.startswith("/"):
         raise ConfigurationError(f"file URL {url!r} must name an absolute path", key=url)
+    if "\x00" in path:
+        raise ConfigurationError(f"file URL {url!r} names a path with a NUL byte", key=url)
     return os.path.normpath(path), ""
 
 
@@ -133,6 +135,10 @@ def _check_s3_options(options: Mapping[str, Any], url: str) -> None:
             raise ConfigurationError(
                 f"S3 endpoint {endpoint!r} for {url} must start with http:// or https://"
             )
+    if bool(options.get("access_key_id")) != bool(options.get("secret_access_key")):
+        raise ConfigurationError(f"S3 options for {url}: access_key_id and secret_access_key go together")
+    if options.get("session_token") and not options.get("access_key_id"):
+        raise ConfigurationError(f"S3 options for {url}: a session_token needs access_key_id")
     for name, limit in _S3_LIMITS.items():
         if options[name] > limit:
             raise ConfigurationError(f"option {name}={options[name]!r} for {url} is over {limit}", key=url)

@@ -142,11 +142,11 @@ def _convert(kind: type, value: Any) -> Any:
 def resolve_options(
     supported: Mapping[str, Option], given: Mapping[str, Any], env: Mapping[str, str], url: str
 ) -> dict[str, Any]:
-    """Each supported option from ``given``, else its first environment variable that is set, else its
-    default (options with neither are left out), coerced to its type."""
+    """Each supported option from ``given`` (where not None), else its first environment variable that is
+    set, else its default (options with neither are left out), coerced to its type."""
     resolved: dict[str, Any] = {}
     for name, option in supported.items():
-        if name in given:
+        if given.get(name) is not None:
             value = given[name]
         else:
             value = next((env[var] for var in option.env if env.get(var)), option.default)
