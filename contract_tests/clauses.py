@@ -18,6 +18,7 @@ import dataclasses
 import json
 import pickle
 import threading
+import traceback
 from collections import Counter
 from collections.abc import Callable
 from functools import partial
@@ -33,13 +34,24 @@ from contract_tests.plugin import ContractSizes
 from contract_tests.races import Sync, race_in_processes, race_in_threads
 from contract_tests.verdicts import Inconclusive, Violation
 from contract_tests.workloads import WorkloadSpec, run_processes, run_threads
-from storage_adapter.errors import InvalidKeyError, NotFoundError, UnsupportedOperationError
+from storage_adapter.errors import InvalidKeyError, NotFoundError, StorageError, UnsupportedOperationError
+from storage_adapter.keys import MAX_KEY_BYTES, MAX_SEGMENT_BYTES
 from storage_adapter.protocol import StorageAdapter
+from storage_adapter.redaction import redact_url
 from storage_adapter.types import Capabilities, DirListing, ObjectInfo, Support
 
 INVALID_KEYS = (
     "", "/abs", "a//b", "a/", "./a", "a/./b", "a/../b", "..", ".", "a\\b", "a\x00b", "a\nb", "a\x7fb",
-    "x" * 1025, "a/b#123",
+    "x" * 1025, "a/b#123", "a#1/b",
+    "\udc80x", "a/\ud800", "ok/b\udc80c",  # lone surrogates: not UTF-8, unlistable on local
+    "é" * 513,  # 513 characters, 1,026 bytes
+    "a/" + "s" * (MAX_SEGMENT_BYTES + 1), "日" * (MAX_SEGMENT_BYTES // 3 + 1),  # segments over the limit
+)  # fmt: skip
+# Names that look odd but are valid everywhere: each must round-trip and list exactly as written.
+ODD_NAMES = (
+    "with space", " leading", "trailing ", "ünïcødé/日本語", "emoji-🙂", "#hash", "a#", "a#b1", "#12x",
+    ".hidden", "..double", "...", "dir.d/.x", "per%20cent", "plus+sign", "q?m&a=1", "nbsp\u00a0inside",
+    "combining-e\u0301", "c1-\u0085-\u009f",
 )  # fmt: skip
 
 
@@ -454,6 +466,76 @@ class AdapterContract:
                     call(attack)
         assert adapter.read_bytes("sentinel") == b"keep me"
         assert [i.key for i in adapter.list()] == ["sentinel"]
+
+    # -- hostile input --------------------------------------------------------------------------------------------
+    @pytest.mark.parametrize(
+        "bad", [k for k in INVALID_KEYS if k not in ("", "a/")], ids=lambda k: repr(k)[:20]
+    )
+    def test_invalid_child_names_rejected(self, adapter: StorageAdapter, bad: str) -> None:
+        """child() refuses an invalid name (surrogates, overlong segments, ...) with InvalidKeyError, before
+        any I/O; nothing is created."""
+        with pytest.raises(InvalidKeyError):
+            adapter.child(bad).write("k", b"x")
+        assert adapter.list() == []
+
+    def test_key_length_is_counted_in_utf8_bytes(self, adapter: StorageAdapter) -> None:
+        """Lengths are UTF-8 bytes: a 600-byte key of 2-byte characters round-trips and lists; a key one
+        byte over MAX_KEY_BYTES is an InvalidKeyError before any I/O; a key of exactly MAX_KEY_BYTES is
+        never refused by validation (it round-trips, or a backend that counts the root's prefix in the
+        key, as S3 does, refuses it with a typed StorageError)."""
+        segment = "é" * (MAX_SEGMENT_BYTES // 2)  # MAX_SEGMENT_BYTES bytes
+        medium = "/".join([segment] * 3)
+        adapter.write(medium, b"multi-byte")
+        assert adapter.read_bytes(medium) == b"multi-byte"
+        assert [i.key for i in adapter.list()] == [medium]
+        head = "/".join([segment] * (MAX_KEY_BYTES // (MAX_SEGMENT_BYTES + 1)))
+        longest = f"{head}/" + "x" * (MAX_KEY_BYTES - len(head.encode()) - 1)
+        assert len(longest.encode()) == MAX_KEY_BYTES
+        with pytest.raises(InvalidKeyError):
+            adapter.write(longest + "x", b"x")
+        try:
+            adapter.write(longest, b"longest")
+        except InvalidKeyError:
+            raise AssertionError(f"a key of exactly {MAX_KEY_BYTES} bytes was refused as invalid") from None
+        except StorageError:
+            return  # the backend's own limit counts the root prefix: a typed refusal
+        assert adapter.read_bytes(longest) == b"longest"
+        assert sorted(i.key for i in adapter.list()) == sorted([medium, longest])
+        adapter.delete(longest)  # from a parent adapter its key, prefixed, is over the limit
+
+    def test_listing_survives_odd_names(self, adapter: StorageAdapter) -> None:
+        """Valid but odd names (spaces at either end, non-ASCII, combining marks, C1 controls, '#' not
+        followed by digits only, leading dots, URL-special characters) round-trip, and list and list_dir
+        return exactly them."""
+        for name in ODD_NAMES:
+            adapter.write(f"odd/{name}", name)
+        expected = sorted(f"odd/{name}" for name in ODD_NAMES)
+        assert [i.key for i in adapter.list()] == expected
+        assert [i.key for i in adapter.list("odd")] == expected
+        listing = adapter.list_dir("odd")
+        assert sorted([o.key for o in listing.objects] + [f"{p}/" for p in listing.prefixes]) == sorted(
+            {k if k.count("/") == 1 else k.rsplit("/", 1)[0] + "/" for k in expected}
+        )
+        assert all(adapter.read_text(f"odd/{name}") == name for name in ODD_NAMES)
+
+    def test_errors_name_key_and_backend_and_no_secret(self, adapter: StorageAdapter) -> None:
+        """A NotFoundError and an InvalidKeyError name the key and the backend; their messages and full
+        tracebacks quote no value of a secret option of the adapter's config (when it exposes one with
+        ``secret_values()``), and the adapter's URL carries no userinfo."""
+        assert redact_url(adapter.url) == adapter.url, "the adapter's URL carries credentials"
+        config = getattr(adapter, "config", None)
+        secrets = [s for s in getattr(config, "secret_values", tuple)() if isinstance(s, str) and s]
+        backend = adapter.capabilities.backend
+        provoked: dict[str, Callable[[], Any]] = {
+            "no/such key": lambda: adapter.read_bytes("no/such key"),
+            "bad//key": lambda: adapter.write("bad//key", b"x"),
+        }
+        for key, call in provoked.items():
+            with pytest.raises(StorageError) as info:
+                call()
+            assert key in str(info.value) and backend in str(info.value), str(info.value)
+            printed = "".join(traceback.format_exception(info.value))
+            assert not [s for s in secrets if s in printed], "a secret option's value is printed"
 
     # -- identity -------------------------------------------------------------------------------------------------
     def test_pickle_round_trip(self, adapter: StorageAdapter) -> None:

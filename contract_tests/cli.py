@@ -64,6 +64,7 @@ from contract_tests.report import (
 from contract_tests.targets import DEFAULT_FACTORY, EMBEDDED, Target, load_factory, parse_target
 from storage_adapter.builtin_backends import UNQUOTED_IF_MATCH
 from storage_adapter.errors import ConfigurationError, PermissionDeniedError, StorageError
+from storage_adapter.redaction import redact_environment
 from storage_adapter.registry import Backend, backend_for_scheme, registered, schemes
 
 PEER_FACTORY = "contract_tests.peers:open_peer"
@@ -242,7 +243,7 @@ def _explain(target: Target, exc: BaseException) -> str:
         and not isinstance(exc, ConfigurationError)
     ):
         hint = " (no AWS_ENDPOINT_URL set: talking to AWS S3)"
-    return f"{target.name} ({target.url}): {type(exc).__name__}: {first}{hint}"
+    return redact_environment(f"{target.name} ({target.url}): {type(exc).__name__}: {first}{hint}")
 
 
 @contextlib.contextmanager
@@ -529,7 +530,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             return _check(args, console)
         except (InputError, ConfigurationError, ContractRunError) as exc:
-            message = Text.assemble(("storage-adapter check: error: ", "bold red"), str(exc))
+            message = Text.assemble(
+                ("storage-adapter check: error: ", "bold red"), redact_environment(str(exc))
+            )
             console.print(message, highlight=False, soft_wrap=True)
             return EXIT_BAD_INPUT
         except ServerCannotRun as exc:

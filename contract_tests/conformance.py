@@ -29,6 +29,7 @@ from contract_tests.plugin import ContractSizes
 from contract_tests.targets import Target, load_factory
 from contract_tests.verdicts import Inconclusive, split_message
 from storage_adapter.errors import StorageError
+from storage_adapter.redaction import redact_environment
 
 CONTRACT_SUITE = ("--pyargs", "contract_tests")
 DEFAULT_SIZES = ContractSizes(threads=8, processes=4, increments=25)
@@ -217,7 +218,8 @@ class _Case:
 
 
 def _first_line(text: str) -> str:
-    return next((ln.strip() for ln in text.strip().splitlines() if ln.strip()), "")
+    """The first non-blank line of ``text``, with the environment's secrets masked."""
+    return redact_environment(next((ln.strip() for ln in text.strip().splitlines() if ln.strip()), ""))
 
 
 # The packages whose versions every report names; any other entry of ``versions`` names a server.
@@ -228,6 +230,13 @@ _MESSAGE_PROPERTY = "storage_contract_message"
 
 
 def _reason_and_evidence(report: pytest.TestReport) -> tuple[str, str]:
+    """:func:`_clause_message` with the environment's secrets masked in both parts (every reason and
+    every piece of evidence the matrix and the reports show passes here)."""
+    reason, evidence = _clause_message(report)
+    return redact_environment(reason), redact_environment(evidence)
+
+
+def _clause_message(report: pytest.TestReport) -> tuple[str, str]:
     """A failed or skipped phase as (one-line reason, further evidence lines), never truncated. The
     clause's own exception message is preferred (see :mod:`contract_tests.verdicts`)."""
     longrepr = report.longrepr

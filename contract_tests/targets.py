@@ -14,6 +14,7 @@ from typing import Any
 
 from storage_adapter.errors import ConfigurationError
 from storage_adapter.protocol import StorageAdapter
+from storage_adapter.redaction import reject_userinfo
 
 DEFAULT_FACTORY = "storage_adapter:open_adapter"
 EMBEDDED = ("memory", "local", "seaweedfs")
@@ -53,10 +54,14 @@ def load_factory(spec: str) -> Callable[..., Any]:
 
 
 def parse_target(spec: str, factory: str = DEFAULT_FACTORY) -> Target:
-    """``NAME=URL`` or ``URL`` (named after its scheme and location)."""
+    """``NAME=URL`` or ``URL`` (named after its scheme and location). Raises ConfigurationError, without
+    echoing them, for credentials in the URL (``user:password@``): neither a target's URL nor the name
+    derived from it ever carries userinfo."""
     name, sep, url = spec.partition("=")
-    if not sep or "://" in name:
-        url = spec
+    named = bool(sep) and "://" not in name
+    url = url if named else spec
+    reject_userinfo(url)
+    if not named:
         name = spec.split("://", 1)[-1].strip("/").replace("/", "-") or spec
         name = f"{spec.split('://', 1)[0]}:{name}" if "://" in spec else name
     return Target(name=name, url=url, factory=factory)

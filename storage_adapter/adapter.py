@@ -8,6 +8,7 @@ from storage_adapter.config import AdapterConfig, parse_url
 from storage_adapter.derived import DerivedOperations
 from storage_adapter.errors import NotFoundError
 from storage_adapter.keys import validate_key, validate_prefix
+from storage_adapter.redaction import Redactor
 from storage_adapter.registry import Driver
 from storage_adapter.types import Capabilities, DirListing, ObjectInfo, Versioned
 
@@ -27,12 +28,18 @@ class ObjectStorageAdapter(DerivedOperations):
 
     Adapters pickle (reopened from their config on the other side) and compare equal when built from the
     same configuration. Use :func:`open_adapter` to build one.
+
+    Every call into the driver runs under the config's :class:`~storage_adapter.redaction.Redactor`, so no
+    error leaving the adapter (nor any exception chained to it) quotes a secret option's value, whatever
+    the driver or the library below it put in its messages.
     """
 
     def __init__(self, config: AdapterConfig) -> None:
         self._config = config
         self._spec = config.spec
-        self._backend: Driver = self._spec.driver(config)
+        self._scrubbed = Redactor(config.secret_values())
+        with self._scrubbed:
+            self._backend: Driver = self._spec.driver(config)
         self._capabilities = self._spec.capabilities_for(config)
 
     # -- identity -------------------------------------------------------------------------------------
@@ -78,29 +85,40 @@ class ObjectStorageAdapter(DerivedOperations):
     # -- reads ----------------------------------------------------------------------------------------
     def read_bytes(self, key: str) -> bytes:
         """The object's bytes. Raises NotFoundError if absent."""
-        return self._backend.get(self._key(key))
+        key = self._key(key)
+        with self._scrubbed:
+            return self._backend.get(key)
 
     def read_versioned(self, key: str) -> Versioned:
         """The object's bytes with the token of exactly those bytes. Raises NotFoundError if absent."""
-        data, token = self._backend.get_versioned(self._key(key))
+        key = self._key(key)
+        with self._scrubbed:
+            data, token = self._backend.get_versioned(key)
         return Versioned(data=data, token=token)
 
     def exists(self, key: str) -> bool:
+        key = self._key(key)
         try:
-            self._backend.head_token(self._key(key))
+            with self._scrubbed:
+                self._backend.head_token(key)
         except NotFoundError:
             return False
         return True
 
     def list(self, prefix: str = "") -> list[ObjectInfo]:
         """Every object under ``prefix`` (recursive), sorted by key. ``a/b`` never lists ``a/bc``."""
-        return sorted(self._backend.list(validate_prefix(prefix, self.backend)), key=lambda i: i.key)
+        prefix = validate_prefix(prefix, self.backend)
+        with self._scrubbed:
+            infos = self._backend.list(prefix)
+        return sorted(infos, key=lambda i: i.key)
 
     def list_dir(self, prefix: str = "") -> DirListing:
         """Objects directly under ``prefix`` and its child prefixes (those holding at least one object),
         each sorted. One request, plus one per child prefix on S3: some servers (SeaweedFS) report
         emptied directories as prefixes, so each is confirmed."""
-        objects, prefixes = self._backend.list_dir(validate_prefix(prefix, self.backend))
+        prefix = validate_prefix(prefix, self.backend)
+        with self._scrubbed:
+            objects, prefixes = self._backend.list_dir(prefix)
         return DirListing(
             objects=tuple(sorted(objects, key=lambda i: i.key)), prefixes=tuple(sorted(prefixes))
         )
@@ -109,13 +127,17 @@ class ObjectStorageAdapter(DerivedOperations):
     def write(self, key: str, data: bytes | str) -> str:
         """Atomically replace (or create) the object; return its new token."""
         key = self._key(key)
-        return self._backend.put(key, _as_bytes(data, key))
+        body = _as_bytes(data, key)
+        with self._scrubbed:
+            return self._backend.put(key, body)
 
     def write_if_absent(self, key: str, data: bytes | str) -> bool:
         """Create the object only if absent. Exactly one of any number of concurrent callers gets True;
         the winner's bytes are fully readable when it returns; losers change nothing."""
         key = self._key(key)
-        return self._backend.put_if_absent(key, _as_bytes(data, key)) is not None
+        body = _as_bytes(data, key)
+        with self._scrubbed:
+            return self._backend.put_if_absent(key, body) is not None
 
     def write_if_match(self, key: str, data: bytes | str, token: str) -> str | None:
         """Compare-and-swap: replace the object only if its current token is ``token``.
@@ -127,11 +149,14 @@ class ObjectStorageAdapter(DerivedOperations):
         body = _as_bytes(data, key)
         if not isinstance(token, str) or not token:
             raise TypeError(f"token for {key!r} must be a non-empty str from read_versioned/write")
-        return self._backend.put_if_match(key, body, token)
+        with self._scrubbed:
+            return self._backend.put_if_match(key, body, token)
 
     def delete(self, key: str) -> None:
         """Delete the object. Idempotent: deleting an absent key is not an error."""
-        self._backend.delete(self._key(key))
+        key = self._key(key)
+        with self._scrubbed:
+            self._backend.delete(key)
 
     def rename(self, src: str, dst: str) -> None:
         """Move ``src`` to ``dst``, replacing ``dst``. Raises NotFoundError if ``src`` is absent.
@@ -139,14 +164,17 @@ class ObjectStorageAdapter(DerivedOperations):
         Atomic on local (one ``rename(2)``); on S3 and memory it is a copy followed by a delete (see
         ``capabilities.atomic_rename``): a crash in between leaves both.
         """
-        self._backend.rename(self._key(src), self._key(dst))
+        src, dst = self._key(src), self._key(dst)
+        with self._scrubbed:
+            self._backend.rename(src, dst)
 
     def remove_orphans(self, min_age_s: float = 3600.0) -> int:
         """Remove crash leftovers older than ``min_age_s``: staged local files that were never published.
 
         They are never listed or read, so this only reclaims space. Returns the count; 0 off local.
         """
-        return self._backend.remove_orphans(min_age_s)
+        with self._scrubbed:
+            return self._backend.remove_orphans(min_age_s)
 
 
 def open_adapter(url: str, **options: Any) -> ObjectStorageAdapter:

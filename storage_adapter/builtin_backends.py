@@ -14,13 +14,14 @@ from contextlib import contextmanager
 from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
-from urllib.parse import SplitResult, unquote
+from urllib.parse import SplitResult
 
-from storage_adapter.config import AdapterConfig
+from storage_adapter.config import AdapterConfig, url_path
 from storage_adapter.errors import ConfigurationError, InvalidKeyError
 from storage_adapter.keys import validate_prefix
 from storage_adapter.local_backend import LocalBackend
 from storage_adapter.obstore_backend import ObstoreBackend, memory_store, s3_store
+from storage_adapter.redaction import reject_userinfo
 from storage_adapter.registry import Backend, Driver, FsspecPeer, Option, register_backend
 from storage_adapter.types import Capabilities, Support
 
@@ -36,7 +37,7 @@ def _bucket_and_prefix(what: str) -> Any:
                 f"{parts.scheme} URL {url!r} needs a {what}: {parts.scheme}://NAME/prefix", key=url
             )
         try:
-            prefix = validate_prefix(unquote(parts.path).lstrip("/"), parts.scheme)
+            prefix = validate_prefix(url_path(parts, url).lstrip("/"), parts.scheme)
         except InvalidKeyError as exc:
             raise ConfigurationError(f"storage URL {url!r} has an invalid prefix: {exc}", key=url) from exc
         return parts.netloc, prefix
@@ -46,11 +47,13 @@ def _bucket_and_prefix(what: str) -> Any:
 
 # -- local -----------------------------------------------------------------------------------------------
 def _locate_directory(parts: SplitResult, url: str) -> tuple[str, str]:
-    path = unquote(parts.path)
+    path = url_path(parts, url)
     if parts.netloc not in ("", "localhost"):
         raise ConfigurationError(f"file URL {url!r} must be file:///absolute/path", key=url)
     if not path.startswith("/"):
         raise ConfigurationError(f"file URL {url!r} must name an absolute path", key=url)
+    if "\x00" in path:
+        raise ConfigurationError(f"file URL {url!r} names a path with a NUL byte", key=url)
     return os.path.normpath(path), ""
 
 
@@ -129,10 +132,26 @@ S3_OPTIONS: Mapping[str, Option] = MappingProxyType(
 UNQUOTED_IF_MATCH = "unquoted-if-match"
 
 
+# What object_store can represent (its durations and retry count), with room to spare.
+_S3_LIMITS = {"max_retries": 100, "connect_timeout_s": 86400.0, "request_timeout_s": 86400.0,
+               "retry_timeout_s": 86400.0}  # fmt: skip
+
+
 def _check_s3_options(options: Mapping[str, Any], url: str) -> None:
     endpoint = options.get("endpoint")
-    if endpoint is not None and not str(endpoint).startswith(("http://", "https://")):
-        raise ConfigurationError(f"S3 endpoint {endpoint!r} for {url} must start with http:// or https://")
+    if endpoint is not None:
+        reject_userinfo(endpoint)  # credentials belong in their options
+        if not endpoint.startswith(("http://", "https://")):
+            raise ConfigurationError(
+                f"S3 endpoint {endpoint!r} for {url} must start with http:// or https://"
+            )
+    if bool(options.get("access_key_id")) != bool(options.get("secret_access_key")):
+        raise ConfigurationError(f"S3 options for {url}: access_key_id and secret_access_key go together")
+    if options.get("session_token") and not options.get("access_key_id"):
+        raise ConfigurationError(f"S3 options for {url}: a session_token needs access_key_id")
+    for name, limit in _S3_LIMITS.items():
+        if options[name] > limit:
+            raise ConfigurationError(f"option {name}={options[name]!r} for {url} is over {limit}", key=url)
 
 
 class _UnquotedIfMatch(ObstoreBackend):

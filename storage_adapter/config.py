@@ -5,21 +5,27 @@ or a plain absolute path, ``s3://bucket/prefix``, ``memory://name/prefix``); the
 of the URL into a location and a key prefix and declares the options it takes. Options fall back to the
 environment variables the backend names (for S3 the usual ``AWS_*``), resolved once at open time, so a
 pickled adapter reopens identically on a Spark executor whose environment differs.
+
+Credentials never travel in the URL: userinfo (``user:password@``) is refused for every scheme, and no
+message quotes a secret option's value (:mod:`storage_adapter.redaction`).
 """
 
 from __future__ import annotations
 
+import math
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, unquote, urlsplit
 
 from storage_adapter.errors import ConfigurationError
 from storage_adapter.keys import join_key, validate_prefix
+from storage_adapter.redaction import MASK, Redactor, reject_userinfo
 from storage_adapter.registry import Backend, Option, backend_for_scheme, backend_named, schemes
 
-_MASK = "***"
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 @dataclass(frozen=True)
@@ -54,7 +60,13 @@ class AdapterConfig:
     def public_options(self) -> dict[str, Any]:
         """Options with secrets masked: safe for repr, logs, reports and error messages."""
         secret = self.spec.secret_options
-        return {k: (_MASK if k in secret and v else v) for k, v in self.options}
+        return {k: (MASK if k in secret and v else v) for k, v in self.options}
+
+    def secret_values(self) -> tuple[Any, ...]:
+        """The values of the secret options that are set (what :class:`~storage_adapter.redaction.Redactor`
+        masks in this adapter's errors)."""
+        secret = self.spec.secret_options
+        return tuple(v for k, v in self.options if k in secret and v)
 
     def child(self, prefix: str) -> AdapterConfig:
         """The config of an adapter rooted at ``prefix`` below this one."""
@@ -65,35 +77,81 @@ class AdapterConfig:
         return f"AdapterConfig(url={self.url!r}, options={self.public_options()!r})"
 
 
-def _coerce(name: str, value: Any, kind: type, url: str) -> Any:
+def url_path(parts: SplitResult, url: str) -> str:
+    """The percent-decoded path of a split storage URL. Raises ConfigurationError when the escapes do not
+    decode as UTF-8 (``unquote`` would silently turn them into U+FFFD)."""
+    try:
+        return unquote(parts.path, errors="strict")
+    except UnicodeDecodeError:
+        reason = "percent-escapes that are not UTF-8"
+    # Raised outside the handler: the codec error adds nothing to the message.
+    raise ConfigurationError(f"storage URL {url!r} has {reason}", key=url)
+
+
+def _coerce(name: str, value: Any, option: Option, url: str) -> Any:
+    """``value`` as the option's type. str options take str only, UTF-8 encodable and free of control
+    characters; numbers must be finite and non-negative. The message never quotes a secret's value, and
+    is raised outside any handler so that no chained exception quotes it either."""
+    kind, shown = option.kind, MASK if option.secret else repr(value)
     if kind is bool and isinstance(value, str):
         lowered = value.strip().lower()
         if lowered in ("1", "true", "yes", "on"):
             return True
         if lowered in ("0", "false", "no", "off", ""):
             return False
-        raise ConfigurationError(f"option {name}={value!r} for {url} is not a boolean", key=url)
+        reason = f"={shown} is not a boolean"
+    elif kind is str:
+        if not isinstance(value, str):
+            reason = f" must be str, got {type(value).__name__}"
+        elif _CONTROL.search(value) or not _encodes(value):
+            reason = " must be UTF-8 text without control characters"
+        else:
+            return value
+    else:
+        converted = _convert(kind, value)
+        if converted is None:
+            reason = f" must be {kind.__name__}, got {type(value).__name__}"
+        elif isinstance(converted, (int, float)) and not (math.isfinite(converted) and converted >= 0):
+            reason = f"={shown} must be a finite, non-negative number"
+        else:
+            return converted
+    raise ConfigurationError(f"option {name}{reason} for {url}", key=url)
+
+
+def _encodes(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _convert(kind: type, value: Any) -> Any:
+    """``kind(value)``, or None when it does not convert. Only a bool is a bool (and no number); a float
+    is no int."""
+    if isinstance(value, bool) or kind is bool:
+        return value if isinstance(value, bool) and kind is bool else None
+    if kind is int and isinstance(value, float):
+        return None
     try:
         return kind(value)
-    except (TypeError, ValueError):
-        raise ConfigurationError(
-            f"option {name} for {url} must be {kind.__name__}, got {type(value).__name__}", key=url
-        ) from None
+    except (TypeError, ValueError, OverflowError):
+        return None
 
 
 def resolve_options(
     supported: Mapping[str, Option], given: Mapping[str, Any], env: Mapping[str, str], url: str
 ) -> dict[str, Any]:
-    """Each supported option from ``given``, else its first environment variable that is set, else its
-    default (options with neither are left out), coerced to its type."""
+    """Each supported option from ``given`` (where not None), else its first environment variable that is
+    set, else its default (options with neither are left out), coerced to its type."""
     resolved: dict[str, Any] = {}
     for name, option in supported.items():
-        if name in given:
+        if given.get(name) is not None:
             value = given[name]
         else:
             value = next((env[var] for var in option.env if env.get(var)), option.default)
         if value is not None:
-            resolved[name] = _coerce(name, value, option.kind, url)
+            resolved[name] = _coerce(name, value, option, url)
     return resolved
 
 
@@ -102,15 +160,24 @@ def parse_url(
 ) -> AdapterConfig:
     """Resolve ``url`` and ``options`` (falling back to ``environ``) into an :class:`AdapterConfig`.
 
-    Raises :class:`ConfigurationError` naming the URL for an unknown scheme, a malformed URL, an
-    unknown or ill-typed option; the message lists what is supported.
+    Raises :class:`ConfigurationError` naming the URL for credentials in the URL (userinfo, refused
+    first and never echoed), an unknown scheme, a malformed URL, an unknown or ill-typed option; the
+    message lists what is supported and never quotes a secret option's value.
     """
     env = os.environ if environ is None else environ
     if not isinstance(url, str) or not url:
-        raise ConfigurationError(f"storage URL must be a non-empty string, got {url!r}")
+        raise ConfigurationError(f"storage URL must be a non-empty string, got {type(url).__name__}")
     if url.startswith("/"):
         url = "file://" + url
-    parts = urlsplit(url)
+    reject_userinfo(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:
+        reason = str(exc)  # e.g. "Invalid IPv6 URL"; raised below, outside this handler
+    else:
+        reason = ""
+    if reason:
+        raise ConfigurationError(f"malformed storage URL {url!r}: {reason}", key=url)
     spec = backend_for_scheme(parts.scheme.lower())
     if spec is None:
         raise ConfigurationError(
@@ -131,5 +198,6 @@ def parse_url(
     location, prefix = spec.locate(parts, url)
     resolved = resolve_options(spec.options, options, env, url)
     if spec.check_options is not None:
-        spec.check_options(resolved, url)
+        with Redactor(resolved[name] for name in spec.secret_options if name in resolved):
+            spec.check_options(resolved, url)
     return AdapterConfig(spec.name, location, prefix, tuple(sorted(resolved.items())))

@@ -1,12 +1,26 @@
-"""Key validation: every key and prefix is checked before any I/O.
+"""Key validation: every key and prefix is checked before any I/O, by the same rules on every backend.
 
-A valid key is a ``/``-separated relative path of 1 to 1024 UTF-8 bytes whose segments are non-empty,
-are not ``.`` or ``..``, contain no backslash and no control character (U+0000-U+001F, U+007F).
-One shape is reserved because it collides with local bookkeeping: a segment ending in ``#`` followed
-only by digits (object_store's LocalFileSystem stages uploads as ``name#N`` and never lists such files,
-and the local backend stages its writes the same way, so such an object would be invisible).
+A valid key is a ``str``, a ``/``-separated relative path whose every rule is counted in UTF-8 bytes:
 
-These rules are identical on every backend, so a key that works on memory works on local and S3.
+* **Encodable.** It encodes as UTF-8: a lone surrogate (``"\\udc80"``, e.g. from ``os.fsdecode`` of an
+  undecodable file name) is refused, since no backend can store or list such a name.
+* **Length.** 1 to ``MAX_KEY_BYTES`` (1024) bytes in all, so a 600-character key of 1,200 bytes is too
+  long and a 1,024-byte key is fine. Each segment is 1 to ``MAX_SEGMENT_BYTES`` (200) bytes: local files
+  are limited to 255 bytes per name and a local write stages its bytes in ``<name>#<12 digits>`` beside
+  the object, so 200 leaves room for that suffix with a margin; the limit holds on every backend so that
+  a key valid on memory or S3 is valid on local too.
+* **Shape.** No empty segment (no leading ``/``, ``//`` or trailing ``/``), no ``.`` or ``..`` segment,
+  no backslash, no control character (U+0000-U+001F, U+007F).
+* **Reserved.** No segment, inner or last, ends in ``#`` followed only by ASCII or Unicode digits: that is
+  the shape of local staging files (object_store's LocalFileSystem and the local backend), which are
+  never listed, so such an object (or everything below such a directory) would be invisible.
+
+Everything else is an ordinary name, stored and listed byte for byte, without Unicode normalization:
+spaces (also leading or trailing), non-ASCII letters, ``%``, ``+``, ``?``, ``#`` not followed by digits
+only, names starting with dots (``.hidden``, ``...``).
+
+A prefix (for ``list``, ``list_dir``, ``delete_prefix``, ``child`` and a URL's path) obeys the same
+rules, except that ``""`` and ``"/"`` mean the root and one trailing ``/`` is dropped.
 """
 
 from __future__ import annotations
@@ -16,13 +30,15 @@ import re
 from storage_adapter.errors import InvalidKeyError
 
 MAX_KEY_BYTES = 1024
+MAX_SEGMENT_BYTES = 200
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _STAGING_SUFFIX = re.compile(r"#\d+$")
-# Fast path for the common case (validation runs on every call): non-empty segments without control
-# characters or backslashes, none of them "." or ".." or ending in "#<digits>", at most 256 characters
-# (so at most 1024 UTF-8 bytes). Anything else takes the detailed path, which names the reason.
-_PLAIN_SEGMENT = r"(?!\.\.?(?:/|$))[^\x00-\x1f\x7f\\/]*[^\x00-\x1f\x7f\\/#]"
-_PLAIN_KEY = re.compile(rf"(?!.*#\d+(?:/|$)){_PLAIN_SEGMENT}(?:/{_PLAIN_SEGMENT})*")
+# Fast path for the common case (validation runs on every call), for ASCII keys only, where characters
+# are bytes: segments of 1 to MAX_SEGMENT_BYTES characters without control characters or backslashes,
+# none of them "." or ".." or ending in "#<digits>". Anything else (non-ASCII included) takes the detailed
+# path, which names the reason.
+_PLAIN_SEGMENT = rf"(?!\.\.?(?:/|$))[^\x00-\x1f\x7f\\/]{{0,{MAX_SEGMENT_BYTES - 1}}}[^\x00-\x1f\x7f\\/#]"
+_PLAIN_KEY = re.compile(rf"(?!.*#\d+(?:/|$)){_PLAIN_SEGMENT}(?:/{_PLAIN_SEGMENT})*", re.ASCII)
 
 
 def _reject(key: str, reason: str, backend: str | None) -> InvalidKeyError:
@@ -31,33 +47,38 @@ def _reject(key: str, reason: str, backend: str | None) -> InvalidKeyError:
 
 
 def validate_key(key: object, backend: str | None = None) -> str:
-    """Return ``key`` unchanged if it is a valid object key, else raise :class:`InvalidKeyError`."""
-    if isinstance(key, str) and len(key) <= MAX_KEY_BYTES // 4 and _PLAIN_KEY.fullmatch(key):
+    """Return ``key`` unchanged if it is a valid object key (the module's rules), else raise
+    :class:`InvalidKeyError` naming the key, the backend and the broken rule."""
+    if isinstance(key, str) and key.isascii() and len(key) <= MAX_KEY_BYTES and _PLAIN_KEY.fullmatch(key):
         return key
     if not isinstance(key, str):
         raise _reject(repr(key), f"keys are str, not {type(key).__name__}", backend)
     if key == "":
         raise _reject(key, "empty key", backend)
-    if len(key.encode("utf-8", "surrogatepass")) > MAX_KEY_BYTES:
-        raise _reject(key[:64] + "...", f"longer than {MAX_KEY_BYTES} bytes", backend)
+    try:
+        size = len(key.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        # Raised outside this handler: the codec's error would only repeat the key as context.
+        reason = f"not encodable as UTF-8 (lone surrogate at character {exc.start})"
+    else:
+        reason = f"longer than {MAX_KEY_BYTES} bytes" if size > MAX_KEY_BYTES else ""
+    if reason:
+        raise _reject(key if len(key) <= 64 else key[:64] + "...", reason, backend)
     if key.startswith("/"):
         raise _reject(key, "leading '/' (keys are relative to the adapter's root)", backend)
     if "\\" in key:
         raise _reject(key, "backslash", backend)
     if _CONTROL.search(key):
         raise _reject(key, "NUL or control character", backend)
-    try:
-        key.encode("utf-8")
-    except UnicodeEncodeError:
-        raise _reject(key, "not valid UTF-8 (lone surrogate)", backend) from None
-    segments = key.split("/")
-    for segment in segments:
+    for segment in key.split("/"):
         if segment == "":
             raise _reject(key, "empty segment ('//' or trailing '/')", backend)
         if segment in (".", ".."):
             raise _reject(key, f"{segment!r} segment", backend)
         if _STAGING_SUFFIX.search(segment):
             raise _reject(key, "segment ending in '#<digits>' is reserved for staging files", backend)
+        if len(segment.encode("utf-8")) > MAX_SEGMENT_BYTES:
+            raise _reject(key, f"segment longer than {MAX_SEGMENT_BYTES} bytes", backend)
     return key
 
 
