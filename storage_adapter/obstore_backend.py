@@ -18,7 +18,6 @@ import obstore
 from obstore.exceptions import (
     AlreadyExistsError,
     BaseError,
-    GenericError,
     InvalidPathError,
     NotSupportedError,
     PreconditionError,
@@ -42,12 +41,14 @@ from storage_adapter.types import ObjectInfo
 if TYPE_CHECKING:  # only in obstore's type stubs
     from obstore.store import S3Config
 
-# GenericError carries transport failures as text; these shapes mean "try again later".
-_TRANSIENT = re.compile(
-    r"error sending request|connection (refused|reset|closed)|connect error|timed? ?out|dns error"
-    r"|retries|status code: 5\d\d|server error|broken pipe|tcp connect",
-    re.IGNORECASE,
-)
+# obstore 0.12 exposes no status attribute: an error's text ends with object_store's error in Rust's
+# pretty Debug form, after this marker. Inside it every string (server body, URL) is escaped onto one
+# line, so a field that spans a line break is object_store's own structure, never server or user text.
+_DEBUG_MARKER = "\n\nDebug source:\n"
+# RequestError::Status / ::Response { status, .. }: the server answered with this HTTP status.
+_STATUS_FIELD = re.compile(r"^ *(?:inner: )?(?:Status|Response) \{\n *status: (\d{3}),$", re.MULTILINE)
+# HttpError { kind, .. }: the request never got an answer (connect, request, timeout, interrupted, ...).
+_TRANSPORT_FIELD = re.compile(r"^ *(?:\w+: )?HttpError \{\n *kind: (\w+),$", re.MULTILINE)
 
 _MEMORY_STORES: dict[str, MemoryStore] = {}
 _MEMORY_LOCK = threading.Lock()
@@ -99,9 +100,59 @@ def _first_line(exc: BaseException) -> str:
 _TRANSLATED = (BaseError, OSError, NotImplementedError)
 
 
+def _is_panic(exc: BaseException) -> bool:
+    """A Rust panic inside obstore: pyo3 raises it as ``pyo3_runtime.PanicException``, a BaseException
+    (one class per extension module, importable from none), so it is recognised by its qualified name."""
+    return any(c.__module__ == "pyo3_runtime" and c.__name__ == "PanicException" for c in type(exc).__mro__)
+
+
+def http_status(exc: BaseException) -> int | None:
+    """The HTTP status the server answered, read from object_store's structured error; None when the
+    request got no answer (or the error did not come from an HTTP request)."""
+    match = _STATUS_FIELD.search(str(exc).rpartition(_DEBUG_MARKER)[2])
+    return int(match.group(1)) if match else None
+
+
+def _transport_failure(exc: BaseException) -> str | None:
+    """object_store's ``HttpErrorKind`` when the request failed below HTTP (no status came back)."""
+    match = _TRANSPORT_FIELD.search(str(exc).rpartition(_DEBUG_MARKER)[2])
+    return match.group(1) if match else None
+
+
+def status_error_class(status: int) -> type[StorageError]:
+    """The error class for an HTTP status: the table in docs/errors.md.
+
+    Transient (retry may succeed): 408, 409 (S3 answers a conflicting concurrent request so and says
+    retry), 429 and 5xx except 501. 501 Not Implemented is the server's permanent refusal. Every other
+    4xx (and 3xx) is a permanent refusal of this request: a plain, non-transient StorageError.
+    """
+    if status in (401, 403):
+        return PermissionDeniedError
+    if status == 404:
+        return NotFoundError
+    if status == 501:
+        return UnsupportedOperationError
+    if status in (408, 409, 429) or status >= 500:
+        return BackendUnavailableError
+    return StorageError
+
+
+_PHRASES: dict[type[StorageError], str] = {
+    PermissionDeniedError: "permission denied",
+    InvalidKeyError: "invalid key",
+    UnsupportedOperationError: "unsupported",
+    BackendUnavailableError: "backend unavailable",
+    StorageError: "failed",
+}
+
+
 class Translation:
     """Translates exceptions leaving its block into our hierarchy, naming key and backend. Every driver
     (this module's and the local one) wraps its I/O in one, so classification lives in one place.
+
+    Classification is by exception type, HTTP status and transport failure, never by message wording
+    (docs/errors.md). A Rust panic in obstore (a BaseException) becomes a StorageError too; other
+    BaseExceptions (KeyboardInterrupt, SystemExit) and programming errors pass through unchanged.
 
     A class rather than a generator-based context manager: it wraps every request, and costs a fraction.
     """
@@ -117,33 +168,40 @@ class Translation:
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any
     ) -> Literal[False]:
-        if exc is None or isinstance(exc, StorageError) or not isinstance(exc, _TRANSLATED):
-            return False  # success, already ours, or a programming error that must surface as it is
-        raise self._translate(exc) from exc
+        if exc is None or isinstance(exc, StorageError):
+            return False  # success, or already ours
+        if isinstance(exc, _TRANSLATED) or _is_panic(exc):
+            raise self._translate(exc) from exc
+        return False  # a programming error or an interrupt: it must surface as it is
 
-    def _translate(self, exc: Exception) -> StorageError:
-        key, backend = self.key, self.backend
-        where = f"{self.action} {key!r} on {backend}"
-        if isinstance(exc, FileNotFoundError):
-            return NotFoundError(f"not found: {key!r} on {backend}", key=key, backend=backend)
+    def _classify(self, exc: BaseException) -> tuple[type[StorageError], str]:
+        """The error class, and what decided it (for the message)."""
+        if _is_panic(exc):
+            return StorageError, "obstore panicked"
+        status = http_status(exc)
+        if isinstance(exc, FileNotFoundError) or status == 404:
+            return NotFoundError, ""
         if isinstance(exc, (ObstorePermissionDenied, UnauthenticatedError, PermissionError)):
-            return PermissionDeniedError(
-                f"permission denied: {where}: {_first_line(exc)}", key=key, backend=backend
-            )
+            return PermissionDeniedError, ""
         if isinstance(exc, InvalidPathError):
-            return InvalidKeyError(f"invalid key: {where}: {_first_line(exc)}", key=key, backend=backend)
+            return InvalidKeyError, ""
         if isinstance(exc, (NotSupportedError, NotImplementedError)):
-            return UnsupportedOperationError(
-                f"unsupported: {where}: {_first_line(exc)}", key=key, backend=backend
-            )
-        transient = isinstance(exc, (ConnectionError, TimeoutError)) or (
-            isinstance(exc, (GenericError, OSError)) and _TRANSIENT.search(str(exc)) is not None
-        )
-        if transient:
-            return BackendUnavailableError(
-                f"backend unavailable: {where}: {_first_line(exc)}", key=key, backend=backend
-            )
-        return StorageError(f"failed: {where}: {_first_line(exc)}", key=key, backend=backend)
+            return UnsupportedOperationError, ""
+        if status is not None:
+            return status_error_class(status), f"HTTP {status}"
+        transport = _transport_failure(exc)
+        if transport is not None or isinstance(exc, (ConnectionError, TimeoutError)):
+            return BackendUnavailableError, f"transport {transport}" if transport else ""
+        return StorageError, ""
+
+    def _translate(self, exc: BaseException) -> StorageError:
+        key, backend = self.key, self.backend
+        cls, reason = self._classify(exc)
+        if cls is NotFoundError:
+            return NotFoundError(f"not found: {key!r} on {backend}", key=key, backend=backend)
+        detail = f" ({reason})" if reason else ""
+        message = f"{_PHRASES[cls]}{detail}: {self.action} {key!r} on {backend}: {_first_line(exc)}"
+        return cls(message, key=key, backend=backend)
 
 
 class ObstoreBackend:
