@@ -79,6 +79,7 @@ LOCAL = register_backend(
             equal_content_equal_token=False,
             token_semantics="inode-mtime-size; mtimes strictly increase along a key's history, so a token "
             "never repeats while the key exists (single host; clocks must not step back across a re-create)",
+            single_delete="unlink(2) of the one file, under its directory lock",
         ),
         locate=_locate_directory,
         driver=LocalBackend,
@@ -94,6 +95,7 @@ LOCAL = register_backend(
                 shared_across_processes=True,
                 equal_content_equal_token=False,
                 token_semantics=f"hash of fsspec info (size, mtime, inode); CAS is {_CHECK_THEN_ACT}",
+                single_delete="os.remove of the one file (LocalFileSystem.rm_file)",
             ),
             filesystem=_fsspec_local,
         ),
@@ -127,7 +129,12 @@ def _check_s3_options(options: Mapping[str, Any], url: str) -> None:
 
 def _s3_driver(config: AdapterConfig) -> Driver:
     # Some S3 servers (SeaweedFS) report emptied directories as common prefixes: confirm each one.
-    return ObstoreBackend(config, s3_store, confirm_prefixes=True)
+    return ObstoreBackend(
+        config,
+        s3_store,
+        confirm_prefixes=True,
+        signed_delete_timeout_s=float(dict(config.options)["request_timeout_s"]),
+    )
 
 
 def _fsspec_s3(config: AdapterConfig) -> tuple[Any, str]:
@@ -164,6 +171,9 @@ S3 = register_backend(
             equal_content_equal_token=True,
             token_semantics="the ETag; for single-part puts the MD5 of the content, so equal bodies give "
             "equal tokens (put a unique value in CAS bodies to rule out ABA)",
+            single_delete="object_store 0.13 sends POST ?delete with one key; where a server refuses it (a permanent 4xx "
+            "or 501) one DeleteObject to a presigned URL instead (needs credentials), never the multi-object "
+            "POST ?delete again",
         ),
         locate=_bucket_and_prefix("bucket"),
         driver=_s3_driver,
@@ -179,6 +189,7 @@ S3 = register_backend(
                 shared_across_processes=True,
                 equal_content_equal_token=True,
                 token_semantics=f"the ETag (content MD5 for single-part puts); CAS is {_CHECK_THEN_ACT}",
+                single_delete="DeleteObject (S3FileSystem.rm_file)",
             ),
             filesystem=_fsspec_s3,
         ),
@@ -210,6 +221,7 @@ MEMORY = register_backend(
             shared_across_processes=False,
             equal_content_equal_token=False,
             token_semantics="a per-store counter, incremented by every put: never repeats within the process",
+            single_delete="removal from the in-process store",
         ),
         locate=_bucket_and_prefix("store name"),
         driver=lambda config: ObstoreBackend(config, memory_store),
@@ -224,6 +236,7 @@ MEMORY = register_backend(
                 shared_across_processes=False,
                 equal_content_equal_token=False,
                 token_semantics=f"hash of fsspec info (size, created time); CAS is {_CHECK_THEN_ACT}",
+                single_delete="removal from the in-process dict (MemoryFileSystem.rm_file)",
             ),
             filesystem=_fsspec_memory,
         ),

@@ -11,6 +11,8 @@ import io
 import itertools
 import re
 import threading
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from contextlib import suppress
 from datetime import timedelta
@@ -20,6 +22,7 @@ import obstore
 from obstore.exceptions import (
     AlreadyExistsError,
     BaseError,
+    GenericError,
     InvalidPathError,
     NotSupportedError,
     PreconditionError,
@@ -114,8 +117,10 @@ def _is_panic(exc: BaseException) -> bool:
 
 
 def http_status(exc: BaseException) -> int | None:
-    """The HTTP status the server answered, read from object_store's structured error; None when the
-    request got no answer (or the error did not come from an HTTP request)."""
+    """The HTTP status the server answered (urllib's ``code``, or the field of object_store's structured
+    error); None when the request got no answer (or the error did not come from an HTTP request)."""
+    if isinstance(exc, urllib.error.HTTPError):
+        return exc.code
     match = _STATUS_FIELD.search(str(exc).rpartition(_DEBUG_MARKER)[2])
     return int(match.group(1)) if match else None
 
@@ -197,7 +202,8 @@ class Translation:
         if status is not None:
             return status_error_class(status), f"HTTP {status}"
         transport = _transport_failure(exc)
-        if transport is not None or isinstance(exc, (ConnectionError, TimeoutError)):
+        reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+        if transport is not None or isinstance(reason, (ConnectionError, TimeoutError)):
             return BackendUnavailableError, f"transport {transport}" if transport else ""
         return StorageError, ""
 
@@ -243,6 +249,11 @@ class ObstoreBackend:
     ``build_store(config)`` makes the store. ``confirm_prefixes`` makes ``list_dir`` confirm each child
     prefix with one single-page list: some S3 servers (SeaweedFS) keep a directory after its last object
     is deleted and report it as a common prefix, and a prefix is only a child if an object lives under it.
+
+    ``signed_delete_timeout_s`` (S3) enables the single-object delete fallback: object_store 0.13 deletes
+    even one key with the multi-object ``POST ?delete``, which some S3-compatible servers refuse (a
+    permanent 4xx or 501). Once refused, this driver deletes each key with one DeleteObject sent to a URL
+    obstore presigns (so it needs credentials), with that timeout.
     """
 
     def __init__(
@@ -251,10 +262,13 @@ class ObstoreBackend:
         build_store: Callable[[AdapterConfig], Any],
         *,
         confirm_prefixes: bool = False,
+        signed_delete_timeout_s: float | None = None,
     ) -> None:
         self.name = config.backend
         self._prefix = config.prefix
         self._confirm_prefixes = confirm_prefixes
+        self._signed_delete_timeout_s = signed_delete_timeout_s
+        self._batch_delete_refused = False  # set once the server refused POST ?delete; never reset
         try:
             self._store = build_store(config)
         except BaseError as exc:
@@ -344,11 +358,35 @@ class ObstoreBackend:
     def delete(self, key: str) -> None:
         # Deletes are idempotent: a missing object (local raises, S3 and memory do not) is success.
         with self.translated(key, "delete"), suppress(FileNotFoundError):
-            obstore.delete(self._store, self.path(key))
+            self._delete_path(self.path(key))
+
+    def _delete_path(self, path: str) -> None:
+        if self._signed_delete_timeout_s is None:
+            obstore.delete(self._store, path)
+            return
+        if not self._batch_delete_refused:
+            try:
+                obstore.delete(self._store, path)
+                return
+            except (GenericError, NotSupportedError) as exc:
+                status = http_status(exc)
+                if status is None or status_error_class(status) not in (
+                    StorageError,
+                    UnsupportedOperationError,
+                ):
+                    raise  # not a refusal of the call itself: missing bucket, denied, transient
+                self._batch_delete_refused = True
+        url = obstore.sign(self._store, "DELETE", path, timedelta(minutes=5))
+        # DeleteObject answers 204 (or 200); urllib raises HTTPError for any other status.
+        urllib.request.urlopen(
+            urllib.request.Request(url, method="DELETE"), timeout=self._signed_delete_timeout_s
+        ).close()
 
     def rename(self, src: str, dst: str) -> None:
+        """A copy then a delete (as object_store's own rename), the delete through :meth:`_delete_path`."""
         with self.translated(src, f"rename to {dst!r}"):
-            obstore.rename(self._store, self.path(src), self.path(dst))
+            obstore.copy(self._store, self.path(src), self.path(dst))
+            self._delete_path(self.path(src))
 
     def remove_orphans(self, min_age_s: float) -> int:
         """Crash leftovers to reclaim: none here (S3 multipart leftovers belong to bucket lifecycle rules)."""

@@ -53,6 +53,8 @@ class Capabilities:
     ``atomic_rename`` is True when ``rename`` is a single atomic step (local only).
     ``equal_content_equal_token`` is True where two writes of identical bytes can carry the same token
     (S3 single-part ETags are content MD5s): callers doing CAS must make each body unique to avoid ABA.
+    ``single_delete`` says which request ``delete(key)`` sends (and so what ``delete_prefix``, one delete
+    per listed object, and a copy-then-delete ``rename`` need from the server).
     """
 
     backend: str
@@ -62,3 +64,4 @@ class Capabilities:
     shared_across_processes: bool
     equal_content_equal_token: bool
     token_semantics: str
+    single_delete: str
