@@ -149,6 +149,9 @@ def status_error_class(status: int) -> type[StorageError]:
     return StorageError
 
 
+# A permanent refusal of the request itself (other 4xx, 501), as opposed to missing, denied or transient.
+_REFUSALS = (StorageError, UnsupportedOperationError)
+
 _PHRASES: dict[type[StorageError], str] = {
     PermissionDeniedError: "permission denied",
     InvalidKeyError: "invalid key",
@@ -361,26 +364,20 @@ class ObstoreBackend:
             self._delete_path(self.path(key))
 
     def _delete_path(self, path: str) -> None:
-        if self._signed_delete_timeout_s is None:
-            obstore.delete(self._store, path)
-            return
-        if not self._batch_delete_refused:
+        fallback = self._signed_delete_timeout_s
+        if fallback is None or not self._batch_delete_refused:
             try:
                 obstore.delete(self._store, path)
                 return
-            except (GenericError, NotSupportedError) as exc:
+            except GenericError as exc:
                 status = http_status(exc)
-                if status is None or status_error_class(status) not in (
-                    StorageError,
-                    UnsupportedOperationError,
-                ):
-                    raise  # not a refusal of the call itself: missing bucket, denied, transient
+                refused = status is not None and status_error_class(status) in _REFUSALS
+                if fallback is None or not refused:
+                    raise  # no fallback here, or not a refusal of the call itself (missing bucket, denied, ...)
                 self._batch_delete_refused = True
+        # Presigned for immediate use; DeleteObject answers 204, and urllib raises HTTPError otherwise.
         url = obstore.sign(self._store, "DELETE", path, timedelta(minutes=5))
-        # DeleteObject answers 204 (or 200); urllib raises HTTPError for any other status.
-        urllib.request.urlopen(
-            urllib.request.Request(url, method="DELETE"), timeout=self._signed_delete_timeout_s
-        ).close()
+        urllib.request.urlopen(urllib.request.Request(url, method="DELETE"), timeout=fallback).close()
 
     def rename(self, src: str, dst: str) -> None:
         """A copy then a delete (as object_store's own rename), the delete through :meth:`_delete_path`."""
