@@ -38,7 +38,7 @@ from storage_adapter.errors import InvalidKeyError, NotFoundError, StorageError,
 from storage_adapter.keys import MAX_KEY_BYTES, MAX_SEGMENT_BYTES
 from storage_adapter.protocol import StorageAdapter
 from storage_adapter.redaction import redact_url
-from storage_adapter.types import Capabilities, DirListing, ObjectInfo, Support
+from storage_adapter.types import Capabilities, DirListing, ObjectInfo, Support, Versioned
 
 INVALID_KEYS = (
     "", "/abs", "a//b", "a/", "./a", "a/./b", "a/../b", "..", ".", "a\\b", "a\x00b", "a\nb", "a\x7fb",
@@ -413,6 +413,16 @@ class AdapterContract:
         with pytest.raises(NotFoundError):
             adapter.rename("missing", "dst")
         assert adapter.list() == []
+
+    def test_rename_onto_itself_is_a_no_op(self, adapter: StorageAdapter) -> None:
+        """rename(k, k) leaves the object intact: same bytes, same token; of an absent key, NotFoundError."""
+        token = adapter.write("same/key", b"stays")
+        adapter.rename("same/key", "same/key")
+        assert adapter.read_versioned("same/key") == Versioned(data=b"stays", token=token)
+        assert [i.key for i in adapter.list()] == ["same/key"]
+        with pytest.raises(NotFoundError):
+            adapter.rename("missing", "missing")
+        assert [i.key for i in adapter.list()] == ["same/key"]
 
     # -- errors and keys -------------------------------------------------------------------------------------------
     def test_not_found_is_typed(self, adapter: StorageAdapter) -> None:

@@ -84,6 +84,7 @@ LOCAL = register_backend(
             durable=True,
             token_semantics="inode-mtime-size; mtimes strictly increase along a key's history, so a token "
             "never repeats while the key exists (single host; clocks must not step back across a re-create)",
+            single_delete="unlink(2) of the one file, under its directory lock",
         ),
         locate=_locate_directory,
         driver=LocalBackend,
@@ -102,6 +103,7 @@ LOCAL = register_backend(
                 equal_content_equal_token=False,
                 durable=False,
                 token_semantics=f"hash of fsspec info (size, mtime, inode); CAS is {_CHECK_THEN_ACT}",
+                single_delete="os.remove of the one file (LocalFileSystem.rm_file)",
             ),
             filesystem=_fsspec_local,
         ),
@@ -165,7 +167,12 @@ class _UnquotedIfMatch(ObstoreBackend):
 def _s3_driver(config: AdapterConfig) -> Driver:
     # Some S3 servers (SeaweedFS) report emptied directories as common prefixes: confirm each one.
     driver = _UnquotedIfMatch if config.option("unquoted_if_match") else ObstoreBackend
-    return driver(config, s3_store, confirm_prefixes=True)
+    return driver(
+        config,
+        s3_store,
+        confirm_prefixes=True,
+        signed_delete_timeout_s=float(dict(config.options)["request_timeout_s"]),
+    )
 
 
 def _s3_configured(declared: Capabilities, config: AdapterConfig) -> Capabilities:
@@ -210,6 +217,9 @@ S3 = register_backend(
             durable=True,
             token_semantics="the ETag; for single-part puts the MD5 of the content, so equal bodies give "
             "equal tokens (put a unique value in CAS bodies to rule out ABA)",
+            single_delete="object_store 0.13 sends POST ?delete with one key; where a server refuses it (a permanent 4xx "
+            "or 501) one DeleteObject to a presigned URL instead (needs credentials), never the multi-object "
+            "POST ?delete again",
         ),
         locate=_bucket_and_prefix("bucket"),
         driver=_s3_driver,
@@ -227,6 +237,7 @@ S3 = register_backend(
                 equal_content_equal_token=True,
                 durable=True,
                 token_semantics=f"the ETag (content MD5 for single-part puts); CAS is {_CHECK_THEN_ACT}",
+                single_delete="DeleteObject (S3FileSystem.rm_file)",
             ),
             filesystem=_fsspec_s3,
         ),
@@ -259,6 +270,7 @@ MEMORY = register_backend(
             equal_content_equal_token=False,
             durable=False,
             token_semantics="a per-store counter, incremented by every put: never repeats within the process",
+            single_delete="removal from the in-process store",
         ),
         locate=_bucket_and_prefix("store name"),
         driver=lambda config: ObstoreBackend(config, memory_store),
@@ -274,6 +286,7 @@ MEMORY = register_backend(
                 equal_content_equal_token=False,
                 durable=False,
                 token_semantics=f"hash of fsspec info (size, created time); CAS is {_CHECK_THEN_ACT}",
+                single_delete="removal from the in-process dict (MemoryFileSystem.rm_file)",
             ),
             filesystem=_fsspec_memory,
         ),

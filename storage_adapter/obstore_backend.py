@@ -7,8 +7,12 @@ outcomes that are not errors (a lost create, a failed precondition) come back as
 from __future__ import annotations
 
 import builtins
+import io
+import itertools
 import re
 import threading
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from contextlib import suppress
 from datetime import timedelta
@@ -42,12 +46,19 @@ from storage_adapter.types import ObjectInfo
 if TYPE_CHECKING:  # only in obstore's type stubs
     from obstore.store import S3Config
 
-# GenericError carries transport failures as text; these shapes mean "try again later".
-_TRANSIENT = re.compile(
-    r"error sending request|connection (refused|reset|closed)|connect error|timed? ?out|dns error"
-    r"|retries|status code: 5\d\d|server error|broken pipe|tcp connect",
-    re.IGNORECASE,
-)
+# obstore 0.12 exposes no status attribute: an error's text ends with object_store's error in Rust's
+# pretty Debug form, after this marker. Inside it every string (server body, URL) is escaped onto one
+# line, so a field that spans a line break is object_store's own structure, never server or user text.
+_DEBUG_MARKER = "\n\nDebug source:\n"
+# RequestError::Status / ::Response { status, .. }: the server answered with this HTTP status.
+_STATUS_FIELD = re.compile(r"^ *(?:inner: )?(?:Status|Response) \{\n *status: (\d{3}),$", re.MULTILINE)
+# HttpError { kind, .. }: the request never got an answer (connect, request, timeout, interrupted, ...).
+_TRANSPORT_FIELD = re.compile(r"^ *(?:\w+: )?HttpError \{\n *kind: (\w+),$", re.MULTILINE)
+
+# A GET body is copied into its final bytes in chunks of at least this size. Larger ones cost more than
+# they save: obstore gathers each chunk from many HTTP frames, and 8 MiB chunks peaked at 1.2-1.3x the
+# object, 1 MiB ones at 1.02-1.05x.
+_READ_CHUNK = 1024 * 1024
 
 _MEMORY_STORES: dict[str, MemoryStore] = {}
 _MEMORY_LOCK = threading.Lock()
@@ -99,9 +110,64 @@ def _first_line(exc: BaseException) -> str:
 _TRANSLATED = (BaseError, OSError, NotImplementedError)
 
 
+def _is_panic(exc: BaseException) -> bool:
+    """A Rust panic inside obstore: pyo3 raises it as ``pyo3_runtime.PanicException``, a BaseException
+    (one class per extension module, importable from none), so it is recognised by its qualified name."""
+    return any(c.__module__ == "pyo3_runtime" and c.__name__ == "PanicException" for c in type(exc).__mro__)
+
+
+def http_status(exc: BaseException) -> int | None:
+    """The HTTP status the server answered (urllib's ``code``, or the field of object_store's structured
+    error); None when the request got no answer (or the error did not come from an HTTP request)."""
+    if isinstance(exc, urllib.error.HTTPError):
+        return exc.code
+    match = _STATUS_FIELD.search(str(exc).rpartition(_DEBUG_MARKER)[2])
+    return int(match.group(1)) if match else None
+
+
+def _transport_failure(exc: BaseException) -> str | None:
+    """object_store's ``HttpErrorKind`` when the request failed below HTTP (no status came back)."""
+    match = _TRANSPORT_FIELD.search(str(exc).rpartition(_DEBUG_MARKER)[2])
+    return match.group(1) if match else None
+
+
+def status_error_class(status: int) -> type[StorageError]:
+    """The error class for an HTTP status: the table in docs/errors.md.
+
+    Transient (retry may succeed): 408, 409 (S3 answers a conflicting concurrent request so and says
+    retry), 429 and 5xx except 501. 501 Not Implemented is the server's permanent refusal. Every other
+    4xx (and 3xx) is a permanent refusal of this request: a plain, non-transient StorageError.
+    """
+    if status in (401, 403):
+        return PermissionDeniedError
+    if status == 404:
+        return NotFoundError
+    if status == 501:
+        return UnsupportedOperationError
+    if status in (408, 409, 429) or status >= 500:
+        return BackendUnavailableError
+    return StorageError
+
+
+# A permanent refusal of the request itself (other 4xx, 501), as opposed to missing, denied or transient.
+_REFUSALS = (StorageError, UnsupportedOperationError)
+
+_PHRASES: dict[type[StorageError], str] = {
+    PermissionDeniedError: "permission denied",
+    InvalidKeyError: "invalid key",
+    UnsupportedOperationError: "unsupported",
+    BackendUnavailableError: "backend unavailable",
+    StorageError: "failed",
+}
+
+
 class Translation:
     """Translates exceptions leaving its block into our hierarchy, naming key and backend. Every driver
     (this module's and the local one) wraps its I/O in one, so classification lives in one place.
+
+    Classification is by exception type, HTTP status and transport failure, never by message wording
+    (docs/errors.md). A Rust panic in obstore (a BaseException) becomes a StorageError too; other
+    BaseExceptions (KeyboardInterrupt, SystemExit) and programming errors pass through unchanged.
 
     A class rather than a generator-based context manager: it wraps every request, and costs a fraction.
     """
@@ -117,33 +183,67 @@ class Translation:
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any
     ) -> Literal[False]:
-        if exc is None or isinstance(exc, StorageError) or not isinstance(exc, _TRANSLATED):
-            return False  # success, already ours, or a programming error that must surface as it is
-        raise self._translate(exc) from exc
+        if exc is None or isinstance(exc, StorageError):
+            return False  # success, or already ours
+        if isinstance(exc, _TRANSLATED) or _is_panic(exc):
+            raise self._translate(exc) from exc
+        return False  # a programming error or an interrupt: it must surface as it is
 
-    def _translate(self, exc: Exception) -> StorageError:
-        key, backend = self.key, self.backend
-        where = f"{self.action} {key!r} on {backend}"
-        if isinstance(exc, FileNotFoundError):
-            return NotFoundError(f"not found: {key!r} on {backend}", key=key, backend=backend)
+    def _classify(self, exc: BaseException) -> tuple[type[StorageError], str]:
+        """The error class, and what decided it (for the message)."""
+        if _is_panic(exc):
+            return StorageError, "obstore panicked"
+        status = http_status(exc)
+        if isinstance(exc, FileNotFoundError) or status == 404:
+            return NotFoundError, ""
         if isinstance(exc, (ObstorePermissionDenied, UnauthenticatedError, PermissionError)):
-            return PermissionDeniedError(
-                f"permission denied: {where}: {_first_line(exc)}", key=key, backend=backend
-            )
+            return PermissionDeniedError, ""
         if isinstance(exc, InvalidPathError):
-            return InvalidKeyError(f"invalid key: {where}: {_first_line(exc)}", key=key, backend=backend)
+            return InvalidKeyError, ""
         if isinstance(exc, (NotSupportedError, NotImplementedError)):
-            return UnsupportedOperationError(
-                f"unsupported: {where}: {_first_line(exc)}", key=key, backend=backend
-            )
-        transient = isinstance(exc, (ConnectionError, TimeoutError)) or (
-            isinstance(exc, (GenericError, OSError)) and _TRANSIENT.search(str(exc)) is not None
-        )
-        if transient:
-            return BackendUnavailableError(
-                f"backend unavailable: {where}: {_first_line(exc)}", key=key, backend=backend
-            )
-        return StorageError(f"failed: {where}: {_first_line(exc)}", key=key, backend=backend)
+            return UnsupportedOperationError, ""
+        if status is not None:
+            return status_error_class(status), f"HTTP {status}"
+        transport = _transport_failure(exc)
+        reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+        if transport is not None or isinstance(reason, (ConnectionError, TimeoutError)):
+            return BackendUnavailableError, f"transport {transport}" if transport else ""
+        return StorageError, ""
+
+    def _translate(self, exc: BaseException) -> StorageError:
+        key, backend = self.key, self.backend
+        cls, reason = self._classify(exc)
+        if cls is NotFoundError:
+            return NotFoundError(f"not found: {key!r} on {backend}", key=key, backend=backend)
+        detail = f" ({reason})" if reason else ""
+        message = f"{_PHRASES[cls]}{detail}: {self.action} {key!r} on {backend}: {_first_line(exc)}"
+        return cls(message, key=key, backend=backend)
+
+
+def _whole_body(result: Any) -> bytes:
+    """A GET's whole body as ``bytes``, holding one copy of it (plus at most two chunks).
+
+    ``bytes(result.bytes())`` held two on S3: object_store gathers the body into one Rust buffer, then
+    ``bytes`` copies it. obstore's stream hands over each chunk as a fresh Python ``bytes`` (a copy out of
+    Rust; its zero-copy ``Bytes`` would need a second copy to become the promised ``bytes``), so:
+
+    * a body that arrives as one chunk (every small object; an in-memory object is always one) is
+      returned as it is;
+    * a longer one is copied chunk by chunk into a ``bytes`` of the announced size held by a BytesIO,
+      which writes in place while it is the only reference, and whose ``getvalue()`` returns that very
+      object once it is exactly full (CPython since 3.5; elsewhere a copy, never a wrong result).
+      ``truncate`` keeps a body shorter than announced exact.
+    """
+    chunks = iter(result.stream(min_chunk_size=_READ_CHUNK))
+    first = next(chunks, b"")
+    second = next(chunks, None)
+    if second is None:
+        return first
+    buffer = io.BytesIO(bytes(int(result.meta["size"])))
+    for chunk in itertools.chain((first, second), chunks):
+        buffer.write(chunk)
+    buffer.truncate()
+    return buffer.getvalue()
 
 
 class ObstoreBackend:
@@ -152,6 +252,11 @@ class ObstoreBackend:
     ``build_store(config)`` makes the store. ``confirm_prefixes`` makes ``list_dir`` confirm each child
     prefix with one single-page list: some S3 servers (SeaweedFS) keep a directory after its last object
     is deleted and report it as a common prefix, and a prefix is only a child if an object lives under it.
+
+    ``signed_delete_timeout_s`` (S3) enables the single-object delete fallback: object_store 0.13 deletes
+    even one key with the multi-object ``POST ?delete``, which some S3-compatible servers refuse (a
+    permanent 4xx or 501). Once refused, this driver deletes each key with one DeleteObject sent to a URL
+    obstore presigns (so it needs credentials), with that timeout.
     """
 
     def __init__(
@@ -160,10 +265,13 @@ class ObstoreBackend:
         build_store: Callable[[AdapterConfig], Any],
         *,
         confirm_prefixes: bool = False,
+        signed_delete_timeout_s: float | None = None,
     ) -> None:
         self.name = config.backend
         self._prefix = config.prefix
         self._confirm_prefixes = confirm_prefixes
+        self._signed_delete_timeout_s = signed_delete_timeout_s
+        self._batch_delete_refused = False  # set once the server refused POST ?delete; never reset
         try:
             self._store = build_store(config)
         except BaseError as exc:
@@ -181,14 +289,13 @@ class ObstoreBackend:
 
     # -- reads ---------------------------------------------------------------------------------------
     def get(self, key: str) -> bytes:
-        with self.translated(key, "read"):
-            return bytes(obstore.get(self._store, self.path(key)).bytes())
+        return self.get_versioned(key)[0]
 
     def get_versioned(self, key: str) -> tuple[bytes, str]:
         """The bytes and the token of exactly those bytes (one GET: the token comes with the body)."""
         with self.translated(key, "read"):
             result = obstore.get(self._store, self.path(key))
-            return bytes(result.bytes()), str(result.meta["e_tag"])
+            return _whole_body(result), str(result.meta["e_tag"])
 
     def head_token(self, key: str) -> str:
         with self.translated(key, "head"):
@@ -254,11 +361,29 @@ class ObstoreBackend:
     def delete(self, key: str) -> None:
         # Deletes are idempotent: a missing object (local raises, S3 and memory do not) is success.
         with self.translated(key, "delete"), suppress(FileNotFoundError):
-            obstore.delete(self._store, self.path(key))
+            self._delete_path(self.path(key))
+
+    def _delete_path(self, path: str) -> None:
+        fallback = self._signed_delete_timeout_s
+        if fallback is None or not self._batch_delete_refused:
+            try:
+                obstore.delete(self._store, path)
+                return
+            except GenericError as exc:
+                status = http_status(exc)
+                refused = status is not None and status_error_class(status) in _REFUSALS
+                if fallback is None or not refused:
+                    raise  # no fallback here, or not a refusal of the call itself (missing bucket, denied, ...)
+                self._batch_delete_refused = True
+        # Presigned for immediate use; DeleteObject answers 204, and urllib raises HTTPError otherwise.
+        url = obstore.sign(self._store, "DELETE", path, timedelta(minutes=5))
+        urllib.request.urlopen(urllib.request.Request(url, method="DELETE"), timeout=fallback).close()
 
     def rename(self, src: str, dst: str) -> None:
+        """A copy then a delete (as object_store's own rename), the delete through :meth:`_delete_path`."""
         with self.translated(src, f"rename to {dst!r}"):
-            obstore.rename(self._store, self.path(src), self.path(dst))
+            obstore.copy(self._store, self.path(src), self.path(dst))
+            self._delete_path(self.path(src))
 
     def remove_orphans(self, min_age_s: float) -> int:
         """Crash leftovers to reclaim: none here (S3 multipart leftovers belong to bucket lifecycle rules)."""

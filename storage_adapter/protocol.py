@@ -115,7 +115,8 @@ class StorageAdapter(Protocol):
 
     def rename(self, src: str, dst: str) -> None:
         """Move ``src`` to ``dst``, replacing ``dst``. Raises NotFoundError, changing nothing, if ``src``
-        does not exist. Renaming a key onto itself leaves the object intact. Atomic only where
+        does not exist. Renaming a key onto itself changes nothing: the object keeps its bytes and its
+        token (NotFoundError if it does not exist). Atomic only where
         ``capabilities.atomic_rename``; elsewhere a copy then a delete (a crash between leaves both)."""
         ...
 

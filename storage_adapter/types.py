@@ -58,6 +58,8 @@ class Capabilities:
     ``compatibility_modes`` names the workarounds for known server bugs this adapter was opened with
     (e.g. ``unquoted-if-match``); empty when none. A mode is declared, never silent: the adapter honours
     the contract only as far as the mode's description says.
+    ``single_delete`` says which request ``delete(key)`` sends (and so what ``delete_prefix``, one delete
+    per listed object, and a copy-then-delete ``rename`` need from the server).
     """
 
     backend: str
@@ -68,4 +70,5 @@ class Capabilities:
     equal_content_equal_token: bool
     token_semantics: str
     durable: bool
+    single_delete: str
     compatibility_modes: tuple[str, ...] = ()
