@@ -78,13 +78,11 @@ def option(config: pytest.Config, name: str) -> Any:
 
 
 def _asked(config: pytest.Config) -> bool:
-    """Whether this session configured a target itself (on the command line or in its ini file)."""
-    for name in ("storage-url", "storage-embedded"):
-        if config.getoption(name.replace("-", "_")) not in (None, []):
-            return True
-        if name.replace("-", "_") in config.inicfg:
-            return True
-    return False
+    """Whether this session configured a target itself: on the command line, or in its ini file (an
+    ini ``storage_url``, or ``storage_embedded`` other than the default)."""
+    if any(config.getoption(n) not in (None, []) for n in ("storage_url", "storage_embedded")):
+        return True
+    return bool(config.getini("storage_url")) or config.getini("storage_embedded") != ",".join(EMBEDDED)
 
 
 def pytest_configure(config: pytest.Config) -> None:

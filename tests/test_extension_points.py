@@ -18,13 +18,14 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _run(args: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: float = 600) -> str:
+    """stdout, then stderr (what a person sees), of a command that must succeed."""
     done = subprocess.run(
         args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
     )
     assert done.returncode == 0, (
         f"{args} exited {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     )
-    return done.stdout
+    return done.stdout + done.stderr
 
 
 def test_core_imports_and_works_with_only_obstore_installed(tmp_path: Path) -> None:
