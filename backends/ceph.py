@@ -15,11 +15,8 @@ Known deviations of the 16.2.x server the contract depends on are recorded in do
 
 from __future__ import annotations
 
-import contextlib
-import os
 import secrets
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -28,7 +25,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from backends.containers import create_bucket
-from backends.server import S3Endpoint, S3Server, ServerUnavailable, free_port, wait_until_bucket_answers
+from backends.server import (
+    S3Endpoint,
+    S3Server,
+    ServerUnavailable,
+    free_port,
+    stop_session,
+    wait_until_bucket_answers,
+)
 
 NOT_INSTALLED = "ceph packages not installed: run scripts/install-ceph.sh"
 # ceph-mon, ceph-osd and radosgw are the daemons; the rest bootstrap the cluster and the S3 user.
@@ -253,23 +257,10 @@ class CephRGW(S3Server):
         and remove the logs unless the start failed. Safe to call twice."""
         daemons, self._daemons = self._daemons, []
         for daemon in reversed(daemons):  # clients before the cluster they shut down through
-            _stop_session(daemon.process)
+            stop_session(daemon.process, _STOP_GRACE_S)
         if self._state is not None:
             shutil.rmtree(self._state, ignore_errors=True)
             self._state = None
         if self.log_dir is not None and self.ready_s is not None:
             shutil.rmtree(self.log_dir, ignore_errors=True)
             self.log_dir = None
-
-
-def _stop_session(process: subprocess.Popen[bytes]) -> None:
-    """SIGTERM the process's session, SIGKILL it after the grace period; reap the leader."""
-    if process.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=_STOP_GRACE_S)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-    process.wait()

@@ -11,7 +11,6 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -19,7 +18,14 @@ import time
 from pathlib import Path
 
 from backends.containers import create_bucket
-from backends.server import S3Endpoint, S3Server, ServerUnavailable, free_port, wait_until_bucket_answers
+from backends.server import (
+    S3Endpoint,
+    S3Server,
+    ServerUnavailable,
+    free_port,
+    stop_session,
+    wait_until_bucket_answers,
+)
 
 NOT_INSTALLED = "moto is not installed: pip install 'moto[server]'"
 
@@ -79,10 +85,4 @@ class Moto(S3Server):
 
     def stop(self) -> None:
         process, self._process = self._process, None
-        if process is not None and process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+        stop_session(process)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -18,7 +17,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from backends.server import S3Endpoint, S3Server, ServerUnavailable, free_port, wait_until_bucket_answers
+from backends.server import (
+    S3Endpoint,
+    S3Server,
+    ServerUnavailable,
+    free_port,
+    stop_session,
+    wait_until_bucket_answers,
+)
 
 # Every port flag `weed mini` accepts; unassigned ones would fall back to fixed defaults and collide.
 _PORT_FLAGS = (
@@ -113,13 +119,7 @@ class SeaweedFS(S3Server):
 
     def stop(self) -> None:
         process, self._process = self._process, None
-        if process is not None and process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+        stop_session(process)
         if self._workdir is not None:
             shutil.rmtree(self._workdir, ignore_errors=True)
             self._workdir = None

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import abc
+import contextlib
+import os
+import signal
 import socket
+import subprocess
 import time
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -89,6 +93,22 @@ class S3Server(abc.ABC):
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
+
+
+def stop_session(process: subprocess.Popen[bytes] | None, grace_s: float = 10.0) -> None:
+    """Stop a server started in its own session: SIGTERM the session, SIGKILL it after ``grace_s``,
+    reap the leader. A process that already exited (or None) is only reaped."""
+    if process is None:
+        return
+    if process.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
 
 
 def free_port() -> int:
