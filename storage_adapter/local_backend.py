@@ -45,12 +45,10 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 def _is_key(key: str) -> bool:
     """Whether a listed name is a key the adapter could have written. Names that are not UTF-8 come from
-    os.scandir as lone surrogates (surrogateescape), which must not be listed even where validate_key
-    lets them through."""
+    os.scandir as lone surrogates (surrogateescape); validate_key refuses those like every other bad key."""
     try:
         validate_key(key)
-        key.encode("utf-8")
-    except (InvalidKeyError, UnicodeEncodeError):
+    except InvalidKeyError:
         return False
     return True
 
