@@ -14,18 +14,15 @@ from __future__ import annotations
 
 import math
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import SplitResult, unquote, urlsplit
 
 from storage_adapter.errors import ConfigurationError
-from storage_adapter.keys import join_key, validate_prefix
+from storage_adapter.keys import is_plain_text, join_key, validate_prefix
 from storage_adapter.redaction import MASK, Redactor, reject_userinfo
 from storage_adapter.registry import Backend, Option, backend_for_scheme, backend_named, schemes
-
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 @dataclass(frozen=True)
@@ -103,7 +100,7 @@ def _coerce(name: str, value: Any, option: Option, url: str) -> Any:
     elif kind is str:
         if not isinstance(value, str):
             reason = f" must be str, got {type(value).__name__}"
-        elif _CONTROL.search(value) or not _encodes(value):
+        elif not is_plain_text(value):
             reason = " must be UTF-8 text without control characters"
         else:
             return value
@@ -116,14 +113,6 @@ def _coerce(name: str, value: Any, option: Option, url: str) -> Any:
         else:
             return converted
     raise ConfigurationError(f"option {name}{reason} for {url}", key=url)
-
-
-def _encodes(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _convert(kind: type, value: Any) -> Any:

@@ -32,6 +32,20 @@ from storage_adapter.errors import InvalidKeyError
 MAX_KEY_BYTES = 1024
 MAX_SEGMENT_BYTES = 200
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def is_plain_text(text: str) -> bool:
+    """Whether ``text`` encodes as UTF-8 and holds no control character: what every key segment and every
+    text option must be (one rule, so an option can always be printed and sent like a key)."""
+    if _CONTROL.search(text):
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 _STAGING_SUFFIX = re.compile(r"#\d+$")
 # Fast path for the common case (validation runs on every call), for ASCII keys only, where characters
 # are bytes: segments of 1 to MAX_SEGMENT_BYTES characters without control characters or backslashes,
