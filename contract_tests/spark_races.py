@@ -174,11 +174,13 @@ def race_write_if_absent(
 @dataclass(frozen=True)
 class CasIncrements:
     """Outcome of :func:`race_cas_increments`: the counter's final value, the value it must have
-    (``tasks * increments``), and how many CAS attempts lost a race and were retried."""
+    (``tasks * increments``), how many CAS attempts lost a race and were retried, and whether a task
+    stopped at its attempt budget or deadline (then a short count is no evidence of a lost update)."""
 
     final: int
     expected: int
     conflicts: int
+    cut_off: bool
 
     @property
     def exact(self) -> bool:
@@ -194,7 +196,8 @@ def race_cas_increments(
     barrier: bool = True,
 ) -> CasIncrements:
     """``tasks`` Spark tasks each add 1 to the JSON counter at ``key`` ``increments`` times, by
-    read_versioned + write_if_match retried until it succeeds (:func:`contract_tests.race_tasks.cas_increments`).
+    read_versioned + write_if_match retried with backoff, within the bounds of
+    :func:`contract_tests.race_tasks.cas_increments`.
     The counter is (re)set to 0 first. The contract: the final value is exactly ``tasks * increments``."""
     tasks = tasks or spark.sparkContext.defaultParallelism
     adapter.write(key, json.dumps({"n": 0}))
@@ -202,5 +205,8 @@ def race_cas_increments(
     tallies = race_in_spark_tasks(spark, tasks, barrier, task)
     final = race_tasks.counter_value(adapter, key)
     return CasIncrements(
-        final=final, expected=tasks * increments, conflicts=sum(t.conflicts for t in tallies)
+        final=final,
+        expected=tasks * increments,
+        conflicts=sum(t.conflicts for t in tallies),
+        cut_off=any(t.cut_off for t in tallies),
     )

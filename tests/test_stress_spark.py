@@ -59,7 +59,7 @@ def test_spark_races_catch_the_planted_bugs(adapter, spark) -> None:
     increments = race_cas_increments(
         spark, planted(adapter, "racy_cas"), "counter", increments=5, tasks=TASKS
     )
-    assert not increments.exact and increments.final < increments.expected
+    assert not increments.exact and increments.final < increments.expected and not increments.cut_off
 
 
 def test_barrier_stage_wider_than_the_slots_is_refused(adapter, spark) -> None:
