@@ -8,16 +8,16 @@ back to one DeleteObject per key once the server refuses it.
 from __future__ import annotations
 
 import http.client
-import threading
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import replace
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.error import HTTPError
 from urllib.parse import urlsplit
 
 import pytest
+from loopback_http import serving
 
 from backends.server import S3Endpoint
 from storage_adapter import open_adapter
@@ -75,12 +75,8 @@ def _proxy_to(upstream: str, seen: list[str]) -> type[BaseHTTPRequestHandler]:
 def no_batch_delete(embedded_seaweedfs: S3Endpoint) -> Iterator[tuple[S3Endpoint, list[str]]]:
     """SeaweedFS behind a proxy that refuses ``POST ?delete`` with 501; and the requests it saw."""
     seen: list[str] = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _proxy_to(embedded_seaweedfs.endpoint, seen))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield replace(embedded_seaweedfs, endpoint=f"http://127.0.0.1:{server.server_address[1]}"), seen
-    server.shutdown()
-    server.server_close()
+    with serving(_proxy_to(embedded_seaweedfs.endpoint, seen)) as url:
+        yield replace(embedded_seaweedfs, endpoint=url), seen
 
 
 def test_delete_and_delete_prefix_without_batch_delete(no_batch_delete: tuple[S3Endpoint, list[str]]) -> None:

@@ -6,12 +6,12 @@ a tiny local HTTP server answering a fixed status for the rest, a refused port f
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
+from loopback_http import serving
 
 from backends.server import S3Endpoint, free_port
 from storage_adapter import (
@@ -57,12 +57,8 @@ def _answer(status: int) -> type[BaseHTTPRequestHandler]:
 @pytest.fixture
 def status_server(request: pytest.FixtureRequest) -> Iterator[str]:
     """An HTTP server on 127.0.0.1 answering every request with the parametrized status."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _answer(request.param))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with serving(_answer(request.param)) as url:
+        yield url
 
 
 def _calls(adapter: ObjectStorageAdapter) -> dict[str, Any]:
