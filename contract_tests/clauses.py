@@ -28,7 +28,10 @@ import pytest
 
 from contract_tests import race_tasks
 from contract_tests.bodies import make_body
+from contract_tests.concurrency_clauses import ConcurrencyClauses
+from contract_tests.failure_clauses import FailureClauses
 from contract_tests.history import History
+from contract_tests.housekeeping_clauses import HousekeepingClauses
 from contract_tests.linearizability import KeyVerdict, check_history
 from contract_tests.plugin import ContractSizes
 from contract_tests.races import Sync, race_in_processes, race_in_threads
@@ -123,7 +126,7 @@ def _assert_linearizable(history: History, budget_s: float) -> None:
 
 
 @pytest.mark.storage_contract
-class AdapterContract:
+class AdapterContract(ConcurrencyClauses, FailureClauses, HousekeepingClauses):
     """The contract clauses. Subclass and override the ``adapter`` fixture to run them on your adapter."""
 
     @pytest.fixture
