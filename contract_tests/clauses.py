@@ -49,7 +49,10 @@ INVALID_KEYS = (
     "\udc80x", "a/\ud800", "ok/b\udc80c",  # lone surrogates: not UTF-8, unlistable on local
     "é" * 513,  # 513 characters, 1,026 bytes
     "a/" + "s" * (MAX_SEGMENT_BYTES + 1), "日" * (MAX_SEGMENT_BYTES // 3 + 1),  # segments over the limit
+    "/".join(["k" * MAX_SEGMENT_BYTES] * 5 + ["k" * 20]),  # ASCII, valid segments, 1,025 bytes in all
 )  # fmt: skip
+# Prefixes no listing or deletion may accept ("" and "/" are the root, one trailing "/" is dropped).
+INVALID_PREFIXES = ("a//", "//", "/a", "a//b/", "a/./", "../", "a\\b/")
 # Names that look odd but are valid everywhere: each must round-trip and list exactly as written.
 ODD_NAMES = (
     "with space", " leading", "trailing ", "ünïcødé/日本語", "emoji-🙂", "#hash", "a#", "a#b1", "#12x",
@@ -468,6 +471,38 @@ class AdapterContract(ConcurrencyClauses, FailureClauses, HousekeepingClauses):
                 assert isinstance(exc, ValueError)
         assert not accepted, f"{bad!r} accepted by {accepted}"
         assert adapter.list() == [], "an invalid key created something"
+
+    @pytest.mark.parametrize("bad", INVALID_PREFIXES)
+    def test_invalid_prefixes_rejected(self, adapter: StorageAdapter, bad: str) -> None:
+        """list, list_dir, delete_prefix and child refuse a malformed prefix with InvalidKeyError before
+        any I/O (only one trailing '/' is forgiven); nothing under the root is deleted."""
+        adapter.write("a/b", b"keep")
+        calls: dict[str, Callable[[], Any]] = {
+            "list": lambda: adapter.list(bad),
+            "list_dir": lambda: adapter.list_dir(bad),
+            "delete_prefix": lambda: adapter.delete_prefix(bad),
+            "child": lambda: adapter.child(bad).list(),
+        }
+        accepted = []
+        for name, call in calls.items():
+            try:
+                call()
+                accepted.append(name)
+            except InvalidKeyError:
+                pass
+        assert not accepted, f"prefix {bad!r} accepted by {accepted}"
+        assert adapter.read_bytes("a/b") == b"keep"
+
+    @pytest.mark.parametrize("token", ["", None, b'"etag"', 7], ids=repr)
+    def test_cas_refuses_a_token_no_call_returned(self, adapter: StorageAdapter, token: Any) -> None:
+        """write_if_match refuses a token that is not a non-empty str (no read or write returns one) with
+        TypeError before any I/O, rather than treating it as a stale token; nothing is written."""
+        adapter.write("k", b"v1")
+        with pytest.raises(TypeError):
+            adapter.write_if_match("k", b"v2", token)
+        with pytest.raises(TypeError):
+            adapter.write_if_match("absent", b"v2", token)
+        assert adapter.read_bytes("k") == b"v1" and not adapter.exists("absent")
 
     def test_keys_cannot_escape_the_root(self, adapter: StorageAdapter) -> None:
         """No key, from an adapter rooted below another, reaches the parent's objects."""

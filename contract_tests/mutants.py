@@ -290,6 +290,32 @@ CATALOGUE: tuple[Mutant, ...] = (
         "versions)",
         targets=OBSTORE,
     ),
+    # -- declared capabilities (checked by the contract, not believed) -----------------------------------------
+    Mutant(
+        "caps-local-not-shared",
+        "storage_adapter/builtin_backends.py",
+        "atomic_rename=True,\n            shared_across_processes=True,\n            equal_content_equal_token=False,\n            durable=True,",
+        "atomic_rename=True,\n            shared_across_processes=False,\n            equal_content_equal_token=False,\n            durable=True,",
+        "local declares its store per-process: every process race is skipped, unseen",
+        targets=LOCAL,
+        smoke=True,
+    ),
+    Mutant(
+        "caps-memory-shared",
+        "storage_adapter/builtin_backends.py",
+        "            shared_across_processes=False,\n            equal_content_equal_token=False,\n            durable=False,",
+        "            shared_across_processes=True,\n            equal_content_equal_token=False,\n            durable=False,",
+        "memory claims its store is shared across processes (it is per process)",
+        targets=("memory",),
+    ),
+    Mutant(
+        "caps-s3-tokens-differ",
+        "storage_adapter/builtin_backends.py",
+        '            shared_across_processes=True,\n            equal_content_equal_token=True,\n            durable=True,\n            token_semantics="the ETag;',
+        '            shared_across_processes=True,\n            equal_content_equal_token=False,\n            durable=True,\n            token_semantics="the ETag;',
+        "S3 declares that equal content gives distinct tokens (ETags are content hashes: an ABA trap)",
+        targets=("seaweedfs",),
+    ),
     # -- local driver ----------------------------------------------------------------------------------------
     Mutant(
         "local-list-shows-staging",
@@ -363,6 +389,7 @@ CATALOGUE: tuple[Mutant, ...] = (
         "        mtime_us = mtime_us",
         "a new version may reuse the previous version's token (inode and coarse mtime reused: ABA)",
         targets=LOCAL,
+        equivalent="the staged file's mtime is set to now at microsecond precision under the directory lock, and a publish (stage, write, utime, rename) takes longer than a microsecond, so two versions never share inode, mtime and size on a filesystem with fine timestamps; the +1 us guards coarse-timestamp filesystems the contract cannot choose",
     ),
     Mutant(
         "local-cas-ignores-token",
@@ -438,6 +465,7 @@ CATALOGUE: tuple[Mutant, ...] = (
         "        except _Absent:\n            return",
         "deletes never prune emptied directories (list_dir shows deleted prefixes)",
         targets=LOCAL,
+        equivalent="list_dir reports a directory only if it holds an object (as S3 reports prefixes), so an emptied directory left behind is invisible through the API; the pruning itself is checked by tests/test_local_mutation.py",
     ),
     Mutant(
         "local-rename-failure-leaves-dst-dir",
@@ -454,6 +482,7 @@ CATALOGUE: tuple[Mutant, ...] = (
         "                    pass",
         "rename keeps the source's mtime: the destination may get back a token it had before",
         targets=LOCAL,
+        equivalent="the moved file keeps its own inode, which no earlier version of the destination can still hold while it exists, and its mtime is the time of its own publish; a repeat needs an inode reused with the same microsecond mtime and size, which only coarse-timestamp filesystems allow",
     ),
     Mutant(
         "local-orphans-ignore-age",

@@ -7,7 +7,9 @@ The contract then runs against the mutated copy, as a separate pytest session pe
 * **killed**: every run found it (the contract failed on at least one target where the code runs);
 * **flaky**: some runs did, some did not - a referee that catches a bug only sometimes certifies it;
 * **survived**: no run did;
-* **equivalent**: listed with the reason no observable behaviour changes, never run.
+* **equivalent**: listed with the reason no observable behaviour changes, never run;
+* **not run**: its code runs on none of the selected targets (e.g. an S3-only bug with ``--targets
+  memory,local``).
 
 The score is killed / (killed + flaky + survived): flaky counts against it. An unmutated baseline runs
 first on every target; if it fails, nothing is scored (every mutant would look killed).
@@ -69,6 +71,7 @@ class Verdict(Enum):
     FLAKY = "flaky"
     SURVIVED = "survived"
     EQUIVALENT = "equivalent"
+    NOT_RUN = "not run"  # its code runs on none of the selected targets
     ERROR = "error"
 
 
@@ -239,11 +242,11 @@ def _baseline(routes: dict[str, TargetRoute], work: Path) -> tuple[SessionResult
 def run_mutant(mutant: Mutant, routes: dict[str, TargetRoute], runs: int, work: Path) -> MutantResult:
     if mutant.equivalent:
         return MutantResult(mutant, Verdict.EQUIVALENT)
+    targets = [routes[t] for t in mutant.targets if t in routes]
+    if not targets:
+        return MutantResult(mutant, Verdict.NOT_RUN)
     copy = planted_copy(mutant, work / mutant.name)
     try:
-        targets = [routes[t] for t in (mutant.targets or EMBEDDED) if t in routes]
-        if not targets:
-            return MutantResult(mutant, Verdict.ERROR, ())
         history = []
         for _ in range(runs):
             sessions = []
@@ -291,7 +294,8 @@ def render_markdown(report: MutationReport) -> str:
         "",
         f"**{report.score:.1%}** killed in every run: {report.count(Verdict.KILLED)} of {report.scored} "
         f"non-equivalent mutants ({report.count(Verdict.FLAKY)} flaky, {report.count(Verdict.SURVIVED)} "
-        f"survived, {report.count(Verdict.EQUIVALENT)} equivalent, {report.count(Verdict.ERROR)} errors); "
+        f"survived, {report.count(Verdict.EQUIVALENT)} equivalent, {report.count(Verdict.NOT_RUN)} not run here, "
+        f"{report.count(Verdict.ERROR)} errors); "
         f"{report.runs} runs each on {', '.join(report.targets)}; {report.seconds:.0f} s.",
         "",
         "| module | killed | flaky | survived | equivalent |",
