@@ -350,6 +350,33 @@ CATALOGUE: tuple[Mutant, ...] = (
         "list('') of a child adapter lists from the store root (objects outside its prefix)",
         targets=LOCAL,
     ),
+    Mutant(
+        "local-delete-swallows-errors",
+        _LOCAL,
+        '        with self.translated(key, "delete"):\n            self._mutator.delete(self.path(key))',
+        '        with self.translated(key, "delete"):\n            try:\n                self._mutator.delete(self.path(key))\n'
+        "            except OSError:\n                pass",
+        "delete swallows every OS error (EIO, EACCES), not just 'already absent'",
+        targets=LOCAL,
+    ),
+    Mutant(
+        "local-cas-error-is-conflict",
+        _LOCAL,
+        "            return self._mutator.write_if_match(self.path(key), data, token)",
+        "            try:\n                return self._mutator.write_if_match(self.path(key), data, token)\n"
+        "            except OSError:\n                return None",
+        "CAS answers None (lost race) on every OS error",
+        targets=LOCAL,
+    ),
+    Mutant(
+        "local-read-error-is-absent",
+        _LOCAL,
+        "                data, st = read_object(chain.fd, name, path)",
+        "                try:\n                    data, st = read_object(chain.fd, name, path)\n"
+        "                except OSError as exc:\n                    raise FileNotFoundError(path) from exc",
+        "a failing read (EIO, EACCES) is reported as an absent object",
+        targets=LOCAL,
+    ),
     # -- local mutations -------------------------------------------------------------------------------------
     Mutant(
         "local-cas-no-lock",
@@ -410,7 +437,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "local-delete-no-lock",
         _MUTATION,
-        "            with self._locked((directory, False)) as (chain,):\n                if self._current(chain, name) is None:\n                    return\n                os.unlink(name, dir_fd=chain.fd)\n                self._sync(chain.fd)\n        except _Absent:",
+        '            with self._locked((directory, False)) as (chain,):\n                if self._current(chain, name) is None:\n                    return\n                fault_point("unlink")\n                os.unlink(name, dir_fd=chain.fd)\n                self._sync(chain.fd)\n        except _Absent:',
         "            os.unlink(os.path.join(self.root, path))\n        except FileNotFoundError:",
         "delete unlinks by path without the directory lock (races a CAS)",
         targets=LOCAL,
@@ -421,6 +448,15 @@ CATALOGUE: tuple[Mutant, ...] = (
         "                fcntl.flock(by_inode[inode], fcntl.LOCK_EX)",
         "                fcntl.flock(by_inode[inode], fcntl.LOCK_SH)",
         "mutations take a shared lock (LOCK_SH): nothing serializes them",
+        targets=LOCAL,
+    ),
+    Mutant(
+        "local-fsync-errors-ignored",
+        _MUTATION,
+        '        if self.durable:\n            fault_point("fsync")\n            os.fsync(fd)',
+        '        if self.durable:\n            try:\n                fault_point("fsync")\n                os.fsync(fd)\n'
+        "            except OSError:\n                pass",
+        "a failed fsync is ignored: the write is acknowledged though it may not survive power loss",
         targets=LOCAL,
     ),
     Mutant(
@@ -514,9 +550,10 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "local-stage-not-cleaned",
         _MUTATION,
-        "            finally:\n                os.unlink(staging, dir_fd=chain.fd)",
+        '            finally:\n                fault_point("unlink")\n                os.unlink(staging, dir_fd=chain.fd)',
         "            except BaseException:\n                os.unlink(staging, dir_fd=chain.fd)\n                raise",
         "a lost create leaves its staging file behind",
         targets=LOCAL,
+        equivalent="link fails only against a writer that takes no lock: under the directory lock the name is checked first, so the path that would leak the staging file is unreachable (and a leftover is never listed, and is reclaimed by remove_orphans)",
     ),
 )
