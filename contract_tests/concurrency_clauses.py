@@ -190,38 +190,23 @@ def run_planned(
     """Run ``plan`` (threads, or spawned processes), then judge it: every error that is not an outcome is a
     Violation naming it; every round must be explained by the serial model (see the module docstring);
     a round with a transient error is undecided, and makes the clause Inconclusive if nothing failed."""
-    racers = len(plan[0])
     task = partial(planned_race, adapter, plan)
     runner = race_in_processes if processes else race_in_threads
-    calls = [c for mine in (runner(racers, task) if timeout_s is None else runner(racers, task, timeout_s))
-             for c in mine]  # fmt: skip
-    by_round: dict[int, list[Call]] = {}
-    for call in calls:
-        by_round.setdefault(call.round, []).append(call)
+    racers = len(plan[0])
+    answers = runner(racers, task) if timeout_s is None else runner(racers, task, timeout_s)
+    calls = [call for mine in answers for call in mine]
     final = {key: adapter.read_if_exists(key) for moves in plan for key in _keys(moves)}
     atomic = adapter.capabilities.atomic_rename
     errors = [c for c in calls if c.error is not None]
     transient = [c for c in errors if c.outcome is Outcome.UNKNOWN]
-    wrong = [c for c in errors if c not in transient]
-    unexplained, judged = [], 0
-    for round_, moves in enumerate(plan):
-        for racers in _groups(moves):
-            mine = [c for c in by_round.get(round_, []) if c.racer in racers]
-            if any(c.error is not None for c in mine):
-                continue  # reported with the errors, or undecided
-            judged += 1
-            group = [moves[i] for i in sorted(racers)]
-            initial = {m.key: (m.setup, m.key) for m in group if m is not None and m.setup is not None}
-            ends = {key: final[key] for key in _keys(group)}
-            if not _explained([c for c in mine if not c.setup], initial, ends, atomic):
-                shown = "; ".join(f"{k}={_short(v)}" for k, v in sorted(ends.items()))
-                unexplained.append("\n".join([*(f"  {c.describe()}" for c in mine), f"  left: {shown}"]))
     problems = []
+    wrong = [c for c in errors if c.outcome is not Outcome.UNKNOWN]
     if wrong:
-        kinds = Counter(c.error.split(":", 1)[0] for c in wrong if c.error)
+        kinds = Counter((c.error or "").split(":", 1)[0] for c in wrong)
         problems.append(f"{len(wrong)} call(s) raised an error that is not an outcome of the call "
                         f"({', '.join(f'{k} x{n}' for k, n in kinds.most_common())}):")  # fmt: skip
         problems += [f"  {c.describe()}" for c in wrong[:_SHOWN]]
+    unexplained, judged = _unexplained(plan, calls, final, atomic)
     if unexplained:
         model = "atomic renames" if atomic else "renames as copy then delete"
         problems.append(f"{len(unexplained)} of {judged} races have no serial explanation ({model}):")
@@ -230,9 +215,31 @@ def run_planned(
         raise Violation(problems[0].rstrip(":"), "\n".join(problems))
     if transient:
         raise Inconclusive(
-            f"{len(transient)} call(s) failed transiently, so their rounds are undecided; no violation seen",
+            f"{len(transient)} call(s) failed transiently, so their races are undecided; no violation seen",
             "\n".join(c.describe() for c in transient[:_SHOWN]),
         )
+
+
+def _unexplained(
+    plan: Plan, calls: Sequence[Call], final: dict[str, bytes | None], atomic: bool
+) -> tuple[list[str], int]:
+    """The races (groups of calls on shared keys, one round) the serial model cannot explain, each as the
+    evidence lines of its calls and the state they left; and how many races were judged (those where a
+    call raised are not: their errors are the verdict)."""
+    unexplained, judged = [], 0
+    for round_, moves in enumerate(plan):
+        for members in _groups(moves):
+            mine = [c for c in calls if c.round == round_ and c.racer in members]
+            if any(c.error is not None for c in mine):
+                continue
+            judged += 1
+            group = [m for i, m in enumerate(moves) if i in members and m is not None]
+            initial = {m.key: (m.setup, m.key) for m in group if m.setup is not None}
+            ends = {key: final[key] for key in _keys(group)}
+            if not _explained([c for c in mine if not c.setup], initial, ends, atomic):
+                left = "; ".join(f"{k}={_short(v)}" for k, v in sorted(ends.items()))
+                unexplained.append("\n".join([*(f"  {c.describe()}" for c in mine), f"  left: {left}"]))
+    return unexplained, judged
 
 
 def _short(body: bytes | None) -> str:
