@@ -38,7 +38,7 @@ from storage_adapter.protocol import StorageAdapter
 
 # Rounds of each planned race (see the module docstring for how they were sized).
 CAS_RACE_ROUNDS = 8
-PRUNE_RACE_ROUNDS = 24
+PRUNE_RACE_ROUNDS = 40
 RENAME_CAS_ROUNDS = 16
 CROSSING_RACERS = 4
 # A deadlock needs renames that each hold one lock while taking another: atomic renames. Elsewhere a
