@@ -38,6 +38,8 @@ from storage_adapter.protocol import StorageAdapter
 
 # Rounds of each planned race (see the module docstring for how they were sized).
 CAS_RACE_ROUNDS = 8
+# The longest stagger of a write/delete behind the CAS it races: about a local CAS's critical section.
+CAS_RACE_STAGGER_S = 0.0015
 PRUNE_RACE_ROUNDS = 40
 RENAME_CAS_ROUNDS = 16
 CROSSING_RACERS = 4
@@ -268,17 +270,20 @@ def _body(tag: str) -> bytes:
 # -- the plans ---------------------------------------------------------------------------------------------
 def cas_race_plan(pairs: int, rounds: int) -> Plan:
     """Pairs of racers on keys of their own: racer 2p writes a base version, then CASes it with the base's
-    token while racer 2p+1 writes or deletes it (alternating by round and pair)."""
+    token while racer 2p+1 writes or deletes it (alternating by round and pair), released together or up
+    to ``CAS_RACE_STAGGER_S`` later (by round), so that a delete faster than the CAS's way to its compare
+    also lands between its compare and its publish."""
     plan = []
     for r in range(rounds):
         row: list[Move | None] = []
+        delay = CAS_RACE_STAGGER_S * (r % 4) / 3
         for p in range(pairs):
             key = f"cas-race/p{p}/r{r}"
             row.append(Move("write_if_match", key, _body(f"{key}-cas"), setup=_body(f"{key}-base")))
             if (p + r) % 2:
-                row.append(Move("delete", key))
+                row.append(Move("delete", key, delay_s=delay))
             else:
-                row.append(Move("write", key, _body(f"{key}-plain")))
+                row.append(Move("write", key, _body(f"{key}-plain"), delay_s=delay))
         plan.append(tuple(row))
     return tuple(plan)
 

@@ -190,8 +190,9 @@ class Move:
     """One racer's part in one round of a planned race (:func:`planned_race`).
 
     ``setup``, if set, is written at ``key`` before the racers meet (a ``write_if_match`` then sends the
-    token that write returned). After the meeting the racer makes its call: ``write`` (``body`` at
-    ``key``), ``delete``, ``write_if_match`` (``body`` at ``key``) or ``rename`` (``key`` to ``target``).
+    token that write returned). After the meeting, and ``delay_s`` later, the racer makes its call:
+    ``write`` (``body`` at ``key``), ``delete``, ``write_if_match`` (``body`` at ``key``) or ``rename``
+    (``key`` to ``target``). Delays stagger calls so that a fast call also lands inside a slower one.
     """
 
     op: str
@@ -199,6 +200,7 @@ class Move:
     body: bytes = b""
     target: str = ""
     setup: bytes | None = None
+    delay_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -267,6 +269,8 @@ def planned_race(
                 move = None
         sync()
         if move is not None:
+            if move.delay_s:
+                time.sleep(move.delay_s)
             calls.append(_attempt(index, round_, move, False, partial(_answer, adapter, move, token)))
     return calls
 
