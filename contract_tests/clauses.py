@@ -49,6 +49,8 @@ INVALID_KEYS = (
     "é" * 513,  # 513 characters, 1,026 bytes
     "a/" + "s" * (MAX_SEGMENT_BYTES + 1), "日" * (MAX_SEGMENT_BYTES // 3 + 1),  # segments over the limit
     "/".join(["k" * MAX_SEGMENT_BYTES] * 5 + ["k" * 20]),  # ASCII, valid segments, 1,025 bytes in all
+    "/".join(["é" * (MAX_SEGMENT_BYTES // 2)] * 6),  # valid segments, 605 characters of 1,205 bytes
+    "d#\u0661\u0662/k", "x#\uff11",  # '#' then Unicode digits (Arabic-Indic, fullwidth) are reserved too
 )  # fmt: skip
 # Prefixes no listing or deletion may accept ("" and "/" are the root, one trailing "/" is dropped).
 INVALID_PREFIXES = ("a//", "//", "/a", "a//b/", "a/./", "../", "a\\b/")
@@ -428,7 +430,9 @@ class AdapterContract(ConcurrencyClauses, FailureClauses, HousekeepingClauses):
             "rename(src)": lambda: adapter.rename(bad, "ok"),
             "rename(dst)": lambda: adapter.rename("ok", bad),
         }
-        if bad not in ("", "a/"):  # "" and a trailing "/" are valid prefixes (the root, a directory)
+        # "" and a trailing "/" are valid prefixes (the root, a directory); delete_prefix refuses the root
+        # with a StorageError of its own (test_delete_prefix_refuses_the_root).
+        if bad not in ("", "a/"):
             calls["list"] = lambda: adapter.list(bad)
             calls["list_dir"] = lambda: adapter.list_dir(bad)
             calls["delete_prefix"] = lambda: adapter.delete_prefix(bad)

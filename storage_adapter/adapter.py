@@ -178,7 +178,8 @@ class ObjectStorageAdapter(DerivedOperations):
     def remove_orphans(self, min_age_s: float = 3600.0) -> int:
         """Remove crash leftovers older than ``min_age_s``: staged local files that were never published.
 
-        They are never listed or read, so this only reclaims space. Returns the count; 0 off local.
+        They are never listed or read, so this only reclaims space. Returns the count; always 0 where
+        ``capabilities.reclaims_orphans`` is False.
         """
         with self._scrubbed:
             return self._backend.remove_orphans(min_age_s)

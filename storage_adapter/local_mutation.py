@@ -160,14 +160,17 @@ class DirChain:
 def open_chain(root: str, names: Sequence[str], create: bool) -> DirChain | None:
     """Open ``root`` then each of ``names`` below it, creating missing ones if ``create``.
 
-    Returns None when a directory is missing (and not ``create``) or a file is in the way (and not
-    ``create``); raises SymlinkRefusedError at a symlink. With ``create``, a directory pruned by a
+    Returns None when a directory, the root included, is missing (and not ``create``) or a file is in the
+    way (and not ``create``); raises SymlinkRefusedError at a symlink. With ``create``, a directory pruned by a
     concurrent delete while being walked is simply created again.
     """
     while True:
         chain = DirChain([], names)
         try:
-            chain.fds.append(_open_root(root, create))
+            top = _open_root(root, create)
+            if top is None:
+                return None
+            chain.fds.append(top)
             for depth, name in enumerate(names):
                 opened = _open_dir(chain.fd, name, "/".join(names[: depth + 1]), create)
                 if opened is None:
@@ -184,14 +187,17 @@ def open_chain(root: str, names: Sequence[str], create: bool) -> DirChain | None
                 raise
 
 
-def _open_root(root: str, create: bool) -> int:
+def _open_root(root: str, create: bool) -> int | None:
+    """The root's descriptor; None if it is missing and not ``create``: a root removed under the adapter
+    (pruned by an adapter rooted above it, which deleted the last object below it) is an empty root,
+    like any missing directory, and the next write creates it again."""
     # The root is the user's choice (resolved once at open): the only path the kernel resolves for us.
     try:
         fault_point("open")
         return os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except FileNotFoundError:
         if not create:
-            raise
+            return None
         os.makedirs(root, exist_ok=True)
         raise _Pruned from None
 

@@ -121,12 +121,14 @@ class StorageAdapter(Protocol):
         ...
 
     def delete_prefix(self, prefix: str) -> int:
-        """Delete every object under the non-empty ``prefix``; return how many. Not atomic. An empty
-        prefix (the whole root) is refused with StorageError."""
+        """Delete every object under the non-empty ``prefix``; return how many. Not atomic. A prefix
+        names whole segments (``a`` never deletes ``ab/x``, nor an object named ``a``). The root (``""``
+        or ``"/"``) is refused with StorageError, deleting nothing."""
         ...
 
     def remove_orphans(self, min_age_s: float = 3600.0) -> int:
         """Reclaim crash leftovers under this adapter's root that no reader can see (e.g. local staging
         files) and that are older than ``min_age_s``; return how many. Never touches a visible object
-        or a write in flight. 0 where a backend leaves none."""
+        or a write in flight, whatever ``min_age_s``. Always 0 where ``capabilities.reclaims_orphans``
+        is False."""
         ...

@@ -60,6 +60,10 @@ class Capabilities:
     the contract only as far as the mode's description says.
     ``single_delete`` says which request ``delete(key)`` sends (and so what ``delete_prefix``, one delete
     per listed object, and a copy-then-delete ``rename`` need from the server).
+    ``reclaims_orphans`` is True where a writer killed mid-write leaves a leftover no reader sees (local:
+    its staging file ``<name>#<12 digits>``) that ``remove_orphans`` reclaims; False where
+    ``remove_orphans`` has nothing to reclaim and always returns 0 (memory; S3, whose incomplete multipart
+    uploads belong to the bucket's lifecycle rules).
     """
 
     backend: str
@@ -71,4 +75,5 @@ class Capabilities:
     token_semantics: str
     durable: bool
     single_delete: str
+    reclaims_orphans: bool
     compatibility_modes: tuple[str, ...] = ()

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-from storage_adapter import open_adapter
+import pytest
+
+from storage_adapter import NotFoundError, open_adapter
 from storage_adapter.local_mutation import local_token
+from storage_adapter.types import DirListing
 
 
 def test_token_formula_matches_what_obstore_reports(tmp_path: Path) -> None:
@@ -63,6 +67,54 @@ def test_deletes_prune_emptied_directories_but_not_the_root(tmp_path: Path) -> N
     assert (root / "a" / "keep").exists()
     adapter.delete("a/keep")
     assert root.exists() and list(root.iterdir()) == []
+
+
+def test_a_root_that_existed_survives_every_way_of_emptying_it(tmp_path: Path) -> None:
+    """The root of a file:// target is the user's directory: deletes, delete_prefix, a rename that moves
+    the last object up, a failed rename and remove_orphans never remove it, even when they empty it. (The
+    contract cannot see this: its adapters are children, whose directories are pruned like any prefix.)"""
+    root = tmp_path / "root"
+    root.mkdir()
+    adapter = open_adapter(f"file://{root}")
+
+    def failed_rename() -> None:
+        adapter.delete("d/e/k")
+        with pytest.raises(NotFoundError):
+            adapter.rename("d/e/k", "x/y")
+
+    ways: dict[str, Callable[[], object]] = {
+        "delete": lambda: adapter.delete("d/e/k"),
+        "delete_prefix": lambda: adapter.delete_prefix("d"),
+        "rename, then delete": lambda: (adapter.rename("d/e/k", "k"), adapter.delete("k")),
+        "failed rename": failed_rename,
+    }
+    for way, empty in ways.items():
+        adapter.write("d/e/k", b"v")
+        empty()
+        assert root.is_dir() and list(root.iterdir()) == [], way
+    (root / "k#123456789012").write_bytes(b"a crash leftover")
+    assert adapter.remove_orphans(min_age_s=0) == 1
+    assert root.is_dir() and list(root.iterdir()) == []
+
+
+def test_a_root_removed_under_the_adapter_is_an_empty_root(tmp_path: Path) -> None:
+    """An outer adapter that deletes the last object below an inner adapter's root prunes that root (it
+    is just a directory to the outer one). The inner adapter then answers as an empty adapter, never with
+    an error, and its next write creates the root again."""
+    outer = open_adapter(f"file://{tmp_path}")
+    inner = open_adapter(f"file://{tmp_path}/inner")
+    token = inner.write("k", b"v")
+    outer.delete("inner/k")
+    assert not (tmp_path / "inner").exists()
+    assert inner.list() == [] and inner.list_dir() == DirListing(objects=(), prefixes=())
+    assert inner.read_if_exists("k") is None and not inner.exists("k")
+    inner.delete("k")
+    assert inner.write_if_match("k", b"v2", token) is None
+    assert inner.delete_prefix("d") == 0 and inner.remove_orphans(min_age_s=0) == 0
+    with pytest.raises(NotFoundError):
+        inner.rename("k", "j")
+    inner.write("d/k", b"again")
+    assert inner.read_bytes("d/k") == b"again" and [i.key for i in outer.list()] == ["inner/d/k"]
 
 
 def test_adapters_at_different_roots_serialize_on_the_same_file(tmp_path: Path) -> None:
