@@ -27,7 +27,7 @@ from storage_adapter.errors import (
 )
 from storage_adapter.faults import FaultKind, FaultPlan, injected
 from storage_adapter.protocol import StorageAdapter
-from storage_adapter.types import Capabilities
+from storage_adapter.types import Capabilities, DirListing, Versioned
 
 # The error each kind of fault must surface as. A broken request is a plain StorageError: neither
 # "absent", nor "retry", nor "denied".
@@ -120,10 +120,26 @@ def _outcome(call: Callable[[], Any]) -> tuple[Any, BaseException | None]:
         return None, exc
 
 
-def _misreported(kind: FaultKind, error: BaseException | None) -> str | None:
-    """Why ``error`` is not how a fault of ``kind`` must surface (None when it is)."""
+def _answer(result: Any) -> Any:
+    """What a result says, without what differs between two runs (tokens, times)."""
+    if isinstance(result, str):
+        return str  # a token: any token
+    if isinstance(result, Versioned):
+        return result.data
+    if isinstance(result, DirListing):
+        return [o.key for o in result.objects], list(result.prefixes)
+    if isinstance(result, list):
+        return [getattr(item, "key", item) for item in result]
+    return result
+
+
+def _misreported(kind: FaultKind, error: BaseException | None, recovered: bool) -> str | None:
+    """Why ``error`` is not how a fault of ``kind`` must surface (None when it is). Returning normally is
+    allowed only when the driver said it worked around the failed step by another route
+    (storage_adapter.faults.recovering, as the S3 driver does when its multi-object delete is refused)
+    and the answer and the state are those of the unfailed operation (``recovered``)."""
     if error is None:
-        return "returned normally"
+        return None if recovered else "returned normally"
     expected = EXPECTED_ERROR[kind]
     wrong_kind = expected is StorageError and isinstance(error, _MORE_SPECIFIC)
     if not isinstance(error, expected) or wrong_kind:
@@ -141,7 +157,8 @@ def _sweep(adapter: StorageAdapter, operation: FaultedOperation, kind: FaultKind
     recorder = FaultPlan(kind, skip=MAX_STEPS)
     token = operation.prepare(control)
     with injected(recorder):
-        _outcome(lambda: operation.run(control, token))
+        unfailed, _ = _outcome(lambda: operation.run(control, token))
+    expected = _answer(unfailed)
     points = recorder.passed[:MAX_STEPS]
     done = _state(control)
     if len(recorder.passed) >= MAX_STEPS:
@@ -165,11 +182,12 @@ def _sweep(adapter: StorageAdapter, operation: FaultedOperation, kind: FaultKind
             )
             continue
         where = f"{operation.name}, {kind.value} fault at step {step} ({plan.fired[0]})"
-        why = _misreported(kind, error)
-        if why is not None:
-            shown = f" {result!r}" if error is None else ""
-            problems.append(f"{where}: {why}{shown}")
         after = _state(scope)
+        recovered = bool(plan.recovered) and _answer(result) == expected and after == done
+        why = _misreported(kind, error, recovered)
+        if why is not None:
+            shown = f" {result!r} (unfailed: {expected!r}; state {after!r})" if error is None else ""
+            problems.append(f"{where}: {why}{shown}")
         if not operation.partial and after not in _allowed(operation, adapter.capabilities, before, done):
             problems.append(f"{where}: left a partial state {after!r} (before {before!r}, done {done!r})")
     return len(points), problems

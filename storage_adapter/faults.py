@@ -48,7 +48,8 @@ class FaultPlan:
     """Fail ``times`` consecutive fault points of the calling thread, after letting ``skip`` pass.
 
     ``fired`` lists the names of the points that failed, ``passed`` those that did not: after an
-    operation, an empty ``fired`` means the operation took fewer than ``skip + 1`` steps.
+    operation, an empty ``fired`` means the operation took fewer than ``skip + 1`` steps. ``recovered``
+    lists the failed points a driver deliberately worked around by another route (see :func:`recovering`).
     """
 
     kind: FaultKind
@@ -56,6 +57,7 @@ class FaultPlan:
     times: int = 1
     passed: list[str] = field(default_factory=list)
     fired: list[str] = field(default_factory=list)
+    recovered: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not isinstance(self.kind, FaultKind):
@@ -94,3 +96,12 @@ def due(point: str) -> FaultKind | None:
     if kind is FaultKind.PANIC:
         raise InjectedPanic(f"injected panic before {point}")
     return kind
+
+
+def recovering(point: str) -> None:
+    """Called by a driver that deliberately works around the failure of ``point`` by another route (the
+    S3 driver's single-object delete after a refused multi-object delete). Only then may an operation
+    whose step failed return normally, and only with the answer and the effect of an unfailed one."""
+    plan: FaultPlan | None = getattr(_ACTIVE, "plan", None)
+    if plan is not None:
+        plan.recovered.append(point)

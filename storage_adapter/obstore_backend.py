@@ -40,7 +40,7 @@ from storage_adapter.errors import (
     StorageError,
     UnsupportedOperationError,
 )
-from storage_adapter.faults import FaultKind, due
+from storage_adapter.faults import FaultKind, due, recovering
 from storage_adapter.keys import join_key
 from storage_adapter.types import ObjectInfo
 
@@ -396,6 +396,7 @@ class ObstoreBackend:
                 if fallback is None or not refused:
                     raise  # no fallback here, or not a refusal of the call itself (missing bucket, denied, ...)
                 self._batch_delete_refused = True
+                recovering("delete")
         # Presigned for immediate use; DeleteObject answers 204, and urllib raises HTTPError otherwise.
         _fault_point("sign")
         url = obstore.sign(self._store, "DELETE", path, timedelta(minutes=5))
