@@ -183,6 +183,7 @@ def _sweep(adapter: StorageAdapter, operation: FaultedOperation, kind: FaultKind
             continue
         where = f"{operation.name}, {kind.value} fault at step {step} ({plan.fired[0]})"
         after = _state(scope)
+        scope.remove_orphans(0)  # what a failed cleanup step (an injected unlink fault) left behind
         recovered = bool(plan.recovered) and _answer(result) == expected and after == done
         why = _misreported(kind, error, recovered)
         if why is not None:

@@ -193,11 +193,13 @@ def target_routes(names: Sequence[str]) -> Iterator[dict[str, TargetRoute]]:
 
 def run_session(route: TargetRoute, pythonpath: Path, timeout_s: float = SESSION_TIMEOUT_S) -> SessionResult:
     """The whole contract against one target with ``pythonpath`` first on the path; stops at the first
-    failing clause."""
+    failing clause. ``--import-mode=importlib``: pytest's default mode would put the source tree's root
+    first on ``sys.path`` while collecting ``contract_tests``, and spawned racers, which inherit the
+    path, would run the unmutated package."""
     args = [arg.replace("{prefix}", f"mut-{uuid.uuid4().hex[:10]}") for arg in route.args]
     command = [
         sys.executable, "-m", "pytest", "--pyargs", "contract_tests", "-p", "no:cacheprovider", "-x", "-q",
-        "--no-header", "-rfE", "--contract-clause-timeout", f"{CLAUSE_TIMEOUT_S:g}", *args,
+        "--no-header", "-rfE", "--import-mode=importlib", "--contract-clause-timeout", f"{CLAUSE_TIMEOUT_S:g}", *args,
     ]  # fmt: skip
     env = {**os.environ, **dict(route.env), "PYTHONPATH": str(pythonpath), "PYTHONDONTWRITEBYTECODE": "1"}
     started = time.monotonic()

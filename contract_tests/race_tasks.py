@@ -281,3 +281,19 @@ def _attempt(racer: int, round_: int, move: Move, setup: bool, call: Callable[[]
     except Exception as exc:  # recorded, not raised: whether it is an outcome is the clause's verdict
         error = f"{type(exc).__name__}: {exc}"
         return Call(racer, round_, move, setup, error=error, outcome=classify_error(exc))
+
+
+def rename_burst(adapter: StorageAdapter, renames: int, index: int, sync: Sync) -> int:
+    """Racer ``index`` moves its own object back and forth between two directories ``renames`` times, in
+    the opposite direction to the racers of the other parity: every rename wants the same two directory
+    locks, in crossing orders, many times over (a burst, not one rename per barrier, so the moments when
+    one racer holds a lock another waits on keep recurring). Returns the renames made."""
+    here, there = ("burst/d0", "burst/d1") if index % 2 == 0 else ("burst/d1", "burst/d0")
+    key = f"racer-{index}"
+    adapter.write(f"{here}/{key}", make_body(key, 64))
+    adapter.write(f"{here}/keep-{index}", b"")  # both directories live on: no pruning between renames
+    sync()
+    for step in range(renames):
+        src, dst = (here, there) if step % 2 == 0 else (there, here)
+        adapter.rename(f"{src}/{key}", f"{dst}/{key}")
+    return renames

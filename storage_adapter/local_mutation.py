@@ -41,7 +41,7 @@ import secrets
 import stat
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 
 from storage_adapter.faults import FaultKind, due
 
@@ -424,20 +424,38 @@ class LocalMutator:
         return staging, token
 
     def _replace(self, chain: DirChain, staging: str, name: str) -> None:
-        fault_point("rename")
-        os.rename(staging, name, src_dir_fd=chain.fd, dst_dir_fd=chain.fd)
+        try:
+            fault_point("rename")
+            os.rename(staging, name, src_dir_fd=chain.fd, dst_dir_fd=chain.fd)
+        except BaseException:
+            with suppress(OSError):  # a publish that failed leaves no staging file behind
+                os.unlink(staging, dir_fd=chain.fd)
+            raise
         self._sync_entries(chain)
+
+    @contextmanager
+    def _undone_on_failure(self, directory: Sequence[str]) -> Iterator[None]:
+        """Prune the directories a failed write created (after its locks are released): a failed
+        operation leaves no trace, not even an empty directory."""
+        try:
+            yield
+        except BaseException:
+            with suppress(OSError):
+                # From the deepest directory that exists: the failure may have come before the last mkdir.
+                for depth in range(len(directory), 0, -1):
+                    self._prune(directory[:depth])
+            raise
 
     def write(self, path: str, data: bytes) -> str:
         directory, name = split_path(path)
-        with self._locked((directory, True)) as (chain,):
+        with self._undone_on_failure(directory), self._locked((directory, True)) as (chain,):
             staging, token = self._stage(chain, name, data, self._current(chain, name))
             self._replace(chain, staging, name)
             return token
 
     def write_if_absent(self, path: str, data: bytes) -> str | None:
         directory, name = split_path(path)
-        with self._locked((directory, True)) as (chain,):
+        with self._undone_on_failure(directory), self._locked((directory, True)) as (chain,):
             if self._current(chain, name) is not None:
                 return None
             staging, token = self._stage(chain, name, data, None)
