@@ -510,6 +510,9 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser(
         "bench", add_help=False, help="run the benchmarks (arguments go to bench; --help for theirs)"
     )
+    commands.add_parser(
+        "mutate", add_help=False, help="measure the contract's mutation score (--help for its options)"
+    )
     return parser
 
 
@@ -522,6 +525,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         except InputError as exc:
             print(f"storage-adapter bench: error: {exc}", file=sys.stderr)
             return EXIT_BAD_INPUT
+    if argv[:1] == ["mutate"]:
+        from contract_tests import mutation
+
+        return mutation.main(argv[1:])
     args = parser.parse_args(argv)
     with _terminal() as stream:
         console = Console(file=stream, highlight=False, emoji=False)

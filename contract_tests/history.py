@@ -20,11 +20,18 @@ op                  adapter methods                             recorded result
 ``delete``          delete (and each delete of delete_prefix)   None
 ==================  ==========================================  ==========================================
 
-Outcomes: an operation that returned (or raised NotFoundError on a read) is ``OK``. One that raised an
-error which is raised before anything changes (invalid key, bad configuration, permission, unsupported)
-is ``FAILED`` and had no effect. Anything else, notably :class:`BackendUnavailableError` and timeouts, is
-``UNKNOWN``: the mutation may or may not have taken effect, so the checker lets it take effect anywhere
-after its invoke or not at all. An invoke with no complete event (the worker died) is ``UNKNOWN`` too.
+Outcomes are classified strictly: an error is accepted only where the protocol declares it.
+
+* ``OK``: the operation returned, or a read raised NotFoundError (the answer "absent").
+* ``FAILED``: a refusal of the call itself, raised before any I/O (invalid key, bad configuration,
+  unsupported operation, a wrong argument type): it had no effect.
+* ``UNKNOWN``: :class:`BackendUnavailableError`, the protocol's transient failure ("the outcome of a
+  mutation that raised this is unknown"), or an invoke with no complete event (the worker died, or was
+  interrupted). The checker lets the mutation take effect anywhere after its invoke, or not at all.
+* ``UNDECLARED``: any other error: a plain StorageError, PermissionDeniedError, NotFoundError from a
+  mutation (none of them raises it), an untranslated exception. No operation of the register model has it
+  as an outcome, so the checker reports it as a violation, naming the error, whatever the rest of the
+  history says: a write that fails spuriously under contention is a broken promise, not an unknown.
 
 Clocks: times are ``time.monotonic_ns()``, which is one clock for every process on a host. Events also
 carry the host name and ``time.time_ns()``; a history whose events come from several hosts is ordered by
@@ -46,23 +53,16 @@ from typing import Any
 
 from storage_adapter.derived import DerivedOperations
 from storage_adapter.errors import (
+    BackendUnavailableError,
     ConfigurationError,
     InvalidKeyError,
     NotFoundError,
-    PermissionDeniedError,
     UnsupportedOperationError,
 )
 from storage_adapter.keys import join_key
 
-# Errors raised before any request changes anything: the operation certainly had no effect.
-_NO_EFFECT_ERRORS = (
-    InvalidKeyError,
-    ConfigurationError,
-    PermissionDeniedError,
-    UnsupportedOperationError,
-    NotFoundError,
-    TypeError,
-)
+# Refusals of the call itself, raised before any I/O: the operation certainly had no effect.
+_REFUSALS = (InvalidKeyError, ConfigurationError, UnsupportedOperationError, TypeError)
 DEFAULT_CROSS_HOST_SKEW_NS = 50_000_000
 
 
@@ -73,8 +73,9 @@ class EventKind(enum.Enum):
 
 class Outcome(enum.Enum):
     OK = "ok"  # returned a result
-    FAILED = "failed"  # raised an error that guarantees no effect
-    UNKNOWN = "unknown"  # timeout, backend unavailable, worker died: may or may not have taken effect
+    FAILED = "failed"  # the call was refused before any I/O: no effect
+    UNKNOWN = "unknown"  # backend unavailable (transient), worker died: may or may not have taken effect
+    UNDECLARED = "undeclared"  # raised an error that is not an outcome of the operation: a violation
 
 
 @dataclass(frozen=True)
@@ -124,6 +125,8 @@ class Operation:
             answer = _short(self.result)
         elif self.outcome is Outcome.FAILED:
             answer = f"failed ({self.error})"
+        elif self.outcome is Outcome.UNDECLARED:
+            answer = f"raised {self.error} (not a declared outcome)"
         else:
             answer = f"UNKNOWN outcome ({self.error or 'no completion'})"
         start = (self.invoke_ns - origin_ns) / 1e6
@@ -208,8 +211,14 @@ class History:
 
 
 def classify_error(exc: BaseException) -> Outcome:
-    """FAILED when the error guarantees the operation changed nothing, else UNKNOWN."""
-    return Outcome.FAILED if isinstance(exc, _NO_EFFECT_ERRORS) else Outcome.UNKNOWN
+    """The outcome of an operation that raised ``exc`` (other than a read's NotFoundError, which is the
+    answer "absent"): FAILED for a refusal of the call, UNKNOWN for a transient failure or an interrupt
+    (not an answer of the backend), UNDECLARED for anything else (see the module docstring)."""
+    if isinstance(exc, _REFUSALS):
+        return Outcome.FAILED
+    if isinstance(exc, BackendUnavailableError) or not isinstance(exc, Exception):
+        return Outcome.UNKNOWN
+    return Outcome.UNDECLARED
 
 
 def _as_body(data: bytes | str) -> bytes:

@@ -27,7 +27,9 @@ different bodies is itself a violation on every backend.
 
 Ambiguous operations (outcome UNKNOWN) never return: they may be linearized anywhere after their invoke,
 or dropped; the search succeeds once every completed operation is linearized. Failed operations
-(outcome FAILED) had no effect and are ignored, as are ambiguous reads.
+(outcome FAILED) had no effect and are ignored, as are ambiguous reads. An operation that raised an error
+which is none of its outcomes (outcome UNDECLARED, see :mod:`contract_tests.history`) makes its key a
+violation without a search: no order of operations explains an answer the model does not have.
 
 The search is exponential in the worst case; a time and a step budget make it answer UNKNOWN instead of
 hanging. On a violation, the checker shrinks the key's history to a small counterexample (see
@@ -408,6 +410,14 @@ def _check_key(key: str, operations: Sequence[Operation], budget: _Budget, shrin
     def result(verdict: KeyVerdict, reason: str = "", example: tuple[Operation, ...] = ()) -> KeyResult:
         return KeyResult(key, verdict, len(operations), example, reason, time.monotonic() - started)
 
+    undeclared = tuple(o for o in ops if o.outcome is Outcome.UNDECLARED)
+    if undeclared:
+        errors = sorted({(o.error or "?").split(":", 1)[0] for o in undeclared})
+        reason = (
+            f"{len(undeclared)} operation(s) raised an error that is not a declared outcome "
+            f"({', '.join(errors)}): a call that fails under contention breaks the promise"
+        )
+        return result(KeyVerdict.VIOLATION, reason, undeclared[:20])
     conflict = _token_conflict(ops, tokens)
     if conflict is not None:
         return result(KeyVerdict.VIOLATION, conflict[0], conflict[1])

@@ -10,6 +10,15 @@ its race window with a sleep so a synchronized burst of workers hits the window 
 * :func:`open_check_then_act_create` - ``write_if_absent`` as ``exists()``, sleep, ``write()``:
   several callers win the same create.
 
+Two misdeclare a capability (the register model of the linearizability checker has no rename and no
+processes, so they are not in ``PLANTED_BUGS`` either): the contract checks declarations, never believes
+them.
+
+* :func:`open_copying_rename` - ``rename`` as read, sleep, write, delete, while the inner adapter's
+  capabilities still declare ``atomic_rename`` (a CAS on the source inside the window is lost).
+* :func:`open_misdeclared_per_process` - capabilities declare ``shared_across_processes=False`` over a
+  shared store, so the process clauses would skip.
+
 Two more break the referee's bounds rather than its checker (so they are not in ``PLANTED_BUGS``, whose
 bugs the linearizability checker must catch): every clause must still end with a verdict in bounded time.
 
@@ -28,10 +37,13 @@ from __future__ import annotations
 
 import threading
 import time
+from dataclasses import replace
 from typing import Any
 
 from storage_adapter import open_adapter
 from storage_adapter.errors import NotFoundError
+from storage_adapter.keys import validate_key
+from storage_adapter.types import Capabilities
 
 DEFAULT_WINDOW_S = 0.05
 
@@ -97,6 +109,28 @@ class CheckThenActCreateAdapter(PlantedBugAdapter):
         return True
 
 
+class CopyingRenameAdapter(PlantedBugAdapter):
+    """BUG: rename as a copy then a delete (not atomic), under capabilities that declare it atomic."""
+
+    def rename(self, src: str, dst: str) -> None:
+        if validate_key(src) == validate_key(dst):
+            self.inner.rename(src, dst)
+            return
+        data = self.inner.read_bytes(src)
+        time.sleep(self.window_s)
+        self.inner.write(dst, data)
+        self.inner.delete(src)
+
+
+class MisdeclaredPerProcessAdapter(PlantedBugAdapter):
+    """BUG: declares a per-process store (``shared_across_processes=False``) over a shared one."""
+
+    @property
+    def capabilities(self) -> Capabilities:
+        declared: Capabilities = self.inner.capabilities
+        return replace(declared, shared_across_processes=False)
+
+
 class RejectingCasAdapter(PlantedBugAdapter):
     """BUG: compare-and-swap rejects every token, the current one included."""
 
@@ -130,6 +164,16 @@ def open_torn_write(url: str, **options: Any) -> PlantedBugAdapter:
 def open_check_then_act_create(url: str, **options: Any) -> PlantedBugAdapter:
     """An adapter for ``url`` whose ``write_if_absent`` lets several concurrent callers win."""
     return _open(CheckThenActCreateAdapter, url, options)
+
+
+def open_copying_rename(url: str, **options: Any) -> PlantedBugAdapter:
+    """An adapter for ``url`` whose ``rename`` copies then deletes although declared atomic."""
+    return _open(CopyingRenameAdapter, url, options)
+
+
+def open_misdeclared_per_process(url: str, **options: Any) -> PlantedBugAdapter:
+    """An adapter for ``url`` that declares its (shared) store per-process."""
+    return _open(MisdeclaredPerProcessAdapter, url, options)
 
 
 def open_rejecting_cas(url: str, **options: Any) -> PlantedBugAdapter:

@@ -8,10 +8,14 @@ from __future__ import annotations
 import json
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 from contract_tests.bodies import body_is_whole, make_body
+from contract_tests.history import Outcome, classify_error
 from contract_tests.races import Sync
+from storage_adapter.errors import NotFoundError
 from storage_adapter.protocol import StorageAdapter
 
 
@@ -178,3 +182,102 @@ def replace_while_reading(
             sample = sample or data[:80]
         if reads % 8 == 0 and adapter.exists(f"{key}.done"):
             return ReadTally(reads, torn, sample)
+
+
+# -- planned races: each racer's calls, round by round, on keys of its own choosing ----------------------
+@dataclass(frozen=True)
+class Move:
+    """One racer's part in one round of a planned race (:func:`planned_race`).
+
+    ``setup``, if set, is written at ``key`` before the racers meet (a ``write_if_match`` then sends the
+    token that write returned). After the meeting, and ``delay_s`` later, the racer makes its call:
+    ``write`` (``body`` at ``key``), ``delete``, ``write_if_match`` (``body`` at ``key``) or ``rename``
+    (``key`` to ``target``). Delays stagger calls so that a fast call also lands inside a slower one.
+    """
+
+    op: str
+    key: str
+    body: bytes = b""
+    target: str = ""
+    setup: bytes | None = None
+    delay_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class Call:
+    """What one call of a planned race answered: ``result`` (``"ok"`` for write and delete, ``"won"`` or
+    ``"lost"`` for write_if_match, ``"moved"`` or ``"absent"`` (NotFoundError) for rename; the token for a
+    setup write), or the error it raised, as ``error`` (``"Type: message"``) and its ``outcome`` by the
+    rule of :func:`contract_tests.history.classify_error`."""
+
+    racer: int
+    round: int
+    move: Move
+    setup: bool = False
+    result: str | None = None
+    error: str | None = None
+    outcome: Outcome = Outcome.OK
+
+    def describe(self) -> str:
+        move = self.move
+        if self.setup:
+            what = f"setup write({move.key!r})"
+        elif move.op == "rename":
+            what = f"rename({move.key!r}, {move.target!r})"
+        else:
+            what = f"{move.op}({move.key!r})"
+        answer = self.result if self.error is None else f"raised {self.error}"
+        return f"round {self.round} racer {self.racer}: {what} -> {answer}"
+
+
+def _answer(adapter: StorageAdapter, move: Move, token: str | None) -> str:
+    if move.op == "write":
+        adapter.write(move.key, move.body)
+        return "ok"
+    if move.op == "delete":
+        adapter.delete(move.key)
+        return "ok"
+    if move.op == "write_if_match":
+        if token is None:
+            raise ValueError(f"write_if_match on {move.key!r} needs a setup write for its token")
+        return "lost" if adapter.write_if_match(move.key, move.body, token) is None else "won"
+    if move.op == "rename":
+        try:
+            adapter.rename(move.key, move.target)
+        except NotFoundError:
+            return "absent"
+        return "moved"
+    raise ValueError(f"unknown planned call {move.op!r}")
+
+
+def planned_race(
+    adapter: StorageAdapter, plan: tuple[tuple[Move | None, ...], ...], index: int, sync: Sync
+) -> list[Call]:
+    """Racer ``index`` plays its column of ``plan`` (one row per round: a Move per racer, or None to sit
+    the round out): setup write, meet the others, call. Every error is recorded in its Call, never raised,
+    so the clause sees every answer and decides which are outcomes; a racer whose setup failed skips that
+    round's call (but still meets the others)."""
+    calls = []
+    for round_, moves in enumerate(plan):
+        move = moves[index]
+        token = None
+        if move is not None and move.setup is not None:
+            call = _attempt(index, round_, move, True, partial(adapter.write, move.key, move.setup))
+            calls.append(call)
+            token = call.result
+            if call.error is not None:
+                move = None
+        sync()
+        if move is not None:
+            if move.delay_s:
+                time.sleep(move.delay_s)
+            calls.append(_attempt(index, round_, move, False, partial(_answer, adapter, move, token)))
+    return calls
+
+
+def _attempt(racer: int, round_: int, move: Move, setup: bool, call: Callable[[], str]) -> Call:
+    try:
+        return Call(racer, round_, move, setup, result=call())
+    except Exception as exc:  # recorded, not raised: whether it is an outcome is the clause's verdict
+        error = f"{type(exc).__name__}: {exc}"
+        return Call(racer, round_, move, setup, error=error, outcome=classify_error(exc))

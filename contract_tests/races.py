@@ -12,7 +12,9 @@ every executor:
 * ``contract_tests.spark_races.race_in_spark_tasks``: one Spark task per racer, ``sync`` a clock grid.
 
 A racer that raises, hangs or dies makes the race incomplete: :class:`RaceError`, never a partial result
-(a verdict on missing operations would be a guess).
+(a verdict on missing operations would be a guess); one still running at the deadline raises
+:class:`RaceTimeout`. Hung processes are killed at once (the kernel then releases whatever they held, such
+as file locks); hung threads cannot be stopped, so they are left running as daemons.
 """
 
 from __future__ import annotations
@@ -37,6 +39,10 @@ RACE_TIMEOUT_S = 300.0
 
 class RaceError(RuntimeError):
     """A racer crashed, hung, died or was retried: the race's results are incomplete, so no verdict."""
+
+
+class RaceTimeout(RaceError):
+    """A racer was still running at the race's deadline: it hung (blocked forever, deadlocked)."""
 
 
 def no_sync() -> None:
@@ -65,8 +71,9 @@ def race_in_threads(racers: int, task: Task[T], timeout_s: float = RACE_TIMEOUT_
     deadline = time.monotonic() + timeout_s
     for thread in threads:
         thread.join(max(0.0, deadline - time.monotonic()))
-    if any(thread.is_alive() for thread in threads):
-        raise RaceError(f"thread racers did not finish within {timeout_s:.0f} s")
+    hung = [thread.name for thread in threads if thread.is_alive()]
+    if hung:
+        raise RaceTimeout(f"thread racers {hung} did not finish within {timeout_s:g} s")
     if failures:
         raise RaceError(f"{len(failures)} of {racers} thread racers failed; first:\n{failures[0]}")
     return [results[i] for i in range(racers)]
@@ -83,7 +90,8 @@ def _process_main(task: Task[Any], index: int, barrier: Any, out: Any) -> None:
 def race_in_processes(racers: int, task: Task[T], timeout_s: float = RACE_TIMEOUT_S) -> list[T]:
     """Run ``task(i, sync)`` in ``racers`` spawned processes released together; results in racer order.
 
-    Fails as soon as a process dies without reporting (a crashed racer must not cost the whole timeout).
+    Fails as soon as a process dies without reporting (a crashed racer must not cost the whole timeout);
+    processes that have not reported by the deadline are killed.
     """
     if racers < 1:
         raise ValueError(f"a race needs at least one racer, got {racers}")
@@ -97,27 +105,32 @@ def race_in_processes(racers: int, task: Task[T], timeout_s: float = RACE_TIMEOU
         process.start()
     results: dict[int, T] = {}
     failures: list[str] = []
+    reported: set[int] = set()
     deadline = time.monotonic() + timeout_s
     try:
         # Drain before joining: a child blocks on exit until what it queued is read.
-        while len(results) + len(failures) < racers:
+        while len(reported) < racers:
             try:
-                index, result, failure = out.get(timeout=0.5)
+                index, result, failure = out.get(timeout=min(0.5, max(0.01, deadline - time.monotonic())))
             except queue.Empty:
                 dead = [p.name for p in processes if p.exitcode not in (None, 0)]
-                if dead or time.monotonic() > deadline:
-                    what = (
-                        f"racers {dead} died" if dead else f"racers did not report within {timeout_s:.0f} s"
-                    )
-                    raise RaceError(f"process {what}; the race is incomplete") from None
+                if dead:
+                    raise RaceError(f"process racers {dead} died; the race is incomplete") from None
+                if time.monotonic() > deadline:
+                    hung = [p.name for i, p in enumerate(processes) if i not in reported]
+                    raise RaceTimeout(
+                        f"process racers {hung} did not report within {timeout_s:g} s (killed)"
+                    ) from None
                 continue
+            reported.add(index)
             if failure is None:
                 results[index] = result
             else:
                 failures.append(failure)
     finally:
-        for process in processes:
-            process.join(timeout=30)
+        for index, process in enumerate(processes):
+            # A racer that reported exits on its own; one that did not is hung or dead: kill it now.
+            process.join(timeout=30 if index in reported else 0)
             if process.is_alive():
                 process.kill()
                 process.join()

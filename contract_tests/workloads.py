@@ -1,15 +1,17 @@
 """Stress workloads for the linearizability checker, and runners for threads and OS processes.
 
-A workload is a number of *rounds* over a small key set. Every worker runs the same rounds; round ``r``
-has a hot key, ``keys[r % len(keys)]``:
+A workload is a number of *rounds* over a small key set, each key alone under its own prefix (so that,
+on stores with directories, deleting it removes its directory and the next write re-creates it). Every
+worker runs the same rounds; round ``r`` has a hot key, ``keys[r % len(keys)]``:
 
 1. (every third round) worker 0 deletes the hot key;         -> sync
 2. every worker reads the hot key with ``read_versioned``;    -> sync
 3. every worker tries to replace it: ``write_if_match`` with the token it just read, or
-   ``write_if_absent`` if it was absent. All workers hold the same token, so exactly one may win;
-                                                              -> sync
+   ``write_if_absent`` if it was absent (after step 1: all of them at once, into an emptied prefix).
+   All workers hold the same token, so exactly one may win;   -> sync
 4. half the workers (alternating by round) ``write`` the hot key, the others poll it with ``read``
    ``reads_per_round`` times, ``read_spacing_s`` apart, catching any write that is visible half-done;
+   in the rounds after a step-1 delete, the first poller deletes the hot key first, racing the writes;
 5. ``random_ops`` random operations on random keys (read, read_versioned, exists, write,
    write_if_absent, write_if_match with the worker's latest - possibly stale - token, delete).
 
@@ -21,8 +23,8 @@ whatever happens, as Spark barrier stages require.
 
 Every body is unique in the run and all bodies have the same length, so a token identifies a version on
 every backend (S3 ETags are content MD5s) and a half-written body can never equal a whole one.
-Operations that raise StorageError are recorded (see :mod:`contract_tests.history`) and the worker
-goes on.
+Operations that raise StorageError are recorded (see :mod:`contract_tests.history`: an error that is not
+an outcome of the operation makes the history a violation) and the worker goes on.
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ class WorkloadSpec:
     seed: int = 0
 
     def key_names(self) -> list[str]:
-        return [f"stress/k{i}" for i in range(self.keys)]
+        return [f"stress/k{i}/v" for i in range(self.keys)]
 
 
 class _Worker:
@@ -120,6 +122,8 @@ class _Worker:
             if (self.index + round_) % 2 == 0:
                 self.attempt("write", hot)
             else:
+                if round_ % 3 == 1 and self.index == 1 - round_ % 2:
+                    self.attempt("delete", hot)  # the first poller: a delete racing the writes
                 for _ in range(self.spec.reads_per_round):
                     self.attempt("read", hot)
                     time.sleep(self.spec.read_spacing_s)

@@ -29,6 +29,7 @@ from storage_adapter.local_mutation import (
     DirChain,
     LocalMutator,
     dir_names,
+    fault_point,
     local_token,
     open_chain,
     open_subdir,
@@ -129,6 +130,7 @@ class LocalBackend:
             if chain is None:
                 return [], []
             with chain:
+                fault_point("scandir")
                 with os.scandir(chain.fd) as scan:
                     entries = list(scan)
                 objects = [info for entry in entries if (info := self._info(chain.fd, prefix, entry))]
@@ -169,6 +171,7 @@ class LocalBackend:
         if not entry.is_file(follow_symlinks=False) or not _is_key(key):
             return None
         try:
+            fault_point("stat")
             st = os.stat(entry.name, dir_fd=directory, follow_symlinks=False)
         except FileNotFoundError:
             return None

@@ -43,6 +43,8 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 
+from storage_adapter.faults import FaultKind, due
+
 # Every directory below the root is opened with these: never through a symlink, never inherited.
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # Regular files: O_NONBLOCK so that opening a FIFO planted in the tree cannot hang (fstat rejects it).
@@ -52,6 +54,24 @@ _STAGING_DIGITS = 12
 # The exact shape of a staging file. storage_adapter.keys rejects any segment ending in '#<digits>', so
 # no object can have it; ASCII digits only, as written by _stage.
 _STAGING_NAME = re.compile(rf".+#[0-9]{{{_STAGING_DIGITS}}}", re.ASCII | re.DOTALL)
+
+
+# An injected fault (storage_adapter.faults) is raised as the OS raises the real one: a timed-out network
+# filesystem, a refused permission, an I/O error.
+# (A panic is raised by storage_adapter.faults itself.)
+_INJECTED_OS_ERRORS: dict[FaultKind, tuple[type[OSError], int]] = {
+    FaultKind.UNAVAILABLE: (TimeoutError, errno.ETIMEDOUT),
+    FaultKind.DENIED: (PermissionError, errno.EACCES),
+    FaultKind.BROKEN: (OSError, errno.EIO),
+}
+
+
+def fault_point(point: str) -> None:
+    """Mark the system call ``point`` about to be made (see storage_adapter.faults)."""
+    kind = due(point)
+    if kind is not None:
+        cls, code = _INJECTED_OS_ERRORS[kind]
+        raise cls(code, f"injected fault before {point}")
 
 
 def local_token(st: os.stat_result) -> str:
@@ -89,6 +109,7 @@ def _date_after(target: int, previous: os.stat_result | None) -> None:
     mtime_us = time.time_ns() // 1000
     if previous is not None:
         mtime_us = max(mtime_us, previous.st_mtime_ns // 1000 + 1)
+    fault_point("utime")
     os.utime(target, ns=(mtime_us * 1000, mtime_us * 1000))
 
 
@@ -172,6 +193,7 @@ def _open_root(root: str, create: bool) -> int | None:
     like any missing directory, and the next write creates it again."""
     # The root is the user's choice (resolved once at open): the only path the kernel resolves for us.
     try:
+        fault_point("open")
         return os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except FileNotFoundError:
         if not create:
@@ -186,6 +208,7 @@ def _open_dir(parent: int, name: str, path: str, create: bool) -> tuple[int, boo
     made = False
     while True:
         try:
+            fault_point("open")
             return os.open(name, _DIR_FLAGS, dir_fd=parent), made
         except FileNotFoundError:
             if not create:
@@ -200,6 +223,7 @@ def _open_dir(parent: int, name: str, path: str, create: bool) -> tuple[int, boo
                 return None  # a file in the way: no key lives below it
             raise
         try:
+            fault_point("mkdir")
             os.mkdir(name, 0o777, dir_fd=parent)
             made = True
         except FileExistsError:
@@ -212,6 +236,7 @@ def open_subdir(parent: int, name: str) -> int | None:
     """The real directory ``name`` in ``parent`` for a listing: None if it is gone, a symlink or not a
     directory (the entry changed since it was listed)."""
     try:
+        fault_point("open")
         return os.open(name, _DIR_FLAGS, dir_fd=parent)
     except OSError as exc:
         if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
@@ -222,6 +247,7 @@ def open_subdir(parent: int, name: str) -> int | None:
 def walk(top: int, path: str) -> Iterator[tuple[int, str, list[os.DirEntry[str]]]]:
     """``(fd, path, entries)`` for ``top`` and every real directory below it, top-down, never following a
     symlink. Directories that vanish while walked are skipped. The caller owns ``top``."""
+    fault_point("scandir")
     with os.scandir(top) as scan:
         entries = list(scan)
     yield top, path, entries
@@ -241,6 +267,7 @@ def stat_entry(parent: int, name: str, path: str) -> os.stat_result | None:
     """The stat of the file or directory ``name`` in ``parent`` (not following), None if absent; a symlink
     or special file is refused."""
     try:
+        fault_point("stat")
         st = os.stat(name, dir_fd=parent, follow_symlinks=False)
     except FileNotFoundError:
         return None
@@ -254,6 +281,7 @@ def read_object(parent: int, name: str, path: str) -> tuple[bytes, os.stat_resul
     absent (or a directory), SymlinkRefusedError for a symlink.
     """
     try:
+        fault_point("open")
         fd = os.open(name, _READ_FLAGS, dir_fd=parent)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
@@ -263,6 +291,7 @@ def read_object(parent: int, name: str, path: str) -> tuple[bytes, os.stat_resul
         st = _refuse_odd(os.fstat(fd), path)
         if stat.S_ISDIR(st.st_mode):
             raise FileNotFoundError(errno.ENOENT, "a prefix, not an object", path)
+        fault_point("read")
         data = os.read(fd, st.st_size)
         if len(data) < st.st_size:
             # One read returns at most ~2 GiB on Linux: gather the rest (a second copy, for such sizes only).
@@ -312,14 +341,17 @@ class LocalMutator:
 
     def _sync(self, fd: int) -> None:
         if self.durable:
+            fault_point("fsync")
             os.fsync(fd)
 
     def _sync_entries(self, chain: DirChain) -> None:
         """Make ``chain``'s changed directory entries durable: the deepest directory, then the parent of
         every directory this walk created."""
         if self.durable:
+            fault_point("fsync")
             os.fsync(chain.fd)
             for depth in reversed(chain.created):
+                fault_point("fsync")
                 os.fsync(chain.fds[depth])
 
     @contextmanager
@@ -351,6 +383,7 @@ class LocalMutator:
                 chains.append(opened.enter_context(chain))
             by_inode = {(st.st_dev, st.st_ino): chain.fd for chain in chains for st in [os.fstat(chain.fd)]}
             for inode in sorted(by_inode):
+                fault_point("flock")
                 fcntl.flock(by_inode[inode], fcntl.LOCK_EX)
             if all(chain.linked(len(chain.names)) for chain in chains):
                 opened.pop_all()
@@ -373,10 +406,12 @@ class LocalMutator:
         """Write ``data`` to a fresh staging file beside ``name`` (synced when durable); return (staging
         name, its token)."""
         staging = f"{name}#{secrets.randbelow(10**_STAGING_DIGITS):0{_STAGING_DIGITS}d}"
+        fault_point("open")
         fd = os.open(staging, _STAGE_FLAGS, 0o644, dir_fd=chain.fd)
         try:
             view = memoryview(data)
             while view:
+                fault_point("write")
                 view = view[os.write(fd, view) :]
             _date_after(fd, previous)
             token = local_token(os.fstat(fd))
@@ -389,6 +424,7 @@ class LocalMutator:
         return staging, token
 
     def _replace(self, chain: DirChain, staging: str, name: str) -> None:
+        fault_point("rename")
         os.rename(staging, name, src_dir_fd=chain.fd, dst_dir_fd=chain.fd)
         self._sync_entries(chain)
 
@@ -407,10 +443,12 @@ class LocalMutator:
             staging, token = self._stage(chain, name, data, None)
             try:
                 # link fails if the name exists: one winner even against writers that take no lock.
+                fault_point("link")
                 os.link(staging, name, src_dir_fd=chain.fd, dst_dir_fd=chain.fd, follow_symlinks=False)
             except FileExistsError:
                 return None
             finally:
+                fault_point("unlink")
                 os.unlink(staging, dir_fd=chain.fd)
             self._sync_entries(chain)
             return token
@@ -434,6 +472,7 @@ class LocalMutator:
             with self._locked((directory, False)) as (chain,):
                 if self._current(chain, name) is None:
                     return
+                fault_point("unlink")
                 os.unlink(name, dir_fd=chain.fd)
                 self._sync(chain.fd)
         except _Absent:
@@ -452,11 +491,13 @@ class LocalMutator:
             with self._locked((src_dir, False), (dst_dir, True)) as (src_chain, dst_chain):
                 if self._current(src_chain, src_name) is None:
                     raise FileNotFoundError(errno.ENOENT, "no such object", src)
+                fault_point("open")
                 fd = os.open(src_name, _READ_FLAGS, dir_fd=src_chain.fd)
                 try:
                     _date_after(fd, self._current(dst_chain, dst_name))  # dst's token chain, as in _stage
                 finally:
                     os.close(fd)
+                fault_point("rename")
                 os.rename(src_name, dst_name, src_dir_fd=src_chain.fd, dst_dir_fd=dst_chain.fd)
                 self._sync_entries(dst_chain)  # the new name first: a crash between leaves both, never none
                 self._sync(src_chain.fd)
@@ -486,6 +527,7 @@ class LocalMutator:
                 try:
                     if not chain.linked(depth):
                         return
+                    fault_point("rmdir")
                     os.rmdir(names[depth - 1], dir_fd=chain.fds[depth - 1])
                 except OSError as exc:
                     if exc.errno in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOENT, errno.ENOTDIR):
@@ -532,10 +574,12 @@ def _remove_abandoned(directory: int, names: list[str], cutoff: float) -> int:
     try:
         for name in names:
             try:
+                fault_point("stat")
                 st = os.stat(name, dir_fd=directory, follow_symlinks=False)
             except FileNotFoundError:
                 continue
             if stat.S_ISREG(st.st_mode) and st.st_mtime < cutoff:
+                fault_point("unlink")
                 os.unlink(name, dir_fd=directory)
                 removed += 1
     finally:

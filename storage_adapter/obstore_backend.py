@@ -40,6 +40,7 @@ from storage_adapter.errors import (
     StorageError,
     UnsupportedOperationError,
 )
+from storage_adapter.faults import FaultKind, due, recovering
 from storage_adapter.keys import join_key
 from storage_adapter.types import ObjectInfo
 
@@ -220,6 +221,17 @@ class Translation:
         return cls(message, key=key, backend=backend)
 
 
+def _fault_point(point: str) -> None:
+    """Mark the obstore request ``point`` about to be made (storage_adapter.faults): an injected fault is
+    raised as obstore raises the real one, so the driver's own handling and the translation see it."""
+    kind = due(point)
+    if kind is None:
+        return
+    status = {FaultKind.UNAVAILABLE: 503, FaultKind.DENIED: 403}.get(kind, 400)
+    message = f"injected fault before {point}{_DEBUG_MARKER}Status {{\n    status: {status},\n}}"
+    raise (ObstorePermissionDenied if kind is FaultKind.DENIED else GenericError)(message)
+
+
 def _whole_body(result: Any) -> bytes:
     """A GET's whole body as ``bytes``, holding one copy of it (plus at most two chunks).
 
@@ -294,15 +306,18 @@ class ObstoreBackend:
     def get_versioned(self, key: str) -> tuple[bytes, str]:
         """The bytes and the token of exactly those bytes (one GET: the token comes with the body)."""
         with self.translated(key, "read"):
+            _fault_point("get")
             result = obstore.get(self._store, self.path(key))
             return _whole_body(result), str(result.meta["e_tag"])
 
     def head_token(self, key: str) -> str:
         with self.translated(key, "head"):
+            _fault_point("head")
             return str(obstore.head(self._store, self.path(key))["e_tag"])
 
     def list(self, prefix: str) -> list[ObjectInfo]:
         with self.translated(prefix, "list"):
+            _fault_point("list")
             infos = [
                 self._info(meta)
                 for batch in obstore.list(self._store, self.path(prefix) if prefix else self._prefix or None)
@@ -312,6 +327,7 @@ class ObstoreBackend:
 
     def list_dir(self, prefix: str) -> tuple[builtins.list[ObjectInfo], builtins.list[str]]:
         with self.translated(prefix, "list_dir"):
+            _fault_point("list_with_delimiter")
             result = obstore.list_with_delimiter(
                 self._store, self.path(prefix) if prefix else self._prefix or None
             )
@@ -323,6 +339,7 @@ class ObstoreBackend:
 
     def _has_objects(self, key: str, path: str) -> bool:
         with self.translated(key, "list_dir"):
+            _fault_point("list")
             return next(iter(obstore.list(self._store, path, chunk_size=1)), None) is not None
 
     def _info(self, meta: Any) -> ObjectInfo:
@@ -336,12 +353,14 @@ class ObstoreBackend:
     # -- mutations (memory and S3; local mutations go through LocalMutator) -------------------------------
     def put(self, key: str, data: bytes) -> str:
         with self.translated(key, "write"):
+            _fault_point("put")
             return str(obstore.put(self._store, self.path(key), data)["e_tag"])
 
     def put_if_absent(self, key: str, data: bytes) -> str | None:
         """Native create: the new token, or None when the object already exists."""
         with self.translated(key, "write_if_absent"):
             try:
+                _fault_point("put")
                 return str(obstore.put(self._store, self.path(key), data, mode="create")["e_tag"])
             except AlreadyExistsError:
                 return None
@@ -354,6 +373,7 @@ class ObstoreBackend:
         with self.translated(key, "write_if_match"):
             try:
                 mode: Any = {"e_tag": token}
+                _fault_point("put")
                 return str(obstore.put(self._store, self.path(key), data, mode=mode)["e_tag"])
             except (PreconditionError, FileNotFoundError):
                 return None
@@ -367,6 +387,7 @@ class ObstoreBackend:
         fallback = self._signed_delete_timeout_s
         if fallback is None or not self._batch_delete_refused:
             try:
+                _fault_point("delete")
                 obstore.delete(self._store, path)
                 return
             except GenericError as exc:
@@ -375,13 +396,17 @@ class ObstoreBackend:
                 if fallback is None or not refused:
                     raise  # no fallback here, or not a refusal of the call itself (missing bucket, denied, ...)
                 self._batch_delete_refused = True
+                recovering("delete")
         # Presigned for immediate use; DeleteObject answers 204, and urllib raises HTTPError otherwise.
+        _fault_point("sign")
         url = obstore.sign(self._store, "DELETE", path, timedelta(minutes=5))
+        _fault_point("signed_delete")
         urllib.request.urlopen(urllib.request.Request(url, method="DELETE"), timeout=fallback).close()
 
     def rename(self, src: str, dst: str) -> None:
         """A copy then a delete (as object_store's own rename), the delete through :meth:`_delete_path`."""
         with self.translated(src, f"rename to {dst!r}"):
+            _fault_point("copy")
             obstore.copy(self._store, self.path(src), self.path(dst))
             self._delete_path(self.path(src))
 

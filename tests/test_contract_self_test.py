@@ -19,6 +19,7 @@ CATCHING_CLAUSES = {
         "test_cas_increments_threads",
         "test_cas_increments_processes",
         "test_write_or_delete_racing_a_cas_is_never_lost",
+        "test_rename_racing_cas_on_both_keys_is_linearizable",
         *LINEARIZABILITY,
     },
     "torn_write": {"test_atomic_replace_threads", "test_atomic_replace_processes", *LINEARIZABILITY},
@@ -26,6 +27,18 @@ CATCHING_CLAUSES = {
         "test_write_if_absent_one_winner_threads",
         "test_write_if_absent_one_winner_processes",
         *LINEARIZABILITY,
+    },
+    # Capabilities are checked, not believed.
+    "copying_rename": {
+        "test_rename_racing_cas_on_both_keys_is_linearizable",
+        "test_crossing_renames_finish_and_keep_every_object",
+    },
+    "misdeclared_per_process": {
+        "test_shared_across_processes_is_observed",
+        "test_atomic_replace_processes",
+        "test_write_if_absent_one_winner_processes",
+        "test_cas_increments_processes",
+        "test_mixed_history_is_linearizable_processes",
     },
 }
 

@@ -146,6 +146,20 @@ def test_failed_operations_had_no_effect() -> None:
     assert verdict(failed, r("B", b"a", 2, 3)) is KeyVerdict.VIOLATION
 
 
+def test_an_undeclared_error_is_a_violation_even_in_a_linearizable_history() -> None:
+    """The answer an operation gave is judged before the order: a write that raised a plain StorageError
+    is no outcome of write, so no interleaving can explain it."""
+    spurious = op("B", "write", (b"b",), None, 2, 3, outcome=Outcome.UNDECLARED)
+    spurious = Operation(**{**spurious.__dict__, "error": "StorageError: [Errno 17] File exists"})
+    history = (w("A", b"a", "t1", 0, 1), spurious, r("C", b"a", 4, 5))
+    assert verdict(w("A", b"a", "t1", 0, 1), r("C", b"a", 4, 5)) is KeyVerdict.LINEARIZABLE
+    result = check_history(history)
+    assert result.verdict is KeyVerdict.VIOLATION
+    [key] = result.violations
+    assert key.counterexample == (spurious,) and "StorageError" in key.reason
+    assert "File exists (not a declared outcome)" in result.report()
+
+
 # -- not linearizable ---------------------------------------------------------------------------------
 
 

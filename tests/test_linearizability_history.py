@@ -8,13 +8,15 @@ import pytest
 
 from backends.server import free_port
 from contract_tests.history import Event, EventKind, History, HistoryRecorder, Outcome
-from contract_tests.linearizability import check_history
+from contract_tests.linearizability import KeyVerdict, check_history
 from contract_tests.planted_bugs import PLANTED_BUGS, RacyCasAdapter
 from storage_adapter import open_adapter
 from storage_adapter.errors import (
     BackendUnavailableError,
     InvalidKeyError,
     NotFoundError,
+    PermissionDeniedError,
+    StorageError,
     UnsupportedOperationError,
 )
 
@@ -92,6 +94,50 @@ def test_errors_that_change_nothing_are_failed() -> None:
         recorder.write("../escape", b"x")
     [op] = recorder.history()
     assert op.outcome is Outcome.FAILED and "InvalidKeyError" in (op.error or "")
+
+
+class _Failing:
+    """An adapter stand-in whose mutations raise ``error`` and whose reads of ``gone`` are absent."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def write(self, key: str, data: bytes) -> str:
+        raise self.error
+
+    def delete(self, key: str) -> None:
+        raise self.error
+
+    def read_bytes(self, key: str) -> bytes:
+        raise NotFoundError("absent", key=key)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        StorageError("failed: write 'k' on local: [Errno 17] File exists: 'd'"),
+        PermissionDeniedError("denied"),
+        NotFoundError("not found: 'k'"),  # no mutation has it as an outcome
+        FileExistsError(17, "File exists"),  # untranslated: not even a StorageError
+    ],
+    ids=lambda e: type(e).__name__,
+)
+def test_an_error_that_is_no_outcome_of_the_call_is_undeclared_and_a_violation(error: Exception) -> None:
+    """A mutation raising anything but a refusal of the call or a transient failure is UNDECLARED, and the
+    checker reports the history as a violation naming the error, however linearizable the rest is."""
+    recorder = HistoryRecorder(_Failing(error), "w")
+    for call in (lambda: recorder.write("k", b"x"), lambda: recorder.delete("k")):
+        with pytest.raises(type(error)):
+            call()
+    with pytest.raises(NotFoundError):
+        recorder.read_bytes("k")  # a read's NotFoundError stays the answer "absent"
+    write, delete, read = recorder.history()
+    assert write.outcome is delete.outcome is Outcome.UNDECLARED and read.outcome is Outcome.OK
+    assert write.complete_ns is not None and type(error).__name__ in (write.error or "")
+    result = check_history(recorder.history())
+    assert result.verdict is KeyVerdict.VIOLATION
+    report = result.report()
+    assert "not a declared outcome" in report and type(error).__name__ in report and "write(" in report
 
 
 def test_backend_unavailable_is_an_unknown_outcome() -> None:

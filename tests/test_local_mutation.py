@@ -202,3 +202,14 @@ def test_kill_9_mid_write_leaves_a_whole_object_and_only_inert_leftovers(tmp_pat
         adapter.write("hot", make_body("reset", 2 * 1024 * 1024))
     adapter.remove_orphans(min_age_s=0)
     assert sorted(os.listdir(tmp_path)) == ["hot"]
+
+
+def test_a_failed_rename_leaves_no_destination_directory(tmp_path: Path) -> None:
+    """rename creates the destination's directories only to publish into them: when the source turns out
+    to be absent they are pruned again, so a failed rename leaves nothing on disk (the contract cannot
+    see an empty directory: list_dir shows only prefixes holding objects)."""
+    adapter = open_adapter(f"file://{tmp_path}")
+    adapter.write("keep", b"x")
+    with pytest.raises(NotFoundError):
+        adapter.rename("absent", "new/deeper/k")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["keep"]

@@ -1,0 +1,434 @@
+"""How strong is the referee? Mutation testing of the contract against this package's own backends.
+
+Each mutant of :data:`contract_tests.mutants.CATALOGUE` plants one realistic bug in a copy of
+``storage_adapter`` (an exact text replacement that must match once, so a stale catalogue fails loudly).
+The contract then runs against the mutated copy, as a separate pytest session per target, ``runs`` times:
+
+* **killed**: every run found it (the contract failed on at least one target where the code runs);
+* **flaky**: some runs did, some did not - a referee that catches a bug only sometimes certifies it;
+* **survived**: no run did;
+* **equivalent**: listed with the reason no observable behaviour changes, never run;
+* **not run**: its code runs on none of the selected targets (e.g. an S3-only bug with ``--targets
+  memory,local``).
+
+The score is killed / (killed + flaky + survived): flaky counts against it. An unmutated baseline runs
+first on every target; if it fails, nothing is scored (every mutant would look killed).
+
+``storage-adapter mutate`` runs it (``--smoke`` is the CI-sized subset); ``pytest -m stress`` runs the
+whole catalogue three times; docs/mutation.md holds the last full score.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import py_compile
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from pathlib import Path
+
+from contract_tests.mutants import CATALOGUE, Mutant
+from contract_tests.targets import EMBEDDED
+
+PACKAGE = "storage_adapter"
+SOURCE_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_RUNS = 3
+DEFAULT_MIN_SCORE = 0.95
+# A contract session that takes longer than this is a hung clause: the mutant made the referee hang,
+# which an operator's CI would report as a failure too.
+SESSION_TIMEOUT_S = 240.0
+CLAUSE_TIMEOUT_S = 60.0
+_FAILED_LINE = re.compile(r"^(?:FAILED|ERROR) (\S+)", re.MULTILINE)
+
+EXIT_OK, EXIT_BELOW_SCORE, EXIT_BAD_INPUT = 0, 1, 2
+
+
+class MutationError(Exception):
+    """The harness cannot score: a stale catalogue entry, a failing baseline, an unknown target."""
+
+
+class RunOutcome(Enum):
+    KILLED = "killed"
+    SURVIVED = "survived"
+    TIMEOUT = "timeout"  # the session hung: killed, shown apart
+    ERROR = "error"  # pytest could not run (usage, collection): the harness's fault, never a kill
+
+
+class Verdict(Enum):
+    KILLED = "killed"
+    FLAKY = "flaky"
+    SURVIVED = "survived"
+    EQUIVALENT = "equivalent"
+    NOT_RUN = "not run"  # its code runs on none of the selected targets
+    ERROR = "error"
+
+
+@dataclass(frozen=True)
+class SessionResult:
+    """One contract session against one target."""
+
+    target: str
+    outcome: RunOutcome
+    seconds: float
+    failed: tuple[str, ...] = ()  # the clauses that failed
+    detail: str = ""  # the tail of the output when pytest could not run
+
+
+@dataclass(frozen=True)
+class MutantResult:
+    mutant: Mutant
+    verdict: Verdict
+    runs: tuple[tuple[SessionResult, ...], ...] = ()  # per run, the sessions it took (stops at a kill)
+
+    @property
+    def killed_runs(self) -> int:
+        return sum(any(s.outcome in _KILLS for s in run) for run in self.runs)
+
+
+_KILLS = (RunOutcome.KILLED, RunOutcome.TIMEOUT)
+
+
+@dataclass(frozen=True)
+class MutationReport:
+    results: tuple[MutantResult, ...]
+    targets: tuple[str, ...]
+    runs: int
+    seconds: float
+    baseline: tuple[SessionResult, ...] = field(default=())
+
+    def count(self, verdict: Verdict) -> int:
+        return sum(r.verdict is verdict for r in self.results)
+
+    @property
+    def scored(self) -> int:
+        return sum(r.verdict in (Verdict.KILLED, Verdict.FLAKY, Verdict.SURVIVED) for r in self.results)
+
+    @property
+    def score(self) -> float:
+        return self.count(Verdict.KILLED) / self.scored if self.scored else 1.0
+
+
+# -- the catalogue -------------------------------------------------------------------------------------------
+def check_catalogue(catalogue: Sequence[Mutant], root: Path = SOURCE_ROOT) -> None:
+    """Raise MutationError unless every mutant's text occurs exactly once in its file and names are unique."""
+    problems = [
+        f"duplicate mutant name {n!r}" for n, c in Counter(m.name for m in catalogue).items() if c > 1
+    ]
+    for mutant in catalogue:
+        path = root / mutant.path
+        if not path.is_file():
+            problems.append(f"{mutant.name}: no file {mutant.path}")
+            continue
+        found = path.read_text(encoding="utf-8").count(mutant.find)
+        if found != 1:
+            problems.append(f"{mutant.name}: its text occurs {found} times in {mutant.path} (must be once)")
+        if mutant.find == mutant.replace:
+            problems.append(f"{mutant.name}: replacement equals the original")
+        unknown = set(mutant.targets) - set(EMBEDDED)
+        if unknown:
+            problems.append(f"{mutant.name}: unknown targets {sorted(unknown)}")
+    if problems:
+        raise MutationError("stale mutant catalogue:\n  " + "\n  ".join(problems))
+
+
+def planted_copy(mutant: Mutant | None, into: Path, root: Path = SOURCE_ROOT) -> Path:
+    """A copy of the package under ``into`` with ``mutant`` applied (none: unmutated); returns the
+    directory to put first on PYTHONPATH."""
+    shutil.copytree(root / PACKAGE, into / PACKAGE, ignore=shutil.ignore_patterns("__pycache__"))
+    if mutant is not None:
+        path = into / mutant.path
+        path.write_text(path.read_text(encoding="utf-8").replace(mutant.find, mutant.replace, 1), "utf-8")
+        try:
+            py_compile.compile(str(path), doraise=True)
+        except py_compile.PyCompileError as exc:
+            raise MutationError(f"{mutant.name}: the mutated {mutant.path} does not compile: {exc}") from None
+    return into
+
+
+# -- sessions -------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TargetRoute:
+    """How a session reaches one target: pytest arguments and extra environment."""
+
+    name: str
+    args: tuple[str, ...]
+    env: tuple[tuple[str, str], ...] = ()
+
+
+@contextlib.contextmanager
+def target_routes(names: Sequence[str]) -> Iterator[dict[str, TargetRoute]]:
+    """Routes to the embedded targets ``names``. Scratch targets (memory, local) are made by each session
+    itself; an S3 server target is started once here and each session gets a fresh prefix."""
+    from storage_adapter.registry import registered
+
+    scratch = {b.name for b in registered() if b.scratch is not None}
+    with contextlib.ExitStack() as stack:
+        routes = {}
+        for name in names:
+            if name in scratch:
+                routes[name] = TargetRoute(name, ("--storage-embedded", name))
+                continue
+            from backends.registry import provider
+
+            endpoint = stack.enter_context(provider(name)(bucket="mutation"))
+            routes[name] = TargetRoute(
+                name,
+                ("--storage-url", f"{name}={endpoint.url('{prefix}')}"),
+                tuple(endpoint.environment().items()),
+            )
+        yield routes
+
+
+def run_session(route: TargetRoute, pythonpath: Path, timeout_s: float = SESSION_TIMEOUT_S) -> SessionResult:
+    """The whole contract against one target with ``pythonpath`` first on the path; stops at the first
+    failing clause."""
+    args = [arg.replace("{prefix}", f"mut-{uuid.uuid4().hex[:10]}") for arg in route.args]
+    command = [
+        sys.executable, "-m", "pytest", "--pyargs", "contract_tests", "-p", "no:cacheprovider", "-x", "-q",
+        "--no-header", "-rfE", "--contract-clause-timeout", f"{CLAUSE_TIMEOUT_S:g}", *args,
+    ]  # fmt: skip
+    env = {**os.environ, **dict(route.env), "PYTHONPATH": str(pythonpath), "PYTHONDONTWRITEBYTECODE": "1"}
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="mutation-cwd-") as cwd:  # no ini file, no conftest
+        try:
+            done = subprocess.run(
+                command, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout_s
+            )
+        except subprocess.TimeoutExpired:
+            return SessionResult(route.name, RunOutcome.TIMEOUT, time.monotonic() - started)
+    seconds = time.monotonic() - started
+    output = done.stdout + done.stderr
+    if done.returncode == 0:
+        return SessionResult(route.name, RunOutcome.SURVIVED, seconds)
+    failed = tuple(_FAILED_LINE.findall(done.stdout))
+    if done.returncode == 1 and failed:
+        return SessionResult(route.name, RunOutcome.KILLED, seconds, failed)
+    return SessionResult(route.name, RunOutcome.ERROR, seconds, failed, output[-2000:])
+
+
+def _baseline(routes: dict[str, TargetRoute], work: Path) -> tuple[SessionResult, ...]:
+    copy = planted_copy(None, work / "baseline")
+    probe = subprocess.run(
+        [sys.executable, "-c", f"import {PACKAGE}; print({PACKAGE}.__file__)"],
+        env={**os.environ, "PYTHONPATH": str(copy)}, capture_output=True, text=True, cwd=work,
+    )  # fmt: skip
+    if not probe.stdout.strip().startswith(str(copy)):
+        raise MutationError(
+            f"a copy first on PYTHONPATH does not shadow the installed {PACKAGE} "
+            f"({probe.stdout.strip() or probe.stderr.strip()}): install it as a normal or editable package"
+        )
+    results = tuple(run_session(route, copy) for route in routes.values())
+    broken = [r for r in results if r.outcome is not RunOutcome.SURVIVED]
+    if broken:
+        lines = [f"{r.target}: {r.outcome.value} {', '.join(r.failed)} {r.detail[-600:]}" for r in broken]
+        raise MutationError(
+            "the unmutated contract does not pass, nothing can be scored:\n" + "\n".join(lines)
+        )
+    return results
+
+
+def run_mutant(mutant: Mutant, routes: dict[str, TargetRoute], runs: int, work: Path) -> MutantResult:
+    if mutant.equivalent:
+        return MutantResult(mutant, Verdict.EQUIVALENT)
+    targets = [routes[t] for t in mutant.targets if t in routes]
+    if not targets:
+        return MutantResult(mutant, Verdict.NOT_RUN)
+    copy = planted_copy(mutant, work / mutant.name)
+    try:
+        history = []
+        for _ in range(runs):
+            sessions = []
+            for route in targets:
+                sessions.append(run_session(route, copy))
+                if sessions[-1].outcome in _KILLS:
+                    break
+            history.append(tuple(sessions))
+            if any(s.outcome is RunOutcome.ERROR for s in sessions):
+                return MutantResult(mutant, Verdict.ERROR, tuple(history))
+    finally:
+        shutil.rmtree(copy, ignore_errors=True)
+    killed = sum(any(s.outcome in _KILLS for s in run) for run in history)
+    verdict = Verdict.KILLED if killed == runs else Verdict.SURVIVED if killed == 0 else Verdict.FLAKY
+    return MutantResult(mutant, verdict, tuple(history))
+
+
+def run_catalogue(
+    mutants: Sequence[Mutant], targets: Sequence[str], runs: int = DEFAULT_RUNS, jobs: int = 1,
+    progress: Callable[[MutantResult], None] | None = None,
+) -> MutationReport:  # fmt: skip
+    """Score ``mutants`` on ``targets`` (embedded target names); ``progress(result)`` after each."""
+    check_catalogue(mutants)
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="mutation-") as tmp, target_routes(targets) as routes:
+        work = Path(tmp)
+        baseline = _baseline(routes, work)
+        results: list[MutantResult] = []
+        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+            for result in pool.map(lambda m: run_mutant(m, routes, runs, work), mutants):
+                results.append(result)
+                if progress is not None:
+                    progress(result)
+    return MutationReport(tuple(results), tuple(targets), runs, time.monotonic() - started, baseline)
+
+
+# -- reports --------------------------------------------------------------------------------------------------
+def _module(mutant: Mutant) -> str:
+    return Path(mutant.path).name
+
+
+def render_markdown(report: MutationReport) -> str:
+    lines = [
+        "# Mutation score of the storage contract",
+        "",
+        f"**{report.score:.1%}** killed in every run: {report.count(Verdict.KILLED)} of {report.scored} "
+        f"non-equivalent mutants ({report.count(Verdict.FLAKY)} flaky, {report.count(Verdict.SURVIVED)} "
+        f"survived, {report.count(Verdict.EQUIVALENT)} equivalent, {report.count(Verdict.NOT_RUN)} not run here, "
+        f"{report.count(Verdict.ERROR)} errors); "
+        f"{report.runs} runs each on {', '.join(report.targets)}; {report.seconds:.0f} s.",
+        "",
+        "| module | killed | flaky | survived | equivalent |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    by_module: dict[str, Counter[Verdict]] = {}
+    for result in report.results:
+        by_module.setdefault(_module(result.mutant), Counter())[result.verdict] += 1
+    for module, counts in sorted(by_module.items()):
+        cells = [
+            str(counts[v]) for v in (Verdict.KILLED, Verdict.FLAKY, Verdict.SURVIVED, Verdict.EQUIVALENT)
+        ]
+        lines.append(f"| {module} | {' | '.join(cells)} |")
+    lines += [
+        "",
+        "| mutant | module | bug | verdict | runs killed | first clause that failed |",
+        "|---|---|---|---|---|---|",
+    ]
+    for result in report.results:
+        first = next((s for run in result.runs for s in run if s.failed), None)
+        clause = (
+            f"{first.target}: {first.failed[0].split('::')[-1]}"
+            if first
+            else (result.mutant.equivalent or "")
+        )
+        killed = f"{result.killed_runs}/{len(result.runs)}" if result.runs else "-"
+        lines.append(
+            f"| {result.mutant.name} | {_module(result.mutant)} | {result.mutant.bug} | "
+            f"{result.verdict.value} | {killed} | {clause.replace('|', '/')} |"
+        )
+    errors = [r for r in report.results if r.verdict is Verdict.ERROR]
+    for result in errors:
+        details = [s.detail for run in result.runs for s in run if s.detail]
+        lines += [
+            "",
+            f"## error: {result.mutant.name}",
+            "",
+            "```",
+            (details[-1] if details else "no target"),
+            "```",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def render_json(report: MutationReport) -> str:
+    def result(r: MutantResult) -> dict[str, object]:
+        return {
+            "mutant": asdict(r.mutant),
+            "verdict": r.verdict.value,
+            "runs": [[{**asdict(s), "outcome": s.outcome.value} for s in run] for run in r.runs],
+        }
+
+    return json.dumps(
+        {
+            "score": report.score,
+            "scored": report.scored,
+            "counts": {v.value: report.count(v) for v in Verdict},
+            "targets": list(report.targets),
+            "runs": report.runs,
+            "seconds": report.seconds,
+            "results": [result(r) for r in report.results],
+        },
+        indent=2,
+    )
+
+
+# -- command line ---------------------------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="storage-adapter mutate",
+        description="Plant each catalogued bug in a copy of storage_adapter, run the contract against it "
+        "and report killed / flaky / survived per module (the mutation score of the referee).",
+        epilog="exit status: 0 score reached, 1 below --min-score (or an error), 2 bad input or a failing "
+        "baseline",
+    )
+    parser.add_argument("--targets", default=",".join(EMBEDDED),
+                        help=f"embedded targets to run on, comma-separated (default {','.join(EMBEDDED)})")  # fmt: skip
+    parser.add_argument("--runs", type=int, default=DEFAULT_RUNS, help="runs per mutant (default 3)")
+    parser.add_argument("--only", action="append", default=[], metavar="NAME", help="only these mutants")
+    parser.add_argument(
+        "--smoke", action="store_true", help="only the CI-sized subset (mutants marked smoke)"
+    )
+    parser.add_argument(
+        "--jobs", type=int, default=1, help="mutants run at once (default 1: races need cores)"
+    )
+    parser.add_argument(
+        "--min-score", type=float, default=DEFAULT_MIN_SCORE, help="exit 1 below (default 0.95)"
+    )
+    parser.add_argument("--report", metavar="PATH", help="write PATH.md and PATH.json")
+    parser.add_argument("--list", action="store_true", help="list the catalogue and exit")
+    return parser
+
+
+def select(catalogue: Sequence[Mutant], only: Sequence[str], smoke: bool) -> list[Mutant]:
+    names = {m.name for m in catalogue}
+    unknown = sorted(set(only) - names)
+    if unknown:
+        raise MutationError(f"unknown mutants {unknown}; see --list")
+    return [m for m in catalogue if (not only or m.name in only) and (not smoke or m.smoke)]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        targets = [t for t in args.targets.split(",") if t]
+        unknown = sorted(set(targets) - set(EMBEDDED))
+        if unknown or not targets:
+            raise MutationError(f"unknown targets {unknown}; choose from {', '.join(EMBEDDED)}")
+        if args.runs < 1 or args.jobs < 1:
+            raise MutationError("--runs and --jobs must be at least 1")
+        mutants = select(CATALOGUE, args.only, args.smoke)
+        if args.list:
+            check_catalogue(CATALOGUE)
+            for m in mutants:
+                print(f"{m.name:40} {_module(m):20} {'EQUIVALENT ' if m.equivalent else ''}{m.bug}")
+            return EXIT_OK
+
+        def progress(result: MutantResult) -> None:
+            print(
+                f"{result.verdict.value:10} {result.killed_runs}/{len(result.runs)} {result.mutant.name}",
+                flush=True,
+            )
+
+        report = run_catalogue(mutants, targets, args.runs, args.jobs, progress)
+    except MutationError as exc:
+        print(f"storage-adapter mutate: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    markdown = render_markdown(report)
+    print(markdown)
+    if args.report:
+        base = Path(args.report)
+        base.parent.mkdir(parents=True, exist_ok=True)
+        base.with_suffix(".md").write_text(markdown, encoding="utf-8")
+        base.with_suffix(".json").write_text(render_json(report), encoding="utf-8")
+    ok = report.score >= args.min_score and not report.count(Verdict.ERROR)
+    return EXIT_OK if ok else EXIT_BELOW_SCORE
