@@ -30,6 +30,7 @@ from typing import TypeVar
 import pytest
 
 from contract_tests.bodies import make_body
+from contract_tests.concurrency_clauses import require_processes
 from contract_tests.plugin import ContractSizes
 from contract_tests.races import SPAWN, Sync, race_in_processes, race_in_threads
 from contract_tests.verdicts import Violation
@@ -136,14 +137,6 @@ def _assert_sweeps_spared_writes(adapter: StorageAdapter, run: Callable[[], list
                 *[f"failed: {f}" for f in failures[:10]], *[f"lost: {x}" for x in lost[:10]],
             ]),
         )  # fmt: skip
-
-
-def _require_shared_store(adapter: StorageAdapter, why: str) -> None:
-    caps = adapter.capabilities
-    if not caps.shared_across_processes:
-        pytest.skip(
-            f"{caps.backend} stores are per-process (capabilities.shared_across_processes is False): {why}"
-        )
 
 
 def crash_body(writer: int) -> bytes:
@@ -276,7 +269,7 @@ class HousekeepingClauses:
         self, adapter: StorageAdapter, sizes: ContractSizes
     ) -> None:
         """The same with the writers in other processes: a sweep here never breaks their writes."""
-        _require_shared_store(adapter, "no other process writes here")
+        require_processes(adapter)
         _assert_sweeps_spared_writes(
             adapter, lambda: race_in_processes(2, partial(write_create_cas, adapter, 2))
         )
@@ -310,7 +303,7 @@ class HousekeepingClauses:
         reclaims nothing; remove_orphans(0) then reclaims at most one per writer, a second sweep nothing,
         and no object changes. Where capabilities.reclaims_orphans, some of up to CRASHES such crashes
         leaves leftovers that remove_orphans(0) reclaims; elsewhere it always returns 0."""
-        _require_shared_store(adapter, "a killed process takes its store with it")
+        require_processes(adapter)  # a killed process takes a per-process store with it
         declared = adapter.capabilities.reclaims_orphans
         reclaimed: list[int] = []
         while len(reclaimed) < (CRASHES if declared else 1) and not sum(reclaimed):

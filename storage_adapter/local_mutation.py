@@ -556,23 +556,31 @@ class LocalMutator:
 
     def remove_orphans(self, prefix: str, min_age_s: float) -> int:
         """Remove staging files (``name#<12 digits>``) older than ``min_age_s`` below the directory
-        ``prefix``; return how many.
+        ``prefix``, and prune the directories crash leftovers leave empty; return how many files.
 
         Writers stage and publish while holding the directory lock, so a staging file seen under that lock
         was abandoned by a crashed writer: a write in flight is never touched, whatever ``min_age_s``.
+        A writer killed in a directory it created leaves the directory behind: it is pruned (as a delete
+        prunes, see _prune) once its staging files are reclaimed, or when found empty and older than
+        ``min_age_s`` (a younger one may be where a writer is about to stage).
         """
         chain = open_chain(self.root, dir_names(prefix), create=False)
         if chain is None:
             return 0
         cutoff = time.time() - min_age_s
         removed = 0
+        emptied = []
         with chain:
-            for fd, _path, entries in walk(chain.fd, ""):
+            for fd, path, entries in walk(chain.fd, ""):
                 staged = [
                     e.name for e in entries if is_staging_name(e.name) and e.is_file(follow_symlinks=False)
                 ]
                 if staged:
                     removed += _remove_abandoned(fd, staged, cutoff)
+                if len(staged) == len(entries) and (staged or os.fstat(fd).st_mtime < cutoff):
+                    emptied.append(path)
+        for path in reversed(emptied):  # deepest first: each prune also takes the parents it empties
+            self._prune(dir_names("/".join(filter(None, (prefix, path)))))
         return removed
 
 

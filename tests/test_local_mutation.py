@@ -51,6 +51,26 @@ def test_crash_leftovers_are_never_listed_and_are_removed(tmp_path: Path) -> Non
     assert adapter.remove_orphans(min_age_s=60) == 0
 
 
+def test_remove_orphans_prunes_the_directories_crash_leftovers_leave_empty(tmp_path: Path) -> None:
+    """A writer killed in a directory it created leaves the directory behind (with its staging file, or
+    empty if it died before staging): remove_orphans prunes it once reclaimed, or once older than
+    min_age_s, never a directory a writer may be about to stage in, nor one holding an object, nor the
+    root. Only the staging files are counted."""
+    adapter = open_adapter(f"file://{tmp_path}")
+    adapter.write("keep/k", b"v")
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    (tmp_path / "a" / "b" / "k#123456789012").write_bytes(b"half")
+    (tmp_path / "empty" / "deeper").mkdir(parents=True)
+    old = time.time() - 7200
+    for path in ("a/b/k#123456789012", "empty/deeper"):
+        os.utime(tmp_path / path, (old, old))
+    (tmp_path / "young").mkdir()
+    assert adapter.remove_orphans(min_age_s=60) == 1
+    assert sorted(os.listdir(tmp_path)) == ["keep", "young"]
+    assert adapter.remove_orphans(min_age_s=0) == 0
+    assert sorted(os.listdir(tmp_path)) == ["keep"]
+
+
 def test_fresh_staging_files_are_left_to_their_writer(tmp_path: Path) -> None:
     adapter = open_adapter(f"file://{tmp_path}")
     (tmp_path / "k#000000000001").write_bytes(b"in progress")
