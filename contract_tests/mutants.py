@@ -451,6 +451,15 @@ CATALOGUE: tuple[Mutant, ...] = (
         targets=LOCAL,
     ),
     Mutant(
+        "local-failed-publish-keeps-staging",
+        _MUTATION,
+        "        except BaseException:\n            with suppress(OSError):  # a publish that failed leaves no staging file behind\n                os.unlink(staging, dir_fd=chain.fd)\n            raise",
+        "        except BaseException:\n            raise",
+        "a write whose publish (rename) failed leaves its staging file behind",
+        targets=LOCAL,
+        equivalent="staging files are never listed or read, so the leftover is invisible to every reader; remove_orphans reclaims it and tests/test_local_mutation.py checks the disk",
+    ),
+    Mutant(
         "local-fsync-errors-ignored",
         _MUTATION,
         '        if self.durable:\n            fault_point("fsync")\n            os.fsync(fd)',
@@ -561,8 +570,8 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "write-skips-lock",
         _MUTATION,
-        "        with self._locked((directory, True)) as (chain,):\n            staging, token = self._stage(chain, name, data, self._current(chain, name))",
-        "        with open_chain(self.root, directory, True) as chain:\n            staging, token = self._stage(chain, name, data, self._current(chain, name))",
+        "        with self._undone_on_failure(directory), self._locked((directory, True)) as (chain,):\n            staging, token = self._stage(chain, name, data, self._current(chain, name))",
+        "        with self._undone_on_failure(directory), open_chain(self.root, directory, True) as chain:\n            staging, token = self._stage(chain, name, data, self._current(chain, name))",
         "write publishes without the directory lock (rename is atomic, so it looks safe): a racing CAS overwrites it",
         targets=LOCAL,
     ),

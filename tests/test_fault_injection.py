@@ -70,3 +70,29 @@ def test_plans_are_validated_and_not_nested() -> None:
         injected(FaultPlan(FaultKind.BROKEN)),
     ):
         pass
+
+
+@pytest.mark.parametrize("operation", ["write", "write_if_absent", "write_if_match"])
+def test_a_failed_local_write_leaves_nothing_on_disk(tmp_path: Path, operation: str) -> None:
+    """Whatever step of a local write fails, nothing it made stays on disk: no staging file, no directory
+    it created (readers could not see them, but the disk could fill up with them)."""
+    adapter = open_adapter(f"file://{tmp_path}")
+    token = adapter.write("keep", b"x")
+    calls = {
+        "write": lambda: adapter.write("new/dir/k", b"v"),
+        "write_if_absent": lambda: adapter.write_if_absent("new/dir/k", b"v"),
+        "write_if_match": lambda: adapter.write_if_match("keep", b"v", token),
+    }
+    recorder = FaultPlan(FaultKind.BROKEN, skip=1000)
+    with injected(recorder):
+        calls[operation]()
+    adapter.delete("new/dir/k")
+    token = adapter.write("keep", b"x")
+    for step, point in enumerate(recorder.passed):
+        if point in ("fsync", "unlink", "rmdir"):
+            continue  # after the publish (the effect stays) or a failed cleanup itself
+        with injected(FaultPlan(FaultKind.BROKEN, skip=step)), pytest.raises(StorageError):
+            calls[operation]()
+        left = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
+        assert left == ["keep"], (step, point, left)
+        assert adapter.read_bytes("keep") == b"x"
