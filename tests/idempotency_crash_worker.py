@@ -49,8 +49,13 @@ def open_engine(adapter: Any) -> Engine:
 
 
 def committed_keys(engine: Engine) -> list[str | None]:
-    """Idempotency keys of every data commit in the engine's history (table creation excluded)."""
-    return [record.idempotency_key for record in engine.history() if record.mode != "create"]
+    """Idempotency keys of every data commit in the engine's history (table creation excluded), without
+    the reservation's creation time that ``commit_key`` appends ("realm/key")."""
+    return [
+        None if record.idempotency_key is None else record.idempotency_key.rsplit("@", 1)[0]
+        for record in engine.history()
+        if record.mode != "create"
+    ]
 
 
 def describe_commit(commit: Any) -> HandlerResult:

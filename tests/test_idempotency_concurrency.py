@@ -29,6 +29,7 @@ from storage_adapter.idempotency import (
     run_idempotent,
 )
 from storage_adapter.idempotency.engine_reconciler import EngineReconciler
+from storage_adapter.idempotency.handler import commit_key
 
 THREADS = 8
 PROCESSES = 4
@@ -131,7 +132,9 @@ def test_slow_owner_is_fenced_and_the_effect_happens_once(adapter: Any, stalls: 
     successor = run_idempotent(
         successor_store, commit_request(key), committing_handler(engine), reconciler=reconciler
     )
-    landed = engine.find_commit(f"tenant-a/{key}")
+    reservation = successor_store.load("tenant-a", key)
+    assert reservation is not None
+    landed = engine.find_commit(commit_key(reservation.record))
     assert landed is not None and (successor.status, successor.summary) == (201, {"version": landed.version})
     assert successor.replayed is (stalls == "after_commit")  # reconciled APPLIED vs NOT_APPLIED and ran
     settled = successor_store.load("tenant-a", key)

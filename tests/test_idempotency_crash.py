@@ -88,7 +88,8 @@ def test_kill_9_of_the_owner_converges_to_one_commit(adapter: Any, point: str, t
 
     first = run_commit(store, engine, key)
     assert committed_keys(engine) == [f"tenant-a/{key}"]  # exactly one applied commit
-    landed = engine.find_commit(f"tenant-a/{key}")
+    (record,) = [r for r in engine.history() if r.mode != "create"]
+    landed = engine.find_commit(record.idempotency_key)
     assert landed is not None and (first.status, first.summary) == (201, {"version": landed.version})
     assert first.replayed is replayed
     second = run_commit(store, engine, key)

@@ -22,6 +22,7 @@ from idempotency_crash_worker import (
 
 from contract_tests.counting import CountingAdapter
 from storage_adapter import open_adapter
+from storage_adapter.engine import EngineSettings
 from storage_adapter.errors import BackendUnavailableError
 from storage_adapter.idempotency import (
     ByOperation,
@@ -295,6 +296,8 @@ def test_reconcilers_by_operation_never_guess(adapter: Any) -> None:
 
 class UnreachableEngine:
     """The engine's side of reconciliation when its storage is down."""
+
+    settings = EngineSettings()
 
     def heal(self) -> None:
         raise BackendUnavailableError("engine storage down", key="manifest")

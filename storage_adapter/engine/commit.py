@@ -2,13 +2,16 @@
 
 0. replay: a commit with the same idempotency key already landed → return it, write nothing;
 1. Phase A, :meth:`~CommitOperation._write_sidecar`: the recovery sidecar names every pin the commit
-   will move, before any table head advances (a failure here leaves nothing behind);
+   will move, before any table head advances (a failure here leaves nothing behind); then, with an
+   idempotency key, :meth:`~CommitOperation._claim_key` claims it in the key ledger (key_ledger.py): the
+   one de-duplication rule of every publish. A key another operation holds is waited for until that one
+   is published (replay) or released (claim again);
 2. Phase B, :meth:`~CommitOperation._write_table_versions`: one new table version per table, at the first
    free number at or above the sidecar's pin;
 3. Phase C, :meth:`~CommitOperation._publish`: one manifest compare-and-swap moves every pin together
    with the commit record; the commit is now visible and durable;
-4. Phase D, :meth:`~CommitOperation._finish`: delete the sidecar (a failure only leaves work for the
-   next heal);
+4. Phase D, :meth:`~CommitOperation._finish`: mark the key's ledger entry published, then delete the
+   sidecar (a failure only leaves work for the next heal, which does both);
 5. on a lost publish, :meth:`~CommitOperation._after_lost_publish`: landed by a healer → done; same key
    landed → replay; conflict → undo and raise; else re-base the moved tables and go to 2 after a
    jittered backoff (bounded by ``CommitPolicy.max_attempts``).
@@ -29,11 +32,26 @@ from dataclasses import dataclass, replace
 from ulid import ULID
 
 from storage_adapter.engine import codec, layout
-from storage_adapter.engine.errors import CommitConflictError, CommitRetriesExhaustedError, TableExistsError
+from storage_adapter.engine.errors import (
+    CommitConflictError,
+    CommitRetriesExhaustedError,
+    KeyInFlightError,
+    RecoveryInvariantError,
+    TableExistsError,
+)
 from storage_adapter.engine.failpoints import failpoint
+from storage_adapter.engine.key_ledger import KeyLedger, KeyState, check_key, entry_key
 from storage_adapter.engine.manifest import CommitRecord, ManifestState, ManifestStore, TableChange
 from storage_adapter.engine.recovery import Recovery
-from storage_adapter.engine.sidecar import HOST, LIVE, LeaseKeeper, Sidecar, SidecarPin, SidecarStore
+from storage_adapter.engine.sidecar import (
+    HOST,
+    LIVE,
+    LeaseKeeper,
+    Sidecar,
+    SidecarPin,
+    SidecarStore,
+    writer_alive,
+)
 from storage_adapter.engine.tables import TableVersion, TableVersionStore
 from storage_adapter.protocol import StorageAdapter
 
@@ -93,12 +111,15 @@ class CommitOperation:
         self._sidecars = SidecarStore(adapter)
         self._recovery = recovery
         self._keeper = LeaseKeeper(self._sidecars, policy.lease_s)
+        self._ledger = KeyLedger(adapter)
+        self._key: str | None = None
         self.operation_id = str(ULID())
 
     def run(self, state: ManifestState, writes: dict[str, TableWrite], mode: str, *,
             expected_version: int | None, idempotency_key: str | None, actor: str | None) -> Commit:  # fmt: skip
         """Commit ``writes`` on top of ``state``. The caller validated tables and schemas against it."""
         if idempotency_key is not None:
+            self._key = check_key(idempotency_key)
             landed = state.manifest.record_for_key(idempotency_key)
             if landed is not None:
                 return Commit(landed.version, landed, 0, replayed=True)
@@ -113,6 +134,8 @@ class CommitOperation:
              expected_version: int | None, idempotency_key: str | None, actor: str | None) -> Commit:  # fmt: skip
         bases = {name: _pin(state, name) for name in writes}
         self._write_sidecar(state, writes, mode, bases, idempotency_key, actor)  # Phase A
+        if idempotency_key is not None and (replayed := self._claim_key(idempotency_key)) is not None:
+            return replayed
         written: dict[str, TableVersion] = {}
         for attempt in range(1, self._policy.max_attempts + 1):
             self._write_table_versions(writes, mode, bases, written)  # Phase B
@@ -169,6 +192,57 @@ class CommitOperation:
             )
         )  # fmt: skip  (a failure here raises with nothing advanced)
         failpoint("commit.after_sidecar")
+
+    def _claim_key(self, key: str) -> Commit | None:
+        """Phase A, second step: hold ``key`` in the ledger (None), or the replay of the commit that
+        carries it. While another operation holds it unpublished, wait for its fate: its writer finishing,
+        or (once it is dead) heal resolving it. KeyInFlightError when it is still undecided after twice the
+        lease. Our sidecar goes with every exit that is not a claim (nothing else of ours exists yet)."""
+        give_up_at = time.monotonic() + 2 * self._policy.lease_s
+        delay = self._policy.backoff_s
+        try:
+            while True:
+                holder = self._ledger.claim(key, self.operation_id)
+                failpoint("commit.after_key_claim")
+                if holder is None:
+                    return None
+                if holder.entry.state is KeyState.PUBLISHED:
+                    assert holder.entry.record is not None
+                    self._sidecars.delete(self.operation_id)
+                    return Commit(holder.entry.record.version, holder.entry.record, 0, replayed=True)
+                pending = self._sidecars.read(layout.sidecar_key(holder.entry.operation_id))
+                if pending is None:
+                    if self._ledger.read(key) == holder:  # not resolved in between: nobody can publish it
+                        raise RecoveryInvariantError(
+                            f"{entry_key(key)}: key {key!r} is claimed by operation {holder.entry.operation_id}, "
+                            "which has no recovery sidecar (the ledger was changed outside the engine); left "
+                            "in place for inspection",
+                            key=entry_key(key),
+                        )
+                    continue
+                if not writer_alive(pending, self._root):
+                    self._recovery.heal()
+                    continue
+                if time.monotonic() + delay > give_up_at:
+                    raise KeyInFlightError(
+                        f"idempotency key {key!r} is held by commit {holder.entry.operation_id}, whose writer "
+                        f"is still working after {2 * self._policy.lease_s:g} s; nothing of this commit is "
+                        "visible: retry later",
+                        key=entry_key(key),
+                    )
+                time.sleep(delay)
+                delay = min(2 * delay, self._policy.backoff_cap_s)
+                self._sidecar = self._keeper.renew_if_due(self._sidecar)
+        except BaseException:
+            self._discard_own_sidecar()
+            raise
+
+    def _discard_own_sidecar(self) -> None:
+        try:
+            self._sidecars.delete(self.operation_id)
+        except Exception as exc:  # nothing advanced: heal discards it as an orphan
+            log.warning("could not delete the sidecar of commit %s (%s); the next heal discards it",
+                        self.operation_id, exc)  # fmt: skip
 
     def _write_table_versions(self, writes: dict[str, TableWrite], mode: str, bases: dict[str, int | None],
                               written: dict[str, TableVersion]) -> None:  # fmt: skip
@@ -259,6 +333,9 @@ class CommitOperation:
         failpoint("commit.after_publish")
         pending = False
         try:  # Phase D: the commit is durable; a failure here only leaves work for the next heal
+            if self._key is not None:
+                self._ledger.publish(self._key, record)  # before the sidecar goes: heal redoes it otherwise
+                failpoint("commit.after_key_publish")
             self._sidecars.delete(self.operation_id)
         except Exception as exc:
             log.warning("commit %s is durable but its sidecar delete failed (%s); the next write's heal "

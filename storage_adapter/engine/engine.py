@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pyarrow as pa
@@ -33,6 +33,7 @@ from storage_adapter.engine.errors import (
     StaleFragmentError,
     TableExistsError,
 )
+from storage_adapter.engine.key_ledger import KeyLedger, KeyState, check_key
 from storage_adapter.engine.manifest import DEFAULT_RETENTION, CommitRecord, ManifestState, ManifestStore
 from storage_adapter.engine.recovery import HealReport, Recovery, recovered_by
 from storage_adapter.engine.snapshot import Snapshot
@@ -53,11 +54,14 @@ from storage_adapter.protocol import StorageAdapter
 
 @dataclass(frozen=True)
 class EngineSettings:
-    """``retention``: commit records (history and idempotency keys) kept in the manifest, set when the
-    root is initialized. ``max_attempts``: publish attempts of a non-conflicting append. ``lease_s``: a
-    writer's sidecar lease. ``grace_s``: vacuum's grace period; commits refuse fragments older than half."""
+    """``retention``: commit records (history) kept in the manifest, set when the root is initialized.
+    ``key_window_s``: how long vacuum keeps an idempotency key's ledger entry after its commit (exact
+    replays and ``find_commit`` for at least that long; keep it above the idempotency records' lifetime).
+    ``max_attempts``: publish attempts of a non-conflicting append. ``lease_s``: a writer's sidecar lease.
+    ``grace_s``: vacuum's grace period; commits refuse fragments older than half."""
 
     retention: int = DEFAULT_RETENTION
+    key_window_s: float = 7 * 24 * 3600.0
     max_attempts: int = 32
     lease_s: float = 30.0
     grace_s: float = 24 * 3600.0
@@ -81,6 +85,7 @@ class Engine:
         self._root = adapter.url
         self._manifests = ManifestStore(adapter)
         self._versions = TableVersionStore(adapter)
+        self._ledger = KeyLedger(adapter)
         self._recovery = Recovery(
             adapter, self._root, recovered_by(actor), settings.max_attempts, self._versions
         )
@@ -179,7 +184,7 @@ class Engine:
         (default ``settings.grace_s``). Heals first; never deletes what a live commit may publish."""
         self.heal()  # vacuum reads the manifest itself, after its listing
         return vacuum(self._adapter, self._versions, self._settings.grace_s if grace_s is None else grace_s,
-                      dry_run)  # fmt: skip
+                      dry_run, key_window_s=self._settings.key_window_s)  # fmt: skip
 
     def heal(self) -> HealReport:
         """Recover pending sidecars of dead writers now (what every write entry point does first)."""
@@ -215,10 +220,14 @@ class Engine:
         return list(self._manifests.load().manifest.commits)
 
     def find_commit(self, idempotency_key: str) -> CommitRecord | None:
-        """The published commit carrying ``idempotency_key``, or None if none of the retained commits
-        carries it. Exact for any attempt that started at or after the manifest's ``history_floor``
-        (see docs/engine.md, retention). One GET."""
-        return self._manifests.load().manifest.record_for_key(idempotency_key)
+        """The visible commit carrying ``idempotency_key``, or None when no commit with it is visible.
+
+        Exact for every key whose ledger entry is kept (``settings.key_window_s`` after its commit; see
+        docs/engine.md, "Idempotency keys"), whatever the manifest's retention: one GET of the key's
+        ledger entry (a second, of the manifest, only for a key no ledger entry names). None also while
+        a commit holding the key is still in flight: a commit with the key waits for that one to land or
+        be rolled back, so it cannot apply twice. ValueError for a key that is not a non-empty str."""
+        return self._landed(None, check_key(idempotency_key))
 
     def audit_log(self) -> list[AuditRecord]:
         return AuditLog(self._adapter).records()
@@ -254,11 +263,19 @@ class Engine:
 
     def _precheck(self, state: ManifestState, tables: Iterable[str], mode: str, expected_version: int | None,
                   idempotency_key: str | None) -> Commit | None:  # fmt: skip
-        if idempotency_key is not None and (landed := state.manifest.record_for_key(idempotency_key)):
+        if idempotency_key is not None and (landed := self._landed(state, check_key(idempotency_key))):
             return Commit(landed.version, landed, 0, replayed=True)
         self._validate(state, tables, mode)
         check_expected_version(state, expected_version)
         return None
+
+    def _landed(self, state: ManifestState | None, key: str) -> CommitRecord | None:
+        """The visible commit carrying ``key``: its published ledger entry, else (a key committed before the
+        ledger existed) the manifest's retained record of it."""
+        entry = self._ledger.read(key)
+        if entry is not None:
+            return entry.entry.record if entry.entry.state is KeyState.PUBLISHED else None
+        return (state or self._manifests.load()).manifest.record_for_key(key)
 
     def _validate(self, state: ManifestState, tables: Any, mode: str) -> None:
         if mode not in MODES:
@@ -272,7 +289,7 @@ class Engine:
     def _commit(self, state: ManifestState, refs: dict[str, tuple[FragmentRef, ...]], mode: str,
                 expected_version: int | None, idempotency_key: str | None, actor: str | None) -> Commit:  # fmt: skip
         self._validate(state, refs.keys(), mode)
-        oldest_allowed = datetime.now(timezone.utc) - timedelta(seconds=self._settings.grace_s / 2)
+        oldest_allowed = datetime.now(UTC) - timedelta(seconds=self._settings.grace_s / 2)
         writes: dict[str, TableWrite] = {}
         for table, table_refs in refs.items():
             schema_text = state.manifest.tables[table].schema

@@ -33,6 +33,11 @@ class CommitRetriesExhaustedError(CommitConflictError):
     """Non-conflicting appends kept losing the manifest race beyond the retry budget. Nothing is visible."""
 
 
+class KeyInFlightError(EngineError):
+    """Another commit holds the idempotency key and its writer is still working: nothing of this commit is
+    visible. Retry later; the retry replays that commit if it lands, or commits if it never does."""
+
+
 class UnknownTableError(EngineError, KeyError):
     """The table is not in the manifest (never created, or not in the snapshot read)."""
 

@@ -35,10 +35,12 @@ SHARED_COUNT_DIR_VAR = "STORAGE_ADAPTER_FAILPOINTS_DIR"
 # Every failpoint the engine hits, in protocol order. Tests iterate this to crash between every step.
 COMMIT_POINTS = (
     "commit.before_sidecar",  # manifest read and validated, nothing written yet (fragments aside)
-    "commit.after_sidecar",  # Phase A done, no head advanced
+    "commit.after_sidecar",  # Phase A's sidecar written, no head advanced
+    "commit.after_key_claim",  # Phase A's key claim answered (claimed, or held by another operation)
     "commit.after_table_version",  # fires after each table version write (Phase B), use @K for the K+1-th
     "commit.before_publish",  # Phase B done
     "commit.after_publish",  # Phase C done: durable, sidecar still present
+    "commit.after_key_publish",  # the key's ledger entry says published; sidecar still present
     "commit.after_sidecar_delete",  # Phase D done
 )
 STORAGE_POINTS = (

@@ -5,6 +5,7 @@ tables/{table}/_versions/{V:020d}.json table version V (immutable; written with 
 tables/{table}/data/{ulid}.parquet     immutable data fragments
 __recovery/{operation_id}.json         recovery sidecars of commits in flight (or crashed)
 __audit/{operation_id}.json            one audit record per recovered operation (write_if_absent)
+__keys/{sha256(key)}.json              the ledger entry of one idempotency key (see key_ledger.py)
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ MANIFEST_KEY = "_manifest.json"
 TABLES_PREFIX = "tables"
 RECOVERY_PREFIX = "__recovery"
 AUDIT_PREFIX = "__audit"
+KEYS_PREFIX = "__keys"
 
 _TABLE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,127}$")
 _VERSION_FILE = re.compile(r"^(\d{20})\.json$")

@@ -34,6 +34,7 @@ from storage_adapter.engine import codec, layout
 from storage_adapter.engine.audit import AuditLog, AuditRecord, RecoveryOutcome
 from storage_adapter.engine.errors import RecoveryInvariantError
 from storage_adapter.engine.failpoints import failpoint
+from storage_adapter.engine.key_ledger import KeyLedger
 from storage_adapter.engine.manifest import CommitRecord, Manifest, ManifestStore, TableChange
 from storage_adapter.engine.sidecar import HOST, LIVE, Sidecar, SidecarStore, writer_alive
 from storage_adapter.engine.tables import TableVersion, TableVersionStore
@@ -99,6 +100,7 @@ class Recovery:
         self._versions = versions
         self._sidecars = SidecarStore(adapter)
         self._audit = AuditLog(adapter)
+        self._ledger = KeyLedger(adapter)
 
     # -- heal -----------------------------------------------------------------------------------------
     def heal(self) -> HealReport:
@@ -148,19 +150,23 @@ class Recovery:
                     f"{sidecar.key}: invariant violation, refusing to recover: {bad}; sidecar kept",
                     key=sidecar.key,
                 )
+            if found.decision is Decision.ROLL_FORWARD and not self._holds_key(sidecar):
+                found = replace(found, decision=Decision.ROLL_BACK)  # another commit carries the key
             if found.decision is Decision.ROLL_FORWARD:
+                sidecar = replace(sidecar, manifest_version=state.manifest.version, rolling_forward=True)
+                self._sidecars.write(sidecar)  # who publishes, and over which version: for a later heal
                 record = self._roll_forward_record(sidecar, state.manifest)
                 schemas = {t: p.schema for t, p in sidecar.tables.items() if p.schema is not None}
                 if self._manifests.publish(state, state.manifest.advance(record, schemas)) is None:
                     continue  # the manifest moved: classify again against the new one
                 failpoint("recovery.after_roll_forward_publish")
-                return self._finish(sidecar, RecoveryOutcome.ROLLED_FORWARD, _moves(record))
+                return self._finish(sidecar, RecoveryOutcome.ROLLED_FORWARD, _moves(record), record)
             if found.decision is Decision.COMPLETED:
                 assert found.landed is not None
                 outcome = (
                     RecoveryOutcome.ROLLED_FORWARD if found.landed.recovered else RecoveryOutcome.COMPLETED
                 )
-                return self._finish(sidecar, outcome, _moves(found.landed))
+                return self._finish(sidecar, outcome, _moves(found.landed), found.landed)
             if found.decision is Decision.DISCARD_ORPHAN:
                 moves = {t.table: _pair(t.manifest_pin, t.manifest_pin) for t in found.tables}
                 return self._finish(sidecar, RecoveryOutcome.ORPHAN_DISCARDED, moves)
@@ -220,25 +226,48 @@ class Recovery:
         """The manifest record of the operation if it was published, else None, exactly.
 
         The retained history answers whenever it reaches back to the writer's base version; past that
-        (a sidecar older than the retention window), each table's published chain is walked instead.
+        (a sidecar older than the retention window), each table's published chain is walked instead, and
+        the record is rebuilt from the sidecar: every table the operation published, the version it
+        published (one above the manifest the sidecar names: writers and roll-forwards rewrite it before
+        each publish), who published it (``rolling_forward``), and the time of this recovery.
         """
         record = manifest.record_for_operation(sidecar.operation_id)
         if record is not None or sidecar.manifest_version >= manifest.history_floor:
             return record
-        for name, pin in sidecar.tables.items():
-            entry = manifest.tables.get(name)
-            if entry is None:
-                continue
-            version: int | None = entry.version
-            floor = ABSENT if pin.expected_version is None else pin.expected_version
-            while version is not None and version > floor:
-                content = self._versions.read(name, version)
-                if content.operation_id == sidecar.operation_id:
-                    change = TableChange(name, pin.expected_version, version)
-                    return CommitRecord(manifest.version, "", sidecar.actor, sidecar.operation_id,
-                                        sidecar.idempotency_key, sidecar.mode, False, (change,))  # fmt: skip
-                version = content.base_version
+        changes = [
+            TableChange(name, pin.expected_version, version)
+            for name, pin in sorted(sidecar.tables.items())
+            if (version := self._published_version(sidecar, name, manifest)) is not None
+        ]
+        if not changes:
+            return None
+        return CommitRecord(sidecar.manifest_version + 1, codec.now_iso(), sidecar.actor, sidecar.operation_id,
+                            sidecar.idempotency_key, sidecar.mode, sidecar.rolling_forward,
+                            tuple(changes))  # fmt: skip
+
+    def _published_version(self, sidecar: Sidecar, table: str, manifest: Manifest) -> int | None:
+        """The version of ``table`` the operation published, found on the table's published chain."""
+        entry = manifest.tables.get(table)
+        pin = sidecar.tables[table]
+        version: int | None = None if entry is None else entry.version
+        floor = ABSENT if pin.expected_version is None else pin.expected_version
+        while version is not None and version > floor:
+            content = self._versions.read(table, version)
+            if content.operation_id == sidecar.operation_id:
+                return version
+            version = content.base_version
         return None
+
+    def _holds_key(self, sidecar: Sidecar) -> bool:
+        """Whether the operation may publish its idempotency key: it holds the key's ledger entry (claimed
+        now if nobody does, as for a sidecar written before the ledger existed). A key held by another
+        operation means a retry of the request owns it: rolling this one forward would apply it twice."""
+        if sidecar.idempotency_key is None:
+            return True
+        holder = self._ledger.read(sidecar.idempotency_key)
+        if holder is None:
+            holder = self._ledger.claim(sidecar.idempotency_key, sidecar.operation_id)
+        return holder is None or holder.entry.operation_id == sidecar.operation_id
 
     # -- actions --------------------------------------------------------------------------------------
     def _roll_forward_record(self, sidecar: Sidecar, manifest: Manifest) -> CommitRecord:
@@ -257,6 +286,9 @@ class Recovery:
                 moves[table.table] = _pair(table.manifest_pin, table.manifest_pin)
                 continue
             ours = self._versions.read(table.table, table.head)
+            if ours.kind == "restore":  # restored by an earlier run of this roll-back that did not finish
+                moves[table.table] = (table.head, table.head)
+                continue
             restored = self._versions.write_next(
                 partial(self._restore_content, table, ours, sidecar),
                 table.table,
@@ -274,8 +306,17 @@ class Recovery:
         return TableVersion(table.table, number, table.manifest_pin, sidecar.operation_id, "restore",
                             pinned.schema, pinned.fragments)  # fmt: skip
 
-    def _finish(self, sidecar: Sidecar, outcome: RecoveryOutcome,
-                moves: dict[str, tuple[int | None, int | None]]) -> AuditRecord:  # fmt: skip
+    def _finish(self, sidecar: Sidecar, outcome: RecoveryOutcome, moves: dict[str, tuple[int | None, int | None]],
+                published: CommitRecord | None = None) -> AuditRecord:  # fmt: skip
+        """Settle the key's ledger entry (published with ``published``, or released when the commit will
+        never be visible), audit once, then delete the sidecar: in this order, so a crash anywhere leaves the
+        sidecar for the next heal to redo it all."""
+        if sidecar.idempotency_key is not None:
+            if published is not None:
+                self._holds_key(sidecar)  # a sidecar from before the ledger: claim, then publish
+                self._ledger.publish(sidecar.idempotency_key, published)
+            else:
+                self._ledger.release(sidecar.idempotency_key, sidecar.operation_id)
         record = AuditRecord(sidecar.operation_id, outcome, moves, codec.now_iso(), self._recovered_by)
         if not self._audit.record_once(record):
             log.info("recovery of %s was already audited (an earlier attempt crashed after its audit)",

@@ -19,7 +19,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from storage_adapter.engine import codec, layout
 from storage_adapter.engine.errors import CorruptSidecarError
@@ -54,6 +54,9 @@ class Sidecar:
     mode: str
     idempotency_key: str | None
     tables: dict[str, SidecarPin] = field(default_factory=dict)
+    # Set by a recovery about to roll the commit forward (with ``manifest_version`` the manifest it
+    # publishes over), so the next heal knows who published it even after its record left the history.
+    rolling_forward: bool = False
 
     @property
     def key(self) -> str:
@@ -64,7 +67,7 @@ class Sidecar:
             "operation_id": self.operation_id, "writer_kind": self.writer_kind, "actor": self.actor,
             "started_at": self.started_at, "lease_expires_at": self.lease_expires_at, "host": self.host,
             "pid": self.pid, "manifest_version": self.manifest_version, "mode": self.mode,
-            "idempotency_key": self.idempotency_key,
+            "idempotency_key": self.idempotency_key, "rolling_forward": self.rolling_forward,
             "tables": {name: {"key": p.key, "expected_version": p.expected_version,
                               "post_commit_pin": p.post_commit_pin, "schema": p.schema}
                        for name, p in self.tables.items()},
@@ -99,6 +102,7 @@ class Sidecar:
                 mode=json_field(doc, "mode", str),
                 idempotency_key=json_field(doc, "idempotency_key", str, optional=True),
                 tables=tables,
+                rolling_forward=json_field(doc, "rolling_forward", bool, optional=True) is True,
             )
         except StoredJSONError as exc:
             raise codec.malformed(key, CorruptSidecarError, exc) from exc
@@ -116,7 +120,7 @@ class Sidecar:
 
 
 def lease_deadline(lease_s: float) -> str:
-    return (datetime.now(timezone.utc) + timedelta(seconds=lease_s)).isoformat(timespec="microseconds")
+    return (datetime.now(UTC) + timedelta(seconds=lease_s)).isoformat(timespec="microseconds")
 
 
 class LiveOperations:
@@ -173,7 +177,7 @@ def writer_alive(sidecar: Sidecar, root: str) -> bool:
         return LIVE.is_live(root, sidecar.operation_id)
     if sidecar.host == HOST and not _pid_running(sidecar.pid):
         return False
-    return not sidecar.lease_expired(datetime.now(timezone.utc))
+    return not sidecar.lease_expired(datetime.now(UTC))
 
 
 class SidecarStore:

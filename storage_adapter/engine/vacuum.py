@@ -6,14 +6,18 @@ in flight or awaiting recovery). A file is deleted only if nothing retained refe
 than the grace period. The listing is taken before the manifest is read, so a file written after the
 listing is never a candidate; commits refuse fragments older than half the grace period, so no commit
 can publish a reference to a fragment vacuum may consider (see docs/engine.md, "grace rule").
+
+Key ledger entries (key_ledger.py) are kept for the key window: vacuum deletes a published entry once it
+is older than that (an entry still claimed belongs to a commit in flight and is never a candidate).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from storage_adapter.engine import layout
+from storage_adapter.engine.key_ledger import KeyEntry, KeyState
 from storage_adapter.engine.manifest import Manifest, ManifestStore
 from storage_adapter.engine.tables import TableVersionStore
 from storage_adapter.protocol import StorageAdapter
@@ -27,6 +31,7 @@ class VacuumReport:
     kept_young: int
     dry_run: bool
     staging_removed: int = 0  # crash leftovers the adapter reclaimed (local staging files), same grace
+    keys_expired: int = 0  # published key ledger entries older than the key window, deleted
 
 
 def retained_versions(manifest: Manifest) -> set[tuple[str, int]]:
@@ -54,20 +59,22 @@ def _parse(key: str) -> tuple[str, str, int | None] | None:
 
 
 def _age_cutoff(grace_s: float) -> datetime:
-    return datetime.now(timezone.utc) - timedelta(seconds=grace_s)
+    return datetime.now(UTC) - timedelta(seconds=grace_s)
 
 
 def _older(info: ObjectInfo, cutoff: datetime) -> bool:
     modified = info.last_modified
     if modified.tzinfo is None:
-        modified = modified.replace(tzinfo=timezone.utc)
+        modified = modified.replace(tzinfo=UTC)
     return modified < cutoff
 
 
 def vacuum(
-    adapter: StorageAdapter, versions: TableVersionStore, grace_s: float, dry_run: bool = False
-) -> VacuumReport:
-    """Delete unreferenced table files older than ``grace_s``. The caller has healed pending sidecars."""
+    adapter: StorageAdapter, versions: TableVersionStore, grace_s: float, dry_run: bool = False,
+    key_window_s: float | None = None,
+) -> VacuumReport:  # fmt: skip
+    """Delete unreferenced table files older than ``grace_s`` and, with ``key_window_s``, published key
+    ledger entries older than that. The caller has healed pending sidecars."""
     listing = [(info, parsed) for info in adapter.list(layout.TABLES_PREFIX) if (parsed := _parse(info.key))]
     manifest = ManifestStore(adapter).load().manifest
     cutoff = _age_cutoff(grace_s)
@@ -89,9 +96,25 @@ def vacuum(
             kept_young += 1
         else:
             deleted.append(info.key)
-    staging_removed = 0
+    staging_removed = keys_expired = 0
     if not dry_run:
         for key in deleted:
             adapter.delete(key)
         staging_removed = adapter.remove_orphans(min_age_s=grace_s)
-    return VacuumReport(tuple(deleted), kept_referenced, kept_young, dry_run, staging_removed)
+        if key_window_s is not None:
+            keys_expired = _expire_keys(adapter, _age_cutoff(key_window_s))
+    return VacuumReport(tuple(deleted), kept_referenced, kept_young, dry_run, staging_removed, keys_expired)
+
+
+def _expire_keys(adapter: StorageAdapter, cutoff: datetime) -> int:
+    """Delete published ledger entries last written before ``cutoff``. A published entry never changes
+    again, so reading it and then deleting it races with nothing."""
+    expired = 0
+    for info in adapter.list(layout.KEYS_PREFIX):
+        if not _older(info, cutoff):
+            continue
+        raw = adapter.read_if_exists(info.key)
+        if raw is not None and KeyEntry.decode(raw, info.key).state is KeyState.PUBLISHED:
+            adapter.delete(info.key)
+            expired += 1
+    return expired

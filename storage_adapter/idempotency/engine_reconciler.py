@@ -13,6 +13,7 @@ a key instead of publishing again (it checks on every publish attempt). Handlers
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from storage_adapter.idempotency.handler import commit_key
@@ -22,7 +23,11 @@ from storage_adapter.idempotency.responses import HandlerResult
 
 
 class CommitFinder(Protocol):
-    """The part of the engine reconciliation needs."""
+    """The part of the engine reconciliation needs (``settings.key_window_s``: how long it answers
+    ``find_commit`` exactly)."""
+
+    @property
+    def settings(self) -> Any: ...
 
     def heal(self) -> Any: ...
 
@@ -38,10 +43,19 @@ class EngineReconciler:
         self.describe = describe
 
     def reconcile(self, record: IdempotencyRecord) -> Reconciliation:
-        """APPLIED(describe(commit)) or NOT_APPLIED. Raises BackendUnavailableError when the engine's storage
-        is unavailable (the handler answers 503; a later retry reconciles again)."""
+        """APPLIED(describe(commit)) or NOT_APPLIED; AMBIGUOUS for a record older than the engine's key
+        window (its ledger entry may be gone: "not found" would not mean "not applied"). Raises
+        BackendUnavailableError when the engine's storage is unavailable (the handler answers 503; a later
+        retry reconciles again)."""
+        age = datetime.now(UTC) - record.created_at
+        if age > timedelta(seconds=self.engine.settings.key_window_s):
+            return Reconciliation(
+                ReconcileVerdict.AMBIGUOUS,
+                reason=f"the request is {age} old, past the engine's key window "
+                f"({self.engine.settings.key_window_s:g} s): whether it applied cannot be proven",
+            )
         self.engine.heal()
-        found = self.engine.find_commit(commit_key(record.realm, record.key))
+        found = self.engine.find_commit(commit_key(record))
         if found is None:
             return Reconciliation(ReconcileVerdict.NOT_APPLIED)
         return Reconciliation(ReconcileVerdict.APPLIED, self.describe(found))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC
 from typing import Any
 
 from storage_adapter.idempotency.deadline import translate_unavailable
@@ -77,7 +78,7 @@ class OwnerContext:
 
     @property
     def commit_key(self) -> str:
-        return commit_key(self.request.realm, self.keeper.owned.record.key)
+        return commit_key(self.keeper.owned.record)
 
     @property
     def lost(self) -> bool:
@@ -87,9 +88,13 @@ class OwnerContext:
 Handler = Callable[[OwnerContext], HandlerResult]
 
 
-def commit_key(realm: str, key: str) -> str:
-    """The key an engine records with the effect: bound to the realm, so realms never match each other's."""
-    return f"{realm}/{key}"
+def commit_key(record: IdempotencyRecord) -> str:
+    """The key an engine records with the effect of ``record``'s request: bound to the realm, so realms
+    never match each other's, and to the reservation's creation time, which every retry, takeover and
+    re-reservation of a cancelled attempt keeps, while a key reused after its record was purged gets a
+    new one: a new request is never answered by an old request's effect."""
+    created = record.created_at.astimezone(UTC).isoformat(timespec="microseconds")
+    return f"{record.realm}/{record.key}@{created}"
 
 
 def run_idempotent(

@@ -1,0 +1,238 @@
+"""Issue 16's engine-side holes, each reproduced with the public API on every backend (memory, local,
+SeaweedFS): a key applied twice once its record left the manifest's retention window (1), a roll-forward
+publishing a key another commit already carries (3), a purged idempotency key answering a new request
+with an old effect (6), and the recovery siblings (a re-run roll-back, a multi-table roll-forward's audit,
+a roll-forward re-audited as completed).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pyarrow as pa
+import pytest
+
+from storage_adapter.engine import Engine, EngineSettings, RecoveryOutcome
+from storage_adapter.engine import failpoints as fp
+from storage_adapter.engine.errors import CorruptMetadataError, KeyInFlightError
+from storage_adapter.engine.failpoints import InjectedFault, SimulatedCrash
+from storage_adapter.engine.layout import sidecar_key
+from storage_adapter.engine.sidecar import Sidecar
+from storage_adapter.idempotency import (
+    HandlerResult,
+    IdempotencyStore,
+    IdempotentRequest,
+    run_idempotent,
+)
+from storage_adapter.idempotency.engine_reconciler import EngineReconciler
+
+SCHEMA = pa.schema([("id", pa.int64())])
+RETENTION = 4
+
+
+def rows(*ids: int) -> pa.Table:
+    return pa.table({"id": list(ids)}, schema=SCHEMA)
+
+
+def ids(engine: Engine, table: str) -> list[int]:
+    return sorted(engine.read(table).column("id").to_pylist())
+
+
+@pytest.fixture
+def engine(adapter):
+    fp.disarm()
+    eng = Engine.open(adapter.child("engine"), actor="once", settings=EngineSettings(retention=RETENTION))
+    eng.create_table("a", SCHEMA)
+    eng.create_table("b", SCHEMA)
+    yield eng
+    fp.disarm()
+
+
+def crash_at(engine: Engine, point: str, data: dict[str, pa.Table], key: str) -> None:
+    with fp.armed(point, "crash"), pytest.raises(SimulatedCrash):
+        engine.commit(data, idempotency_key=key)
+
+
+def as_if_elsewhere(engine: Engine, lease_s: float) -> None:
+    """Make the only pending sidecar look like a writer on another host whose lease runs ``lease_s`` more:
+    what a writer in another process that died (or stalled) leaves behind."""
+    (info,) = engine.adapter.list("__recovery")
+    sidecar = Sidecar.decode(engine.adapter.read_bytes(info.key), info.key)
+    lease = (datetime.now(UTC) + timedelta(seconds=lease_s)).isoformat()
+    moved = dataclasses.replace(sidecar, host="elsewhere.invalid", pid=1, lease_expires_at=lease)
+    engine.adapter.write(sidecar_key(sidecar.operation_id), moved.encode())
+
+
+# -- hole 1: the key window is not the manifest's retention ------------------------------------------------
+def test_a_key_is_found_and_replayed_after_it_left_the_retained_history(engine: Engine) -> None:
+    first = engine.commit({"a": rows(1)}, idempotency_key="realm/k1")
+    for n in range(3 * RETENTION):
+        engine.commit({"b": rows(100 + n)})
+    assert all(r.idempotency_key != "realm/k1" for r in engine.history())  # out of the manifest's window
+    found = engine.find_commit("realm/k1")
+    assert found is not None and found.version == first.version
+    again = engine.commit({"a": rows(1)}, idempotency_key="realm/k1")
+    assert again.replayed and again.version == first.version
+    assert ids(engine, "a") == [1]
+
+
+def test_a_stale_owner_past_retention_is_reconciled_as_applied_not_run_twice(engine: Engine) -> None:
+    store = IdempotencyStore(engine.adapter.child("idem"))
+    calls: list[int] = []
+
+    def handler(ctx):
+        calls.append(1)
+        commit = engine.commit({"a": rows(7)}, idempotency_key=ctx.commit_key)
+        for n in range(3 * RETENTION):  # the world moves on before this owner can finalize
+            engine.commit({"b": rows(200 + n)})
+        raise SimulatedCrash(f"owner dies after commit {commit.version}, before finalize")
+
+    request = IdempotentRequest("t1", str(uuid.uuid4()), "append", "a", {"row": 7})
+    with pytest.raises(SimulatedCrash):
+        run_idempotent(store, request, handler)
+    reconciler = EngineReconciler(engine, lambda c: HandlerResult(201, {"version": c.version}))
+    answer = run_idempotent(store, request, handler, reconciler=reconciler)
+    assert answer.status == 201 and ids(engine, "a") == [7] and len(calls) == 1, (answer, calls)
+
+
+# -- hole 3: one de-duplication rule for every publish ---------------------------------------------------
+def test_a_roll_forward_never_publishes_a_key_that_already_landed(engine: Engine) -> None:
+    crash_at(engine, "commit.before_publish", {"a": rows(1)}, "realm/k3")
+    as_if_elsewhere(engine, lease_s=2)  # a writer elsewhere, dead or slow: heal leaves it alone meanwhile
+    retry = engine.commit({"b": rows(2)}, idempotency_key="realm/k3")
+    recovered_everything = Engine.open(engine.adapter, actor="healer",
+                                       settings=EngineSettings(retention=RETENTION, lease_s=30))  # fmt: skip
+    as_if_elsewhere(engine, lease_s=-1) if engine.adapter.list("__recovery") else None
+    recovered_everything.heal()
+    carrying = [r for r in engine.history() if r.idempotency_key == "realm/k3"]
+    assert len(carrying) == 1, carrying
+    assert (ids(engine, "a"), ids(engine, "b")) in (([1], []), ([], [2])), "exactly one effect"
+    assert engine.find_commit("realm/k3").version == carrying[0].version
+    assert retry.record.operation_id == carrying[0].operation_id  # the retry answers with the one effect
+
+
+# -- hole 6: a purged key is new again in the engine too --------------------------------------------------
+def test_a_purged_key_reused_by_a_new_request_writes_its_rows(engine: Engine) -> None:
+    store = IdempotencyStore(
+        engine.adapter.child("idem"), lifetime=timedelta(seconds=2), lease=timedelta(seconds=1)
+    )
+    reconciler = EngineReconciler(engine, lambda c: HandlerResult(201, {"version": c.version}))
+
+    def handler_for(value: int):
+        def handler(ctx):
+            commit = engine.commit({"a": rows(value)}, idempotency_key=ctx.commit_key)
+            return HandlerResult(201, {"version": commit.version, "replayed": commit.replayed})
+
+        return handler
+
+    key = str(uuid.uuid4())
+    first = run_idempotent(store, IdempotentRequest("t1", key, "append", "a", {"v": 1}), handler_for(1),
+                           reconciler=reconciler)  # fmt: skip
+    assert first.status == 201
+    assert store.purge_expired(datetime.now(UTC) + timedelta(seconds=10)) >= 1
+    second = run_idempotent(store, IdempotentRequest("t1", key, "append", "a", {"v": 2}), handler_for(2),
+                            reconciler=reconciler)  # fmt: skip
+    assert second.status == 201 and not second.summary["replayed"], second
+    assert ids(engine, "a") == [1, 2]
+
+
+# -- recovery siblings ----------------------------------------------------------------------------------
+def test_a_rolled_back_table_is_not_restored_twice_when_the_roll_back_reruns(engine: Engine) -> None:
+    before = engine.commit({"a": rows(1), "b": rows(1)})
+    with fp.armed("commit.after_table_version", "crash"), pytest.raises(SimulatedCrash):
+        engine.commit({"a": rows(2), "b": rows(2)})  # a's version written, b's not: heal rolls back
+    heads = {t: _head(engine, t) for t in ("a", "b")}
+    with fp.armed("recovery.after_audit", "crash"), pytest.raises(SimulatedCrash):
+        engine.heal()  # the roll-back restored a and audited, then died before deleting its sidecar
+    restored = {t: _head(engine, t) for t in ("a", "b")}
+    engine.heal()  # re-runs the roll-back: a is already restored
+    assert {t: _head(engine, t) for t in ("a", "b")} == restored and restored["a"] == heads["a"] + 1
+    assert (ids(engine, "a"), ids(engine, "b")) == ([1], [1]) and engine.snapshot().version == before.version
+
+
+@pytest.mark.parametrize("publisher", ["writer", "recovery"])
+def test_an_audit_after_the_record_left_the_history_names_every_table_and_who_published(
+    engine: Engine, publisher: str
+) -> None:
+    """The commit (of a and b) was published by its writer, or rolled forward by a recovery whose audit
+    write then failed; its sidecar outlives the record's retention (its writer looked alive elsewhere
+    meanwhile). The audit still names both tables and says who published it."""
+    engine.create_table("c", SCHEMA)
+    if publisher == "writer":
+        crash_at(engine, "commit.after_publish", {"a": rows(5), "b": rows(5)}, "realm/audit")
+    else:
+        crash_at(engine, "commit.before_publish", {"a": rows(5), "b": rows(5)}, "realm/audit")
+        with fp.armed("recovery.audit_write", "error"), pytest.raises(InjectedFault):
+            engine.heal()  # rolled forward; the audit write failed, so the sidecar stays
+    as_if_elsewhere(engine, lease_s=30)
+    for n in range(3 * RETENTION):
+        engine.commit({"c": rows(n)})
+    as_if_elsewhere(engine, lease_s=-1)
+    engine.heal()
+    (audit,) = engine.audit_log()
+    expected = RecoveryOutcome.COMPLETED if publisher == "writer" else RecoveryOutcome.ROLLED_FORWARD
+    assert audit.outcome is expected and set(audit.tables) == {"a", "b"}, audit
+    assert (ids(engine, "a"), ids(engine, "b")) == ([5], [5])
+
+
+def _head(engine: Engine, table: str) -> int:
+    return max(
+        int(info.key.rsplit("/", 1)[-1].removesuffix(".json"))
+        for info in engine.adapter.list(f"tables/{table}/_versions")
+    )
+
+
+# -- the key ledger's own edges --------------------------------------------------------------------------
+def test_a_key_held_by_a_live_writer_is_waited_for_then_refused_with_nothing_visible(adapter) -> None:
+    engine = Engine.open(adapter.child("live"), settings=EngineSettings(lease_s=0.5))
+    engine.create_table("a", SCHEMA)
+    crash_at(engine, "commit.before_publish", {"a": rows(1)}, "realm/held")
+    as_if_elsewhere(engine, lease_s=60)  # its writer elsewhere looks alive for a minute
+    with pytest.raises(KeyInFlightError, match="realm/held"):
+        engine.commit({"a": rows(2)}, idempotency_key="realm/held")
+    assert ids(engine, "a") == [] and engine.find_commit("realm/held") is None
+    assert len(engine.adapter.list("__recovery")) == 1  # the waiter's own sidecar went with it
+
+
+@pytest.mark.parametrize("bad", ["", 7, None.__class__, "k" * 1025])
+def test_a_bad_idempotency_key_is_refused_before_any_io(engine: Engine, bad: object) -> None:
+    before = {info.key for info in engine.adapter.list()}
+    with pytest.raises(ValueError, match="idempotency_key"):
+        engine.commit({"a": rows(1)}, idempotency_key=bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="idempotency_key"):
+        engine.find_commit(bad)  # type: ignore[arg-type]
+    assert {info.key for info in engine.adapter.list()} == before
+
+
+def test_a_corrupt_ledger_entry_is_refused_and_left_in_place(engine: Engine) -> None:
+    engine.commit({"a": rows(1)}, idempotency_key="realm/corrupt")
+    (entry,) = engine.adapter.list("__keys")
+    engine.adapter.write(entry.key, b'{"format": "storage-adapter-engine/key", "format_version": 1}')
+    with pytest.raises(CorruptMetadataError, match=entry.key):
+        engine.find_commit("realm/corrupt")
+    with pytest.raises(CorruptMetadataError, match=entry.key):
+        engine.commit({"a": rows(1)}, idempotency_key="realm/corrupt")
+    assert engine.adapter.read_bytes(entry.key).startswith(b'{"format"') and ids(engine, "a") == [1]
+
+
+def test_vacuum_expires_published_keys_after_the_window_and_the_reconciler_then_says_ambiguous(
+    adapter,
+) -> None:
+    engine = Engine.open(adapter.child("window"), settings=EngineSettings(key_window_s=0.0))
+    engine.create_table("a", SCHEMA)
+    engine.commit({"a": rows(1)}, idempotency_key="realm/old")
+    report = engine.vacuum()
+    assert report.keys_expired == 1 and engine.adapter.list("__keys") == []
+    store = IdempotencyStore(engine.adapter.child("idem"))
+    request = IdempotentRequest("t1", str(uuid.uuid4()), "append", "a", {"row": 1})
+
+    def crash(ctx):
+        raise SimulatedCrash("owner dies")
+
+    with pytest.raises(SimulatedCrash):
+        run_idempotent(store, request, crash)
+    reconciler = EngineReconciler(engine, lambda c: HandlerResult(201, {"version": c.version}))
+    answer = run_idempotent(store, request, crash, reconciler=reconciler)
+    assert answer.status == 500 and "reconcile" in (answer.problem_type or ""), answer
