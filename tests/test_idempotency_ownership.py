@@ -356,3 +356,31 @@ def test_request_counts_of_takeover_and_reconcile(backend: Any) -> None:
     assert response.status == 201
     # reserve (fails) + read; takeover CAS; ownership check (heartbeat CAS) after reconciling; finalize CAS
     assert counting.counts == Counter({"write_if_absent": 1, "read_versioned": 1, "write_if_match": 3})
+
+
+# -- the store failing before anything is owned ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", KINDS, ids=str)
+@pytest.mark.parametrize("method", ["write_if_absent", "read_versioned"])
+def test_store_failure_at_reserve_is_a_defined_outcome(backend: Any, kind: FaultKind, method: str) -> None:
+    key = crashed_owner(backend) if method == "read_versioned" else str(uuid.uuid4())
+    faulty = Faulty(backend)
+    faulty.faults[method] = kind
+    effects = Effects()
+    response = run_idempotent(IdempotencyStore(faulty), request(key), effects.handler(), reconciler=effects)
+    expected = (503, "idempotency_store_unavailable") if kind is FaultKind.UNAVAILABLE else (
+        500, "idempotency_store_failed")  # fmt: skip
+    assert (response.status, response.problem_type) == expected and faulty.fired and not effects.applied
+    retry = run_idempotent(IdempotencyStore(backend), request(key), effects.handler(), reconciler=effects)
+    assert (retry.status, retry.replayed, sum(effects.applied.values())) == (201, False, 1)
+
+
+def test_corrupt_record_is_a_defined_outcome_and_kept(backend: Any) -> None:
+    store = IdempotencyStore(backend)
+    key = str(uuid.uuid4())
+    location = store.location("tenant-a", key)
+    backend.write(location, b"{not a record")
+    response = run_idempotent(store, request(key), Effects().handler())
+    assert (response.status, response.problem_type) == (500, "idempotency_record_corrupt")
+    assert location in response.summary["detail"] and backend.read_bytes(location) == b"{not a record"
