@@ -133,7 +133,7 @@ def test_owner_keeps_its_lease_alive_through_a_slow_reconcile(backend: Any) -> N
             return effects.reconcile(record)
 
     def short_lease() -> IdempotencyStore:
-        return IdempotencyStore(backend, lease=timedelta(seconds=0.6), skew_grace=timedelta(seconds=0.05))
+        return IdempotencyStore(backend, lease=timedelta(seconds=1.5), skew_grace=timedelta(seconds=0.05))
 
     first: list[Any] = []
     owner = threading.Thread(target=lambda: first.append(run_idempotent(
@@ -142,7 +142,7 @@ def test_owner_keeps_its_lease_alive_through_a_slow_reconcile(backend: Any) -> N
     owner.start()
     try:
         assert entered.wait(30)
-        time.sleep(1.0)  # well past the lease the owner took over with
+        time.sleep(2.0)  # well past the lease the owner took over with
         second = run_idempotent(short_lease(), request(key), effects.handler(), reconciler=effects,
                                 policy=QUICK)  # fmt: skip
     finally:
@@ -332,11 +332,11 @@ def test_failing_heartbeats_make_ctx_lost_before_a_successor_can_take_over(
 
 
 def test_lost_is_false_while_heartbeats_succeed(backend: Any) -> None:
-    store = IdempotencyStore(backend, lease=timedelta(seconds=0.5), skew_grace=timedelta(seconds=0.05))
+    store = IdempotencyStore(backend, lease=timedelta(seconds=1.0), skew_grace=timedelta(seconds=0.05))
     seen: list[bool] = []
 
     def wait(ctx: Any) -> None:
-        time.sleep(1.0)
+        time.sleep(1.2)  # past the lease: only heartbeats keep ownership proven
         seen.append(ctx.lost)
 
     effects = Effects()
