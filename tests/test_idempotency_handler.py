@@ -306,7 +306,7 @@ class UnreachableEngine:
         raise AssertionError("not reached")
 
 
-def test_engine_unavailable_during_reconciliation_is_503_and_retried_later(adapter: Any) -> None:
+def test_engine_unavailable_during_reconciliation_is_503_and_released(adapter: Any) -> None:
     key = new_key()
     IdempotencyStore(adapter).reserve(
         "tenant-a", key, operation="commit", resource="t", fingerprint=_fingerprint()
@@ -317,7 +317,11 @@ def test_engine_unavailable_during_reconciliation_is_503_and_retried_later(adapt
     response = run_idempotent(retrier, request(key), handler, reconciler=reconciler)
     assert (response.status, response.problem_type, handler.runs) == (503, "idempotency_store_unavailable", 0)
     stored = retrier.load("tenant-a", key)
-    assert stored is not None and stored.record.status is RecordStatus.IN_PROGRESS  # reconciled again later
+    # Released (issue 16 hole 5c): not IN_PROGRESS under a lease nobody holds, so the next retry does not
+    # wait for it to lapse but takes it at once and reconciles again.
+    assert stored is not None and stored.record.status is RecordStatus.CANCELLED
+    again = run_idempotent(retrier, request(key), handler, reconciler=reconciler)
+    assert (again.status, again.problem_type, handler.runs) == (503, "idempotency_store_unavailable", 0)
 
 
 class Slow:

@@ -310,11 +310,16 @@ class IdempotencyStore:
             )
         return self._transition(owned, settle, lambda record, token: Finalized(record))
 
-    def cancel(self, owned: Owned) -> Transition:
-        """Give the key up (nothing to replay). Cancelled | Finalized | NotFound | LostOwnership."""
+    def cancel(self, owned: Owned, *, error_subtype: str | None = None) -> Transition:
+        """Give the key up (nothing to replay). Cancelled | Finalized | NotFound | LostOwnership.
+
+        ``error_subtype`` is kept on the cancelled record: the request handler marks an attempt whose
+        effect may have happened (``idempotency_outcome_unsettled``) so no retry runs it unreconciled."""
 
         def give_up(record: IdempotencyRecord) -> IdempotencyRecord:
-            return record.next(status=RecordStatus.CANCELLED, finalized_at=self.clock())
+            return record.next(
+                status=RecordStatus.CANCELLED, finalized_at=self.clock(), error_subtype=error_subtype
+            )
 
         return self._transition(owned, give_up, lambda record, token: Cancelled(record))
 
