@@ -9,7 +9,7 @@ history, expected vs actual) as the clause stated it.
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -133,7 +133,7 @@ def to_json(run: ConformanceRun) -> dict[str, Any]:
     """The machine-readable report (format ``storage-adapter-check/1``)."""
     return {
         "format": REPORT_FORMAT,
-        "written_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "written_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "status": run.status.value,
         "not_run": run.not_run or None,
         "conforms": run.conforms,

@@ -20,7 +20,7 @@ import os
 import stat
 from collections.abc import Generator
 from contextlib import closing
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from storage_adapter.config import AdapterConfig
 from storage_adapter.errors import InvalidKeyError, StorageError
@@ -41,7 +41,7 @@ from storage_adapter.local_mutation import (
 from storage_adapter.obstore_backend import Translation
 from storage_adapter.types import ObjectInfo
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def _is_key(key: str) -> bool:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from storage_adapter.config import AdapterConfig, parse_url
@@ -47,7 +47,7 @@ def _timestamp(info: dict[str, Any]) -> datetime:
     value = info.get("LastModified", info.get("mtime", info.get("created")))
     if isinstance(value, datetime):
         return value
-    return datetime.fromtimestamp(float(value or 0), tz=timezone.utc)
+    return datetime.fromtimestamp(float(value or 0), tz=UTC)
 
 
 def _token(info: dict[str, Any]) -> str:

@@ -8,7 +8,7 @@ that could not be read back. Bodies are canonical (sorted keys), so equal conten
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from storage_adapter import stored_json
@@ -45,7 +45,7 @@ def malformed(key: str, error: type[CorruptMetadataError], reason: Exception) ->
 
 
 def now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
+    return datetime.now(UTC).isoformat(timespec="microseconds")
 
 
 def parse_iso(text: str) -> datetime:

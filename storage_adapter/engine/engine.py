@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pyarrow as pa
@@ -272,7 +272,7 @@ class Engine:
     def _commit(self, state: ManifestState, refs: dict[str, tuple[FragmentRef, ...]], mode: str,
                 expected_version: int | None, idempotency_key: str | None, actor: str | None) -> Commit:  # fmt: skip
         self._validate(state, refs.keys(), mode)
-        oldest_allowed = datetime.now(timezone.utc) - timedelta(seconds=self._settings.grace_s / 2)
+        oldest_allowed = datetime.now(UTC) - timedelta(seconds=self._settings.grace_s / 2)
         writes: dict[str, TableWrite] = {}
         for table, table_refs in refs.items():
             schema_text = state.manifest.tables[table].schema

@@ -19,7 +19,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from storage_adapter.engine import codec, layout
 from storage_adapter.engine.errors import CorruptSidecarError
@@ -116,7 +116,7 @@ class Sidecar:
 
 
 def lease_deadline(lease_s: float) -> str:
-    return (datetime.now(timezone.utc) + timedelta(seconds=lease_s)).isoformat(timespec="microseconds")
+    return (datetime.now(UTC) + timedelta(seconds=lease_s)).isoformat(timespec="microseconds")
 
 
 class LiveOperations:
@@ -173,7 +173,7 @@ def writer_alive(sidecar: Sidecar, root: str) -> bool:
         return LIVE.is_live(root, sidecar.operation_id)
     if sidecar.host == HOST and not _pid_running(sidecar.pid):
         return False
-    return not sidecar.lease_expired(datetime.now(timezone.utc))
+    return not sidecar.lease_expired(datetime.now(UTC))
 
 
 class SidecarStore:

@@ -11,7 +11,7 @@ can publish a reference to a fragment vacuum may consider (see docs/engine.md, "
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from storage_adapter.engine import layout
 from storage_adapter.engine.manifest import Manifest, ManifestStore
@@ -54,13 +54,13 @@ def _parse(key: str) -> tuple[str, str, int | None] | None:
 
 
 def _age_cutoff(grace_s: float) -> datetime:
-    return datetime.now(timezone.utc) - timedelta(seconds=grace_s)
+    return datetime.now(UTC) - timedelta(seconds=grace_s)
 
 
 def _older(info: ObjectInfo, cutoff: datetime) -> bool:
     modified = info.last_modified
     if modified.tzinfo is None:
-        modified = modified.replace(tzinfo=timezone.utc)
+        modified = modified.replace(tzinfo=UTC)
     return modified < cutoff
 
 
