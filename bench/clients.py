@@ -26,7 +26,9 @@ OPS = ("get", "put", "write_if_absent", "write_if_match", "list")
 
 @dataclass(frozen=True)
 class Client:
-    """``ops`` maps an operation name to a callable; put/write_if_match return the new token."""
+    """``ops`` maps an operation name to a callable; put, write_if_absent and write_if_match return the
+    new token (write_if_absent and write_if_match: None when the condition failed), as the adapter does,
+    so every client does the same work."""
 
     name: str
     ops: dict[str, Callable[..., Any]]
@@ -56,12 +58,11 @@ def obstore_client(store: Any, prefix: str, supports_update: bool) -> Client:
     def put(key: str, data: bytes) -> str:
         return str(obstore.put(store, path(key), data)["e_tag"])
 
-    def write_if_absent(key: str, data: bytes) -> bool:
+    def write_if_absent(key: str, data: bytes) -> str | None:
         try:
-            obstore.put(store, path(key), data, mode="create")
+            return str(obstore.put(store, path(key), data, mode="create")["e_tag"])
         except obstore.exceptions.AlreadyExistsError:
-            return False
-        return True
+            return None
 
     def write_if_match(key: str, data: bytes, token: str) -> str | None:
         try:
@@ -87,14 +88,13 @@ def boto3_client(s3: Any, bucket: str, prefix: str) -> Client:
     def path(key: str) -> str:
         return f"{prefix}/{key}"
 
-    def write_if_absent(key: str, data: bytes) -> bool:
+    def write_if_absent(key: str, data: bytes) -> str | None:
         try:
-            s3.put_object(Bucket=bucket, Key=path(key), Body=data, IfNoneMatch="*")
+            return str(s3.put_object(Bucket=bucket, Key=path(key), Body=data, IfNoneMatch="*")["ETag"])
         except s3.exceptions.ClientError as exc:
             if exc.response["Error"]["Code"] == "PreconditionFailed":
-                return False
+                return None
             raise
-        return True
 
     def write_if_match(key: str, data: bytes, token: str) -> str | None:
         try:

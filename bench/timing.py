@@ -88,7 +88,7 @@ class _Runner:
             return lambda: ops["put"](self.key, self.payload)
         if self.op == "write_if_absent":
             key = f"bench/{self.tag}/absent-{self.i}"
-            return lambda: self._expect(ops["write_if_absent"](key, self.payload), key)
+            return lambda: self._expect(ops["write_if_absent"](key, self.payload) is not None, key)
         if self.op == "write_if_match":
             body = unique_body(self.payload, self.i)
             return lambda: self._advance(ops["write_if_match"](self.key, body, self.token))

@@ -83,7 +83,9 @@ def _assert_one_winner(adapter: StorageAdapter, run: Runner, racers: int, rounds
         assert adapter.read_bytes(key) == race_tasks.create_body(key, winners[0]), (
             f"{key}: not the winner's body"
         )
-    assert all(a.readback_ok for mine in attempts for a in mine), "a winner could not read its own bytes"
+    assert all(a.readback_ok for mine in attempts for a in mine), (
+        "a winner could not read its own bytes under the token write_if_absent returned"
+    )
 
 
 def _assert_increments_exact(adapter: StorageAdapter, run: Runner, racers: int, increments: int) -> None:
@@ -217,12 +219,37 @@ class AdapterContract(ConcurrencyClauses, FailureClauses, HousekeepingClauses):
 
     # -- write_if_absent ---------------------------------------------------------------------------------------
     def test_write_if_absent_creates_once(self, adapter: StorageAdapter) -> None:
-        """The first write_if_absent creates; a second returns False and changes nothing."""
-        assert adapter.write_if_absent("k", b"first") is True
+        """The first write_if_absent creates; a second returns None (not False) and changes nothing."""
+        assert adapter.write_if_absent("k", b"first") is not None
         before = adapter.read_versioned("k")
-        assert adapter.write_if_absent("k", b"second") is False
+        assert adapter.write_if_absent("k", b"second") is None
         after = adapter.read_versioned("k")
         assert (after.data, after.token) == (b"first", before.token)
+
+    def test_write_if_absent_returns_the_new_token(self, adapter: StorageAdapter) -> None:
+        """A winning write_if_absent returns the token of the bytes it wrote: a non-empty str equal to
+        what read_versioned and list report, and a write_if_match with it succeeds at once."""
+        token = adapter.write_if_absent("d/k", b"first")
+        if not isinstance(token, str) or not token:
+            raise Violation(
+                "a winning write_if_absent returned no token",
+                f"write_if_absent('d/k', b'first') on an absent key -> {token!r}; expected a non-empty str",
+            )
+        versioned = adapter.read_versioned("d/k")
+        listed = {info.key: info.token for info in adapter.list("d")}
+        if (versioned.data, versioned.token, listed.get("d/k")) != (b"first", token, token):
+            raise Violation(
+                "write_if_absent returned a token that is not the new object's",
+                f"write_if_absent -> {token!r}; then read_versioned -> ({versioned.data!r}, "
+                f"{versioned.token!r}), list('d') token -> {listed.get('d/k')!r}",
+            )
+        if adapter.write_if_match("d/k", b"second", token) is None:
+            raise Violation(
+                "write_if_match with the token write_if_absent returned was rejected",
+                f"write_if_absent('d/k', b'first') -> {token!r}; write_if_match('d/k', b'second', "
+                f"{token!r}) -> None with nothing in between",
+            )
+        assert adapter.read_bytes("d/k") == b"second"
 
     def test_write_if_absent_one_winner_threads(self, adapter: StorageAdapter, sizes: ContractSizes) -> None:
         """N threads released together race write_if_absent on each key: exactly one wins, its bytes are

@@ -15,7 +15,7 @@ op                  adapter methods                             recorded result
 ``read_versioned``  read_versioned                              ``(bytes, token)``, or None when absent
 ``exists``          exists                                      bool
 ``write``           write                                       the new token
-``write_if_absent`` write_if_absent                             bool
+``write_if_absent`` write_if_absent                             the new token, or None (it existed)
 ``write_if_match``  write_if_match                              the new token, or None (no change)
 ``delete``          delete (and each delete of delete_prefix)   None
 ==================  ==========================================  ==========================================
@@ -349,7 +349,7 @@ class HistoryRecorder(DerivedOperations):
     def write(self, key: str, data: bytes | str) -> str:
         return self._record("write", key, (_as_body(data),), lambda: self.inner.write(key, data), False)  # type: ignore[no-any-return]
 
-    def write_if_absent(self, key: str, data: bytes | str) -> bool:
+    def write_if_absent(self, key: str, data: bytes | str) -> str | None:
         call = lambda: self.inner.write_if_absent(key, data)  # noqa: E731
         return self._record("write_if_absent", key, (_as_body(data),), call, False)  # type: ignore[no-any-return]
 

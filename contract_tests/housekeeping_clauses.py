@@ -101,10 +101,10 @@ def write_create_cas(adapter: StorageAdapter, rounds: int, index: int, sync: Syn
             token = adapter.write(plain, make_body(f"{plain}-{r}", IN_FLIGHT_BODY_SIZE))
             tally.acked[plain] = f"{plain}-{r}"
             step, fresh = "write_if_absent", f"w{index}/new-{r}"
-            if adapter.write_if_absent(fresh, make_body(fresh, IN_FLIGHT_BODY_SIZE)):
+            if adapter.write_if_absent(fresh, make_body(fresh, IN_FLIGHT_BODY_SIZE)) is not None:
                 tally.acked[fresh] = fresh
             else:
-                tally.failures.append(f"write_if_absent({fresh!r}) of a fresh key returned False")
+                tally.failures.append(f"write_if_absent({fresh!r}) of a fresh key returned None")
             step, tag = "write_if_match", f"{plain}-{r}-cas"
             if adapter.write_if_match(plain, make_body(tag, IN_FLIGHT_BODY_SIZE), token) is None:
                 tally.failures.append(f"write_if_match({plain!r}) with its own write's token returned None")

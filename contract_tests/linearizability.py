@@ -13,13 +13,14 @@ The register model (state: absent, or ``(bytes, token)`` with the token possibly
 * ``read`` returns the bytes (None when absent); ``exists`` whether present;
 * ``read_versioned`` returns the bytes and the token; it binds a not-yet-observed token;
 * ``write`` replaces the object; its result is the new token;
-* ``write_if_absent`` creates the object only if absent and says whether it did;
+* ``write_if_absent`` creates the object only if absent; its result is the new token, or None when the
+  object existed;
 * ``write_if_match(body, token)`` replaces the object only if its current token equals ``token``,
   returning the new token, else returns None and changes nothing;
 * ``delete`` makes the key absent.
 
 Token equality: tokens are compared as strings when the state's token is known. When it is not (the
-version came from ``write_if_absent``, which returns no token, or from an ambiguous write) a token is
+version came from an ambiguous write) a token is
 taken to match when it was observed, anywhere in the key's history, naming the same bytes. That is exact
 on S3 (the ETag of a single-part put is the MD5 of the bytes) and exact on memory and local when every
 written body is unique, which is why the workloads write unique bodies. A token observed naming two
@@ -131,7 +132,7 @@ def token_bodies(operations: Iterable[Operation]) -> TokenBodies:
     for op in operations:
         if op.outcome is not Outcome.OK or op.result is None:
             continue
-        if op.op in ("write", "write_if_match"):
+        if op.op in ("write", "write_if_absent", "write_if_match"):
             seen[op.result].add(op.args[0])
         elif op.op == "read_versioned":
             seen[op.result[1]].add(op.result[0])
@@ -174,8 +175,8 @@ def step(state: State, op: Operation, tokens: TokenBodies) -> Any:
     if name == "write":
         return (body, None if ambiguous else result)
     if name == "write_if_absent":
-        if ambiguous or result:
-            return (body, None) if state is None else _ILLEGAL
+        if ambiguous or result is not None:
+            return (body, None if ambiguous else result) if state is None else _ILLEGAL
         return state if state is not None else _ILLEGAL
     if name == "write_if_match":
         match = _token_matches(state, op.args[1], tokens)
@@ -291,7 +292,7 @@ def _token_conflict(
                 for o in ops
                 if o.outcome is Outcome.OK
                 and (
-                    (o.op in ("write", "write_if_match") and o.result == token)
+                    (o.op in ("write", "write_if_absent", "write_if_match") and o.result == token)
                     or (o.op == "read_versioned" and o.result is not None and o.result[1] == token)
                 )
             )
@@ -316,7 +317,7 @@ def _observes_absence(op: Operation) -> bool:
     return op.outcome is Outcome.OK and (
         (op.op in ("read", "read_versioned") and op.result is None)
         or (op.op == "exists" and op.result is False)
-        or (op.op == "write_if_absent" and op.result is True)
+        or (op.op == "write_if_absent" and op.result is not None)
         or (op.op == "write_if_match" and op.result is None)
     )
 
@@ -324,7 +325,7 @@ def _observes_absence(op: Operation) -> bool:
 def _observes_presence(op: Operation) -> bool:
     return op.outcome is Outcome.OK and (
         (op.op == "exists" and op.result is True)
-        or (op.op == "write_if_absent" and op.result is False)
+        or (op.op == "write_if_absent" and op.result is None)
         or (op.op == "write_if_match" and op.result is None)
     )
 
@@ -332,7 +333,7 @@ def _observes_presence(op: Operation) -> bool:
 def _effect_free(op: Operation) -> bool:
     return op.outcome is Outcome.OK and (
         op.op in _EFFECT_FREE_WHEN_OK
-        or (op.op == "write_if_absent" and op.result is False)
+        or (op.op == "write_if_absent" and op.result is None)
         or (op.op == "write_if_match" and op.result is None)
     )
 

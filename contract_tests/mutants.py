@@ -41,9 +41,9 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "adapter-create-reports-loss-as-win",
         _ADAPTER,
-        "return self._backend.put_if_absent(key, body) is not None",
-        "self._backend.put_if_absent(key, body)\n            return True",
-        "write_if_absent answers True to every caller, winners and losers alike",
+        "return self._backend.put_if_absent(key, body)",
+        "return self._backend.put_if_absent(key, body) or self._backend.head_token(key)",
+        "write_if_absent answers a win (a token) to every caller, winners and losers alike",
         smoke=True,
     ),
     Mutant(
@@ -199,7 +199,7 @@ CATALOGUE: tuple[Mutant, ...] = (
         _OBSTORE,
         "            except AlreadyExistsError:\n                return None",
         "            except (AlreadyExistsError, BaseError):\n                return None",
-        "write_if_absent answers False (lost) on every error",
+        "write_if_absent answers None (lost) on every error",
         targets=OBSTORE,
     ),
     Mutant(
@@ -226,6 +226,15 @@ CATALOGUE: tuple[Mutant, ...] = (
         'data, mode="create")["e_tag"]',
         'data)["e_tag"]',
         "write_if_absent writes unconditionally (the If-None-Match is dropped)",
+        targets=OBSTORE,
+    ),
+    Mutant(
+        "obstore-create-returns-version-not-etag",
+        _OBSTORE,
+        'return str(obstore.put(self._store, self.path(key), data, mode="create")["e_tag"])',
+        'return str(obstore.put(self._store, self.path(key), data, mode="create")["version"])',
+        'write_if_absent returns the put\'s version id, not its ETag: a wrong token ("None" where the '
+        "store keeps no versions) that no read reports and no CAS accepts",
         targets=OBSTORE,
     ),
     Mutant(

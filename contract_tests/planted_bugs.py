@@ -101,12 +101,11 @@ class TornWriteAdapter(PlantedBugAdapter):
 class CheckThenActCreateAdapter(PlantedBugAdapter):
     """BUG: create-if-absent as a check followed by an unconditional write."""
 
-    def write_if_absent(self, key: str, data: bytes | str) -> bool:
+    def write_if_absent(self, key: str, data: bytes | str) -> str | None:
         if self.inner.exists(key):
-            return False
+            return None
         time.sleep(self.window_s)
-        self.inner.write(key, data)
-        return True
+        return self.inner.write(key, data)  # type: ignore[no-any-return]
 
 
 class CopyingRenameAdapter(PlantedBugAdapter):

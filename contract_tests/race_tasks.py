@@ -17,6 +17,7 @@ from contract_tests.history import Outcome, classify_error
 from contract_tests.races import Sync
 from storage_adapter.errors import NotFoundError
 from storage_adapter.protocol import StorageAdapter
+from storage_adapter.types import Versioned
 
 
 def create_body(key: str, racer: int) -> bytes:
@@ -27,7 +28,7 @@ def create_body(key: str, racer: int) -> bytes:
 @dataclass(frozen=True)
 class CreateAttempt:
     """One racer's ``write_if_absent`` on one key: whether it won, and (if so) whether it could read its
-    own bytes right after."""
+    own bytes, under the token it was given, right after (losers never write, so nothing came between)."""
 
     key: str
     won: bool
@@ -40,8 +41,9 @@ def create_race(adapter: StorageAdapter, keys: list[str], index: int, sync: Sync
     for key in keys:
         body = create_body(key, index)
         sync()
-        won = adapter.write_if_absent(key, body)
-        attempts.append(CreateAttempt(key, won, adapter.read_bytes(key) == body if won else True))
+        token = adapter.write_if_absent(key, body)
+        readback_ok = token is None or adapter.read_versioned(key) == Versioned(body, token)
+        attempts.append(CreateAttempt(key, token is not None, readback_ok))
     return attempts
 
 

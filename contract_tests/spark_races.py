@@ -142,7 +142,7 @@ def run_workload_on_spark(
 @dataclass(frozen=True)
 class CreateRace:
     """Outcome of :func:`race_write_if_absent`: for each key, the tasks whose ``write_if_absent``
-    returned True, and the stored body."""
+    won (returned a token), and the stored body."""
 
     winners: dict[str, tuple[int, ...]]
     stored: dict[str, bytes | None]

@@ -106,10 +106,11 @@ class AdapterVersusDict(RuleBasedStateMachine):
     @rule(key=KEYS, data=DATA)
     def write_if_absent(self, key: str, data: bytes) -> None:
         body = self.unique(data)
-        won = self.store.write_if_absent(key, body)
-        assert won == (key not in self.model)
-        if won:
-            self.set(key, body, None)
+        token = self.store.write_if_absent(key, body)
+        assert (token is not None) == (key not in self.model)
+        if token is not None:
+            assert isinstance(token, str) and token
+            self.set(key, body, token)
 
     @rule(key=KEYS, data=DATA)
     def write_if_match_fresh_token(self, key: str, data: bytes) -> None:

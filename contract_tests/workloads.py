@@ -79,6 +79,12 @@ class _Worker:
         text = f"{self.run_id}:w{self.index}:{self.sequence}:"
         return text.ljust(BODY_LENGTH, "~").encode()
 
+    def create(self, key: str) -> None:
+        """write_if_absent; a win's token is this worker's latest for ``key``, as a write's is."""
+        token = self.store.write_if_absent(key, self.body())
+        if token is not None:
+            self.tokens[key] = token
+
     def attempt(self, op: str, key: str) -> None:
         """One recorded operation; storage errors are already in the history, so the worker goes on."""
         try:
@@ -91,11 +97,11 @@ class _Worker:
             elif op == "write":
                 self.tokens[key] = self.store.write(key, self.body())
             elif op == "write_if_absent":
-                self.store.write_if_absent(key, self.body())
+                self.create(key)
             elif op == "write_if_match":
                 token = self.tokens.get(key)
                 if token is None:
-                    self.store.write_if_absent(key, self.body())
+                    self.create(key)
                 else:
                     new = self.store.write_if_match(key, self.body(), token)
                     if new is not None:

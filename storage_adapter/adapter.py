@@ -131,13 +131,14 @@ class ObjectStorageAdapter(DerivedOperations):
         with self._scrubbed:
             return self._backend.put(key, body)
 
-    def write_if_absent(self, key: str, data: bytes | str) -> bool:
-        """Create the object only if absent. Exactly one of any number of concurrent callers gets True;
-        the winner's bytes are fully readable when it returns; losers change nothing."""
+    def write_if_absent(self, key: str, data: bytes | str) -> str | None:
+        """Create the object only if absent. Exactly one of any number of concurrent callers wins and gets
+        the new object's token (as ``write`` returns it); the winner's bytes are fully readable when it
+        returns; losers get None and change nothing."""
         key = self._key(key)
         body = _as_bytes(data, key)
         with self._scrubbed:
-            return self._backend.put_if_absent(key, body) is not None
+            return self._backend.put_if_absent(key, body)
 
     def write_if_match(self, key: str, data: bytes | str, token: str) -> str | None:
         """Compare-and-swap: replace the object only if its current token is ``token``.

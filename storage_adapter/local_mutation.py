@@ -454,6 +454,8 @@ class LocalMutator:
             return token
 
     def write_if_absent(self, path: str, data: bytes) -> str | None:
+        """Create ``path`` only if absent: the new token (the one a stat of ``path`` gives afterwards), or
+        None when an object is there."""
         directory, name = split_path(path)
         with self._undone_on_failure(directory), self._locked((directory, True)) as (chain,):
             if self._current(chain, name) is not None:
@@ -469,6 +471,8 @@ class LocalMutator:
                 fault_point("unlink")
                 os.unlink(staging, dir_fd=chain.fd)
             self._sync_entries(chain)
+            # The staged file's token is the object's: link and unlink change only the inode's ctime,
+            # which the token leaves out.
             return token
 
     def write_if_match(self, path: str, data: bytes, token: str) -> str | None:

@@ -97,10 +97,11 @@ class StorageAdapter(Protocol):
         bytes written. A concurrent reader sees the old or the new object, never a part."""
         ...
 
-    def write_if_absent(self, key: str, data: bytes | str) -> bool:
+    def write_if_absent(self, key: str, data: bytes | str) -> str | None:
         """Create the object only if no object exists at ``key``. Among any number of concurrent callers
-        exactly one gets True, and its bytes are wholly readable when it returns; the others get False
-        and change nothing."""
+        exactly one wins and gets the token of the bytes it wrote (a non-empty str, the one
+        ``read_versioned`` and ``list`` report for them, usable at once in ``write_if_match``); its bytes
+        are wholly readable when it returns. The others get None and change nothing."""
         ...
 
     def write_if_match(self, key: str, data: bytes | str, token: str) -> str | None:

@@ -36,7 +36,9 @@ ENTRY_POINT_GROUP = "storage_adapter.backends"
 class Driver(Protocol):
     """The I/O of one backend, below the adapter. Keys arrive validated and relative to the adapter's
     root; the driver joins its own prefix. Conditional outcomes are values (None), not exceptions; every
-    failure is translated into a :class:`~storage_adapter.errors.StorageError` naming the key."""
+    failure is translated into a :class:`~storage_adapter.errors.StorageError` naming the key. ``put``,
+    ``put_if_absent`` and ``put_if_match`` return the new token in the form ``get_versioned``,
+    ``head_token`` and ``list`` report it, so it can be handed straight to ``put_if_match``."""
 
     def get(self, key: str) -> bytes: ...
     def get_versioned(self, key: str) -> tuple[bytes, str]: ...

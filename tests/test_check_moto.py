@@ -33,7 +33,10 @@ def test_moto_serves_conditional_writes(moto: S3Endpoint) -> None:
     token = adapter.write("k", b"v1")
     assert adapter.write_if_match("k", b"v2", token) is not None
     assert adapter.write_if_match("k", b"v3", token) is None
-    assert adapter.write_if_absent("k", b"v4") is False
+    assert adapter.write_if_absent("k", b"v4") is None
+    created = adapter.write_if_absent("k2", b"v5")
+    assert created == adapter.read_versioned("k2").token  # the create's ETag, usable in If-Match
+    assert adapter.write_if_match("k2", b"v6", created) is not None
 
 
 def test_create_bucket_and_server_version_for_a_user_url(

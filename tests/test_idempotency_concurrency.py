@@ -192,10 +192,9 @@ class PlantedBug:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
-    def write_if_absent(self, key: str, data: bytes) -> bool:
+    def write_if_absent(self, key: str, data: bytes) -> str | None:
         if self.broken == "write_if_absent":
-            self.inner.write(key, data)
-            return True
+            return self.inner.write(key, data)
         return self.inner.write_if_absent(key, data)
 
     def write_if_match(self, key: str, data: bytes, token: str) -> str | None:

@@ -408,10 +408,21 @@ def test_request_counts_per_idempotent_request(adapter: Any) -> None:
     store = IdempotencyStore(counting)
     key = new_key()
     run_idempotent(store, request(key), Calls(HandlerResult(201, {"version": 1})))
-    assert counting.counts == Counter({"write_if_absent": 1, "read_versioned": 1, "write_if_match": 1})
+    assert counting.counts == Counter({"write_if_absent": 1, "write_if_match": 1})  # reserve, finalize
     counting.reset()
     assert run_idempotent(store, request(key), Calls(HandlerResult(201))).replayed
     assert counting.counts == Counter({"write_if_absent": 1, "read_versioned": 1})
+
+
+def test_first_call_costs_at_most_reserve_and_finalize() -> None:
+    """Issue 16: a first-time request whose handler does no storage I/O costs at most 2 requests on
+    memory:// (reserve, finalize): write_if_absent returns the record's token, so finalize CASes on it
+    without reading the record back first."""
+    counting = CountingAdapter(open_adapter(f"memory://first-call-{uuid.uuid4().hex}"))
+    response = run_idempotent(IdempotencyStore(counting), request(new_key()), Calls(HandlerResult(201)))
+    assert (response.status, response.replayed) == (201, False)
+    assert counting.total <= 2, dict(counting.counts)
+    assert counting.counts == Counter({"write_if_absent": 1, "write_if_match": 1})
 
 
 def _fingerprint() -> str:

@@ -76,6 +76,20 @@ def test_concurrent_reservers_exactly_one_owner(adapter: Any) -> None:
     )
 
 
+def test_fresh_reserve_knows_its_token_and_finalizes_with_one_cas(adapter: Any) -> None:
+    """write_if_absent returns the record's token, so the owner's first transition is a single CAS."""
+    counting = CountingAdapter(adapter)
+    store = make_store(counting, Clock())
+    key = new_key()
+    owned = store.reserve("r", key, **BINDING)
+    assert isinstance(owned, Owned)
+    stored = store.load("r", key)
+    assert stored is not None and owned.token == stored.token
+    counting.reset()
+    assert isinstance(store.finalize(owned, http_status=200, summary=None), Finalized)
+    assert dict(counting.counts) == {"write_if_match": 1}
+
+
 def test_lifecycle_and_fencing_of_a_former_owner(adapter: Any) -> None:
     clock = Clock()
     store = make_store(adapter, clock)

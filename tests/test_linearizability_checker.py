@@ -54,8 +54,9 @@ def cas(worker: str, body: bytes, token: str, result: str | None, start: int, en
     return op(worker, "write_if_match", (body, token), result, start, end)
 
 
-def create(worker: str, body: bytes, won: bool, start: int, end: int | None) -> Operation:
-    return op(worker, "write_if_absent", (body,), won, start, end)
+def create(worker: str, body: bytes, token: str | None, start: int, end: int | None) -> Operation:
+    """write_if_absent: ``token`` is the winner's new token, None a loss."""
+    return op(worker, "write_if_absent", (body,), token, start, end)
 
 
 def verdict(*ops: Operation) -> KeyVerdict:
@@ -86,8 +87,8 @@ def test_a_read_overlapping_a_write_may_see_old_or_new() -> None:
 
 def test_cas_chain_and_single_create_winner_are_linearizable() -> None:
     history = (
-        create("A", b"a", True, 0, 10),
-        create("B", b"b", False, 1, 11),
+        create("A", b"a", "t1", 0, 10),
+        create("B", b"b", None, 1, 11),
         rv("A", b"a", "t1", 12, 13),
         cas("A", b"c", "t1", "t2", 14, 15),
         cas("B", b"d", "t1", None, 14, 16),  # lost the race: changed nothing
@@ -99,11 +100,14 @@ def test_cas_chain_and_single_create_winner_are_linearizable() -> None:
     assert verdict(*history) is KeyVerdict.LINEARIZABLE
 
 
-def test_cas_on_a_version_created_by_write_if_absent_matches_by_observed_token() -> None:
-    # The create returned no token; the CAS's token was observed naming the created body.
-    assert verdict(
-        create("A", b"a", True, 0, 1), rv("B", b"a", "t1", 2, 3), cas("A", b"b", "t1", "t2", 4, 5)
-    ) is (KeyVerdict.LINEARIZABLE)
+def test_cas_with_the_token_write_if_absent_returned() -> None:
+    assert verdict(create("A", b"a", "t1", 0, 1), cas("A", b"b", "t1", "t2", 2, 3)) is KeyVerdict.LINEARIZABLE
+
+
+def test_write_if_absent_returning_another_versions_token() -> None:
+    # The create's token is the state's: a read of the same version under another token is impossible.
+    assert verdict(create("A", b"a", "t1", 0, 1), rv("B", b"a", "t9", 2, 3)) is KeyVerdict.VIOLATION
+    assert verdict(create("A", b"a", "t1", 0, 1), cas("B", b"b", "t1", None, 2, 3)) is KeyVerdict.VIOLATION
 
 
 def test_keys_are_independent_registers() -> None:
@@ -136,8 +140,8 @@ def test_ambiguous_cas_and_create_both_ways() -> None:
     base = (w("A", b"a", "t1", 0, 1),)
     assert verdict(*base, cas("B", b"b", "t1", None, 2, None), r("C", b"b", 5, 6)) is KeyVerdict.LINEARIZABLE
     assert verdict(*base, cas("B", b"b", "t1", None, 2, None), r("C", b"a", 5, 6)) is KeyVerdict.LINEARIZABLE
-    assert verdict(create("A", b"a", True, 0, None), r("C", b"a", 5, 6)) is KeyVerdict.LINEARIZABLE
-    assert verdict(create("A", b"a", True, 0, None), r("C", None, 5, 6)) is KeyVerdict.LINEARIZABLE
+    assert verdict(create("A", b"a", "t1", 0, None), r("C", b"a", 5, 6)) is KeyVerdict.LINEARIZABLE
+    assert verdict(create("A", b"a", "t1", 0, None), r("C", None, 5, 6)) is KeyVerdict.LINEARIZABLE
 
 
 def test_failed_operations_had_no_effect() -> None:
@@ -177,11 +181,11 @@ def test_lost_update_two_cas_from_one_token_both_succeed() -> None:
 
 
 def test_two_write_if_absent_winners() -> None:
-    assert verdict(create("A", b"a", True, 0, 10), create("B", b"b", True, 1, 11)) is KeyVerdict.VIOLATION
+    assert verdict(create("A", b"a", "t1", 0, 10), create("B", b"b", "t2", 1, 11)) is KeyVerdict.VIOLATION
 
 
 def test_write_if_absent_winner_on_a_present_key() -> None:
-    assert verdict(w("A", b"a", "t1", 0, 1), create("B", b"b", True, 2, 3)) is KeyVerdict.VIOLATION
+    assert verdict(w("A", b"a", "t1", 0, 1), create("B", b"b", "t2", 2, 3)) is KeyVerdict.VIOLATION
 
 
 def test_stale_read_after_a_completed_write() -> None:
@@ -190,7 +194,7 @@ def test_stale_read_after_a_completed_write() -> None:
 
 
 def test_read_absent_after_a_completed_create() -> None:
-    assert verdict(create("A", b"a", True, 0, 1), r("B", None, 2, 3)) is KeyVerdict.VIOLATION
+    assert verdict(create("A", b"a", "t1", 0, 1), r("B", None, 2, 3)) is KeyVerdict.VIOLATION
 
 
 def test_cas_succeeding_on_a_stale_token() -> None:

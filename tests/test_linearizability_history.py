@@ -24,7 +24,7 @@ from storage_adapter.errors import (
 def test_recorder_records_each_register_operation_with_its_result(adapter) -> None:
     recorder = HistoryRecorder(adapter, worker="w")
     token = recorder.write("k", b"one")
-    assert recorder.write_if_absent("k", b"two") is False
+    assert recorder.write_if_absent("k", b"two") is None
     assert recorder.read_versioned("k").token == token
     new = recorder.write_if_match("k", "three", token)
     assert recorder.read_text("k") == "three"
@@ -36,7 +36,7 @@ def test_recorder_records_each_register_operation_with_its_result(adapter) -> No
     history = recorder.history()
     assert [(o.op, o.result) for o in history] == [
         ("write", token),
-        ("write_if_absent", False),
+        ("write_if_absent", None),
         ("read_versioned", (b"one", token)),
         ("write_if_match", new),
         ("read", b"three"),
@@ -198,7 +198,7 @@ def test_planted_bug_adapters_pickle_delegate_and_keep_their_kind(adapter, bug: 
     assert type(child) is type(broken) and child.url == adapter.child("sub").url
     assert pickle.loads(pickle.dumps(child)) == child
     child.write("k", b"v")  # single-caller behaviour is unchanged
-    assert child.write_if_absent("k", b"w") is False
+    assert child.write_if_absent("k", b"w") is None
     token = child.read_versioned("k").token
     assert child.write_if_match("k", b"x", token) is not None
     assert child.read_bytes("k") == b"x"

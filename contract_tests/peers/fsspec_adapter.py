@@ -5,7 +5,9 @@ user of the stack would naturally write with its public API, nothing more:
 
 * ``write`` is ``pipe_file`` (on local: truncate and write in place, so readers can see a partial file);
 * ``write_if_absent`` is ``pipe_file(mode="create")``: fsspec's generic version checks ``exists`` and then
-  writes (check-then-act, as fsspec's own comment says); s3fs sends ``If-None-Match: *`` (native);
+  writes (check-then-act, as fsspec's own comment says); s3fs sends ``If-None-Match: *`` (native). Neither
+  returns the new version, so a winner's token comes from an ``info`` after the create (one more request,
+  as for ``write``; a writer in between makes it the token of that writer's version);
 * ``write_if_match`` reads the current token and writes if it matches (check-then-act everywhere: neither
   fsspec nor s3fs exposes a conditional update);
 * ``read_versioned`` is ``info`` then ``cat_file`` (two requests, not one snapshot);
@@ -199,19 +201,19 @@ class FsspecAdapter(DerivedOperations):
             self._fs.pipe_file(path, body)
             return _token(self._info(path))
 
-    def write_if_absent(self, key: str, data: bytes | str) -> bool:
+    def write_if_absent(self, key: str, data: bytes | str) -> str | None:
         path = self._path(key)
         body = _body(data)
         with self._translated(key, "write_if_absent"):
             try:
                 self._fs.pipe_file(path, body, mode="create")
             except FileExistsError:
-                return False
+                return None
             except OSError as exc:
                 if _precondition_failed(exc):
-                    return False
+                    return None
                 raise
-        return True
+            return _token(self._info(path))
 
     def write_if_match(self, key: str, data: bytes | str, token: str) -> str | None:
         path = self._path(key)

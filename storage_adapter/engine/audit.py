@@ -65,7 +65,8 @@ class AuditLog:
     def record_once(self, record: AuditRecord) -> bool:
         """Write the record unless the operation already has one. True if this call wrote it."""
         failpoint("recovery.audit_write")
-        return self._adapter.write_if_absent(layout.audit_key(record.operation_id), record.encode())
+        key = layout.audit_key(record.operation_id)
+        return self._adapter.write_if_absent(key, record.encode()) is not None
 
     def records(self) -> list[AuditRecord]:
         """Every audit record, oldest operation first (operation ids are ULIDs: time-ordered)."""

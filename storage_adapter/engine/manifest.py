@@ -208,9 +208,8 @@ class ManifestStore:
 
     def initialize(self, operation_id: str, retention: int) -> bool:
         """Create manifest version 0 if there is none (write_if_absent: one winner). True if created."""
-        return self._adapter.write_if_absent(
-            layout.MANIFEST_KEY, Manifest(0, operation_id, retention=retention).encode()
-        )
+        manifest = Manifest(0, operation_id, retention=retention)
+        return self._adapter.write_if_absent(layout.MANIFEST_KEY, manifest.encode()) is not None
 
     def publish(self, current: ManifestState, new: Manifest) -> ManifestState | None:
         """Compare-and-swap ``new`` over ``current``: the new state, or None if the manifest moved."""

@@ -66,7 +66,7 @@ def write_fragment(adapter: StorageAdapter, table: str, data: pa.Table, fragment
     pq.write_table(data, sink)
     body = sink.getvalue()
     key = layout.data_key(table, fragment_id)
-    if not adapter.write_if_absent(key, body):
+    if adapter.write_if_absent(key, body) is None:
         raise CorruptMetadataError(f"fragment {key} already exists: fragment ids must be fresh", key=key)
     return FragmentRef(table, key, data.num_rows, len(body), schema_fingerprint(data.schema), codec.now_iso())
 
@@ -140,9 +140,8 @@ class TableVersionStore:
 
     def write_if_absent(self, content: TableVersion) -> bool:
         """Write the version file; False if that number is taken (another writer's head)."""
-        if not self._adapter.write_if_absent(
-            layout.version_key(content.table, content.version), content.encode()
-        ):
+        key = layout.version_key(content.table, content.version)
+        if self._adapter.write_if_absent(key, content.encode()) is None:
             return False
         self._remember(content)
         return True

@@ -3,7 +3,7 @@
 Concurrency rules (the reasons are in docs/idempotency.md):
 
 * ``reserve`` creates the record with ``write_if_absent``: exactly one of any number of concurrent
-  reservers owns a key.
+  reservers owns a key, and it learns the record's token from that one request.
 * Every later state change is a ``write_if_match`` (CAS) on a version the caller has just seen carrying
   its own ``reservation_id`` (fencing): a former owner whose lease was taken over can never heartbeat,
   finalize or cancel over its successor. Takeover of a stale lease is itself a CAS that mints a new
@@ -62,13 +62,13 @@ class Stored:
 
 @dataclass(frozen=True)
 class Owned:
-    """The caller owns the reservation ``record.reservation_id``. ``token`` is the record's version when
-    known (``write_if_absent`` returns none, so it is None right after a fresh reserve). ``previous`` is
-    the cancelled or stale record this reservation replaced, if any: its attempt may have had an effect,
-    so the owner must reconcile before running again."""
+    """The caller owns the reservation ``record.reservation_id``. ``token`` is the version of ``record`` as
+    the caller last wrote it (from the reserve's ``write_if_absent`` or the latest CAS), so the next
+    transition is a single CAS. ``previous`` is the cancelled or stale record this reservation replaced,
+    if any: its attempt may have had an effect, so the owner must reconcile before running again."""
 
     record: IdempotencyRecord
-    token: str | None
+    token: str
     previous: IdempotencyRecord | None = None
 
 
@@ -227,10 +227,11 @@ class IdempotencyStore:
         )  # fmt: skip
         body = encode_record(fresh)
         for _ in range(MAX_CAS_ATTEMPTS):
-            if self._request(
+            created = self._request(
                 f"write_if_absent {location}", lambda: self.adapter.write_if_absent(location, body)
-            ):
-                return Owned(fresh, None)
+            )
+            if created is not None:
+                return Owned(fresh, created)
             stored = self._read_for(realm, key)
             if stored is None:
                 continue  # purged between the two requests: try to create it again
@@ -331,7 +332,8 @@ class IdempotencyStore:
     ) -> Transition:
         mine = owned.record
         location = self.location(mine.realm, mine.key)
-        current, token = mine, owned.token
+        current = mine
+        token: str | None = owned.token  # None once a CAS missed: re-read before the next attempt
         for _ in range(MAX_CAS_ATTEMPTS):
             if token is None:
                 stored = self._read(location)
