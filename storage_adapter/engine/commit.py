@@ -40,7 +40,7 @@ from storage_adapter.engine.errors import (
     TableExistsError,
 )
 from storage_adapter.engine.failpoints import failpoint
-from storage_adapter.engine.key_ledger import KeyLedger, KeyState, check_key, entry_key
+from storage_adapter.engine.key_ledger import KeyLedger, KeyState, StoredEntry, check_key, entry_key
 from storage_adapter.engine.manifest import CommitRecord, ManifestState, ManifestStore, TableChange
 from storage_adapter.engine.recovery import Recovery
 from storage_adapter.engine.sidecar import (
@@ -113,6 +113,7 @@ class CommitOperation:
         self._keeper = LeaseKeeper(self._sidecars, policy.lease_s)
         self._ledger = KeyLedger(adapter)
         self._key: str | None = None
+        self._claim: StoredEntry | None = None  # our key's ledger entry as claimed (its token)
         self.operation_id = str(ULID())
 
     def run(self, state: ManifestState, writes: dict[str, TableWrite], mode: str, *,
@@ -204,7 +205,8 @@ class CommitOperation:
             while True:
                 holder = self._ledger.claim(key, self.operation_id)
                 failpoint("commit.after_key_claim")
-                if holder is None:
+                if holder.entry.operation_id == self.operation_id:
+                    self._claim = holder
                     return None
                 if holder.entry.state is KeyState.PUBLISHED:
                     assert holder.entry.record is not None
@@ -334,7 +336,7 @@ class CommitOperation:
         pending = False
         try:  # Phase D: the commit is durable; a failure here only leaves work for the next heal
             if self._key is not None:
-                self._ledger.publish(self._key, record)  # before the sidecar goes: heal redoes it otherwise
+                self._ledger.publish(self._key, record, self._claim)  # before the sidecar goes, or heal does
                 failpoint("commit.after_key_publish")
             self._sidecars.delete(self.operation_id)
         except Exception as exc:

@@ -122,23 +122,27 @@ class KeyLedger:
             return None
         return StoredEntry(KeyEntry.decode(versioned.data, entry_key(key)), versioned.token)
 
-    def claim(self, key: str, operation_id: str) -> StoredEntry | None:
-        """Claim ``key`` for ``operation_id`` (one write_if_absent): None when claimed, else the entry that
-        holds it (read after the lost create; if that entry vanished meanwhile, claim again)."""
+    def claim(self, key: str, operation_id: str) -> StoredEntry:
+        """Claim ``key`` for ``operation_id`` (one write_if_absent): the entry that holds it with its token,
+        ours when the claim won (its token lets :meth:`publish` skip its read), else the holder's (read
+        after the lost create; if that entry vanished meanwhile, claim again)."""
         entry = KeyEntry(key, operation_id, codec.now_iso(), KeyState.CLAIMED, None)
         while True:
-            if self._adapter.write_if_absent(entry_key(key), entry.encode()):
-                return None
+            token = self._adapter.write_if_absent(entry_key(key), entry.encode())
+            if token is not None:
+                return StoredEntry(entry, token)
             holder = self.read(key)
             if holder is not None:
                 return holder
 
-    def publish(self, key: str, record: CommitRecord) -> KeyEntry:
-        """Mark the entry of ``key`` published with ``record`` (its holder's visible commit): a GET and a
-        CAS, repeated if the entry changes in between. Idempotent. RecoveryInvariantError when another
-        operation holds the key or there is no entry: the protocol never publishes a key it does not hold."""
+    def publish(self, key: str, record: CommitRecord, claimed: StoredEntry | None = None) -> KeyEntry:
+        """Mark the entry of ``key`` published with ``record`` (its holder's visible commit): one CAS from
+        ``claimed`` (the holder's own claim, as :meth:`claim` returned it), else a GET and a CAS, repeated
+        if the entry changes in between. Idempotent. RecoveryInvariantError when another operation holds
+        the key or there is no entry: the protocol never publishes a key it does not hold."""
+        stored = claimed
         while True:
-            stored = self.read(key)
+            stored = stored or self.read(key)
             if stored is None or stored.entry.operation_id != record.operation_id:
                 raise RecoveryInvariantError(
                     f"{entry_key(key)}: commit {record.operation_id} was published with key {key!r}, but the "

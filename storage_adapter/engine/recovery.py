@@ -267,7 +267,7 @@ class Recovery:
         holder = self._ledger.read(sidecar.idempotency_key)
         if holder is None:
             holder = self._ledger.claim(sidecar.idempotency_key, sidecar.operation_id)
-        return holder is None or holder.entry.operation_id == sidecar.operation_id
+        return holder.entry.operation_id == sidecar.operation_id
 
     # -- actions --------------------------------------------------------------------------------------
     def _roll_forward_record(self, sidecar: Sidecar, manifest: Manifest) -> CommitRecord:
