@@ -107,7 +107,7 @@ class ChaosConfig:
     retries: int = 6  # attempts of a logical request before the client gives up (then clean retries)
     lease_s: float = 0.3  # the idempotency lease: tiny, so leases expire mid-request
     skew_grace_s: float = 0.2  # skew tolerated by the store; owners' clocks are skewed within it
-    lifetime_s: float = 8.0  # record lifetime; the purger deletes expired records meanwhile
+    lifetime_s: float = 20.0  # record lifetime; the purger deletes expired records meanwhile
     retention: int = 12  # EngineSettings.retention: commit records (and keys) kept in the manifest
     noise_interval_s: float = 0.01  # one unrelated commit per interval (retention pressure)
     heal_interval_s: float = 0.05  # concurrent Engine.heal from another thread
@@ -235,6 +235,7 @@ class Answer:
     replayed: bool | None = None
     problem_type: str | None = None
     note: str = ""
+    sent_s: float = 0.0  # when the attempt was sent, seconds into the campaign
 
     @property
     def acknowledged(self) -> bool:
@@ -263,6 +264,7 @@ class RequestLog:
     answers: list[Answer] = field(default_factory=list)
     events: list[str] = field(default_factory=list)
     raw: list[str] = field(default_factory=list)
+    gave_up: bool = False  # the client stopped without a clean last word (lifetime nearly over)
 
 
 @dataclass
@@ -711,7 +713,9 @@ class Campaign:
         shown = answer.note or f"{answer.status} {json.dumps(answer.summary)} replayed={answer.replayed}"
         if answer.status is not None and answer.note == "":
             shown = f"{answer.status} {answer.problem_type or ''} {json.dumps(answer.summary)} replayed={answer.replayed}"
-        log.events.append(f"{self._t()} {answer.phase} attempt {answer.attempt}: {shown}")
+        log.events.append(
+            f"{self._t()} {answer.phase} attempt {answer.attempt} (sent {answer.sent_s:.3f}s): {shown}"
+        )
         self._count(f"answers:{answer.phase}:{answer.status if answer.status is not None else 'none'}")
 
     def _request(self, engine: Engine, log: RequestLog) -> None:
@@ -723,6 +727,7 @@ class Campaign:
             time.sleep(attempt.wait_s)
             if time.monotonic() - first_sent > guard:
                 log.events.append(f"{self._t()} client stops: the key's lifetime is nearly over")
+                self._count("clients_stopped_by_lifetime")
                 break
             if attempt.hedge_s is not None:
                 hedge = threading.Thread(
@@ -731,7 +736,8 @@ class Campaign:
                 hedge.start()
                 hedges.append(hedge)
             self._count("attempts")
-            answer = self._attempt(engine, log, n, attempt, "chaos")
+            sent = time.monotonic() - self.started
+            answer = replace(self._attempt(engine, log, n, attempt, "chaos"), sent_s=sent)
             self._record(log, answer)
             if answer.definite:
                 definite = True
@@ -743,16 +749,21 @@ class Campaign:
             if definite or time.monotonic() - first_sent > guard:
                 break
             time.sleep(self.config.lease_window_s)
-            answer = self._clean(engine, log, n, "settle")
+            sent = time.monotonic() - self.started
+            answer = replace(self._clean(engine, log, n, "settle"), sent_s=sent)
             self._record(log, answer)
             definite = answer.definite
         if definite and time.monotonic() - first_sent <= guard:
-            self._record(log, self._clean(engine, log, 0, "replay"))
+            sent = time.monotonic() - self.started
+            self._record(log, replace(self._clean(engine, log, 0, "replay"), sent_s=sent))
+        else:
+            log.gave_up = True
 
     def _hedge(self, engine: Engine, log: RequestLog, n: int, delay_s: float) -> None:
         time.sleep(delay_s)
         self._count("hedges")
-        self._record(log, self._clean(engine, log, n, "hedge"))
+        sent = time.monotonic() - self.started
+        self._record(log, replace(self._clean(engine, log, n, "hedge"), sent_s=sent))
 
     # -- run and judge ------------------------------------------------------------------------------------
     def run(self) -> CampaignResult:
@@ -828,7 +839,10 @@ class Campaign:
             if stored is not None:
                 record = stored.record
                 grace = timedelta(seconds=self.config.skew_grace_s)
-                if record.status is RecordStatus.IN_PROGRESS and now > record.lease_expires_at + grace:
+                # A client that gave up may leave a dead owner's record behind: the next duplicate would
+                # take it over. Stuck is a record still in progress after the client's clean last word.
+                expired = now > record.lease_expires_at + grace
+                if record.status is RecordStatus.IN_PROGRESS and expired and not log.gave_up:
                     bad(
                         "stuck",
                         f"IN_PROGRESS at the end, lease expired at {record.lease_expires_at.isoformat()}",
