@@ -1,4 +1,5 @@
-"""``storage-adapter`` command line: ``check`` (the contract as a conformance matrix) and ``bench``.
+"""``storage-adapter`` command line: ``check`` (the contract as a conformance matrix), ``bench``,
+``mutate`` (contract_tests.mutation) and ``chaos`` (contract_tests.chaos).
 
 Exit status of ``check``: 0 when every judged backend keeps every clause, 1 on any violation of a judged
 backend (peers never count), 2 on bad input (unknown scheme, unreachable endpoint, missing credentials,
@@ -513,6 +514,9 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser(
         "mutate", add_help=False, help="measure the contract's mutation score (--help for its options)"
     )
+    commands.add_parser(
+        "chaos", add_help=False, help="seeded chaos campaign against idempotent engine commits (--help)"
+    )
     return parser
 
 
@@ -529,6 +533,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from contract_tests import mutation
 
         return mutation.main(argv[1:])
+    if argv[:1] == ["chaos"]:
+        from contract_tests import chaos
+
+        return chaos.main(argv[1:])
     args = parser.parse_args(argv)
     with _terminal() as stream:
         console = Console(file=stream, highlight=False, emoji=False)
