@@ -822,7 +822,9 @@ class Campaign:
                 bad("answer_mismatch", f"2xx answers differ: {shown}")
             for answer in acks:
                 version = answer.summary.get("version") if isinstance(answer.summary, dict) else None
-                if version in key_of_version and key_of_version[version] != f"{REALM}/{plan.key}":
+                # ctx.commit_key is "realm/key@<the reservation's creation time>"
+                carried = key_of_version.get(version)
+                if carried is not None and carried.rsplit("@", 1)[0] != f"{REALM}/{plan.key}":
                     bad("answer_mismatch", f"answered version {version}, whose commit carries key "
                                            f"{key_of_version[version]!r}")  # fmt: skip
             for answer in log.answers:

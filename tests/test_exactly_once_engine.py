@@ -236,3 +236,11 @@ def test_vacuum_expires_published_keys_after_the_window_and_the_reconciler_then_
     reconciler = EngineReconciler(engine, lambda c: HandlerResult(201, {"version": c.version}))
     answer = run_idempotent(store, request, crash, reconciler=reconciler)
     assert answer.status == 500 and "reconcile" in (answer.problem_type or ""), answer
+
+
+def test_a_writer_dying_right_after_its_key_claim_leaves_the_key_to_the_next_commit(engine: Engine) -> None:
+    """Found by the chaos campaign (seed 11): the claim must not outlive the sidecar that lets heal release it."""
+    crash_at(engine, "commit.after_key_claim", {"a": rows(1)}, "realm/claimed")
+    retry = engine.commit({"a": rows(2)}, idempotency_key="realm/claimed")
+    assert not retry.replayed and ids(engine, "a") == [2]
+    assert engine.find_commit("realm/claimed").version == retry.version

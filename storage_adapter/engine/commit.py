@@ -198,15 +198,15 @@ class CommitOperation:
         """Phase A, second step: hold ``key`` in the ledger (None), or the replay of the commit that
         carries it. While another operation holds it unpublished, wait for its fate: its writer finishing,
         or (once it is dead) heal resolving it. KeyInFlightError when it is still undecided after twice the
-        lease. Our sidecar goes with every exit that is not a claim (nothing else of ours exists yet)."""
+        lease. Our sidecar goes with every exit before we hold the key (nothing else of ours exists yet)."""
         give_up_at = time.monotonic() + 2 * self._policy.lease_s
         delay = self._policy.backoff_s
         try:
             while True:
                 holder = self._ledger.claim(key, self.operation_id)
-                failpoint("commit.after_key_claim")
                 if holder.entry.operation_id == self.operation_id:
                     self._claim = holder
+                    failpoint("commit.after_key_claim")
                     return None
                 if holder.entry.state is KeyState.PUBLISHED:
                     assert holder.entry.record is not None
@@ -236,7 +236,9 @@ class CommitOperation:
                 delay = min(2 * delay, self._policy.backoff_cap_s)
                 self._sidecar = self._keeper.renew_if_due(self._sidecar)
         except BaseException:
-            self._discard_own_sidecar()
+            if self._claim is None:
+                self._discard_own_sidecar()
+            # else we hold the key: our sidecar must outlive us, so the heal that discards it releases it
             raise
 
     def _discard_own_sidecar(self) -> None:

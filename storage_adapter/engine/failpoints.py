@@ -36,7 +36,7 @@ SHARED_COUNT_DIR_VAR = "STORAGE_ADAPTER_FAILPOINTS_DIR"
 COMMIT_POINTS = (
     "commit.before_sidecar",  # manifest read and validated, nothing written yet (fragments aside)
     "commit.after_sidecar",  # Phase A's sidecar written, no head advanced
-    "commit.after_key_claim",  # Phase A's key claim answered (claimed, or held by another operation)
+    "commit.after_key_claim",  # Phase A's key claim won, no head advanced
     "commit.after_table_version",  # fires after each table version write (Phase B), use @K for the K+1-th
     "commit.before_publish",  # Phase B done
     "commit.after_publish",  # Phase C done: durable, sidecar still present
