@@ -464,7 +464,9 @@ def make_handler(engine: Engine, plan: RequestPlan, owner: _Owner | None, stall_
                 owner.point("before_commit")
             if stall_s:
                 time.sleep(stall_s)
-            commit = engine.commit({table_of(plan): rows}, idempotency_key=ctx.commit_key)
+            commit = engine.commit(
+                {table_of(plan): rows}, idempotency_key=ctx.commit_key, key_issued_at=ctx.key_issued_at
+            )
             if commit.attempts > 1:
                 counter("commit_retries", commit.attempts - 1)
             if owner is not None:

@@ -14,6 +14,13 @@ if ! command -v java >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq openjdk-17-jre-headless >/dev/null
 fi
 
+# pyproject.toml declares requires-python >= 3.11 (obstore 0.12 needs it): say so plainly, not via pip.
+if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+  echo "bootstrap: storage-adapter needs Python 3.11 or newer; $PYTHON is $("$PYTHON" -V 2>&1)." \
+       "Set PYTHON=/path/to/python3.11 (or newer) and run again." >&2
+  exit 1
+fi
+
 if [ ! -x .venv/bin/python ]; then
   if ! "$PYTHON" -m venv .venv 2>/dev/null; then
     echo "bootstrap: installing python3-venv (apt)" >&2

@@ -70,7 +70,11 @@ def commit_request(key: str, realm: str = "tenant-a") -> IdempotentRequest:
 def committing_handler(engine: Engine, pause: Any = lambda point: None) -> Any:
     def handler(ctx: OwnerContext) -> HandlerResult:
         pause("after_reserve")
-        commit = engine.commit({TABLE: pa.table({"id": [1, 2, 3]})}, idempotency_key=ctx.commit_key)
+        commit = engine.commit(
+            {TABLE: pa.table({"id": [1, 2, 3]})},
+            idempotency_key=ctx.commit_key,
+            key_issued_at=ctx.key_issued_at,
+        )
         pause("after_commit")
         return describe_commit(commit)
 

@@ -16,7 +16,7 @@ import pytest
 
 from storage_adapter.engine import Engine, EngineSettings, RecoveryOutcome
 from storage_adapter.engine import failpoints as fp
-from storage_adapter.engine.errors import CorruptMetadataError, KeyInFlightError
+from storage_adapter.engine.errors import CorruptMetadataError, KeyInFlightError, KeyWindowExpiredError
 from storage_adapter.engine.failpoints import InjectedFault, SimulatedCrash
 from storage_adapter.engine.layout import sidecar_key
 from storage_adapter.engine.sidecar import Sidecar
@@ -244,3 +244,22 @@ def test_a_writer_dying_right_after_its_key_claim_leaves_the_key_to_the_next_com
     retry = engine.commit({"a": rows(2)}, idempotency_key="realm/claimed")
     assert not retry.replayed and ids(engine, "a") == [2]
     assert engine.find_commit("realm/claimed").version == retry.version
+
+
+def test_a_key_issued_before_the_window_is_refused_before_any_io(adapter) -> None:
+    engine = Engine.open(adapter.child("issued"), settings=EngineSettings(key_window_s=3600, lease_s=30))
+    engine.create_table("a", SCHEMA)
+    before = {info.key for info in engine.adapter.list()}
+    old = datetime.now(UTC) - timedelta(seconds=3600 - 29)  # past the window less one lease
+    with pytest.raises(KeyWindowExpiredError, match="realm/old"):
+        engine.commit({"a": rows(1)}, idempotency_key="realm/old", key_issued_at=old)
+    with pytest.raises(KeyWindowExpiredError):
+        engine.precheck(["a"], idempotency_key="realm/old", key_issued_at=old)
+    for bad in (datetime.now(), "2026-01-01"):
+        with pytest.raises(ValueError, match="key_issued_at"):
+            engine.commit({"a": rows(1)}, idempotency_key="realm/x", key_issued_at=bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="key_issued_at"):
+        engine.commit({"a": rows(1)}, key_issued_at=datetime.now(UTC))
+    assert {info.key for info in engine.adapter.list()} == before
+    fresh = datetime.now(UTC) - timedelta(seconds=3600 - 31)
+    assert not engine.commit({"a": rows(1)}, idempotency_key="realm/ok", key_issued_at=fresh).replayed

@@ -10,14 +10,12 @@ import time
 import uuid
 from collections import Counter
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
 from idempotency_crash_worker import describe_commit, open_engine
 
 from contract_tests.counting import CountingAdapter
-from storage_adapter import open_adapter
 from storage_adapter.engine import CorruptSidecarError
 from storage_adapter.faults import FaultKind, FaultPlan, injected
 from storage_adapter.idempotency import (
@@ -38,10 +36,10 @@ from storage_adapter.idempotency.handler import commit_key
 KINDS = list(FaultKind)
 
 
-@pytest.fixture(params=["memory", "local"])
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
-    url = f"memory://ownership-{uuid.uuid4().hex}" if request.param == "memory" else f"file://{tmp_path}"
-    return open_adapter(url)
+@pytest.fixture
+def backend(adapter: Any) -> Any:
+    """Every embedded backend (memory, local, SeaweedFS), each test under its own random prefix."""
+    return adapter
 
 
 class Faulty:

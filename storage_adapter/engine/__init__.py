@@ -12,6 +12,8 @@ from storage_adapter.engine.errors import (
     CorruptSidecarError,
     EngineError,
     HistoryExpiredError,
+    KeyInFlightError,
+    KeyWindowExpiredError,
     ReadOnlyEngineError,
     RecoveryInvariantError,
     SchemaMismatchError,
@@ -28,7 +30,8 @@ from storage_adapter.engine.vacuum import VacuumReport
 __all__ = [
     "AuditRecord", "Commit", "CommitConflictError", "CommitRecord", "CommitRetriesExhaustedError",
     "CorruptManifestError", "CorruptMetadataError", "CorruptSidecarError", "Engine", "EngineError",
-    "EngineSettings", "FragmentRef", "HealReport", "HistoryExpiredError", "ReadOnlyEngineError",
+    "EngineSettings", "FragmentRef", "HealReport", "HistoryExpiredError", "KeyInFlightError",
+    "KeyWindowExpiredError", "ReadOnlyEngineError",
     "RecoveryInvariantError", "RecoveryOutcome", "SchemaMismatchError", "Snapshot", "StaleFragmentError",
     "TableChange", "TableExistsError", "UnknownTableError", "VacuumReport",
 ]  # fmt: skip

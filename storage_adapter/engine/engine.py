@@ -28,12 +28,13 @@ from storage_adapter.engine.commit import (
     check_expected_version,
 )
 from storage_adapter.engine.errors import (
+    KeyWindowExpiredError,
     ReadOnlyEngineError,
     SchemaMismatchError,
     StaleFragmentError,
     TableExistsError,
 )
-from storage_adapter.engine.key_ledger import KeyLedger, KeyState, check_key
+from storage_adapter.engine.key_ledger import KeyLedger, KeyState, check_key, entry_key
 from storage_adapter.engine.manifest import DEFAULT_RETENTION, CommitRecord, ManifestState, ManifestStore
 from storage_adapter.engine.recovery import HealReport, Recovery, recovered_by
 from storage_adapter.engine.snapshot import Snapshot
@@ -149,7 +150,7 @@ class Engine:
 
     def commit_fragments(self, fragments: Mapping[str, Sequence[FragmentRef]], mode: str = "append",
                          expected_version: int | None = None, idempotency_key: str | None = None,
-                         actor: str | None = None) -> Commit:  # fmt: skip
+                         actor: str | None = None, key_issued_at: datetime | None = None) -> Commit:  # fmt: skip
         """Publish written fragments as one atomic commit over all named tables.
 
         ``append`` adds them; ``overwrite`` replaces each named table's content with them. Appends that
@@ -157,16 +158,21 @@ class Engine:
         Raises, with nothing visible: CommitConflictError (``expected_version`` is not the manifest version,
         or an overwrite raced another commit to its table), UnknownTableError, SchemaMismatchError,
         StaleFragmentError, CorruptManifestError. With ``idempotency_key`` already landed, returns that
-        commit (``replayed=True``) and writes nothing.
+        commit (``replayed=True``) and writes nothing; KeyInFlightError while another commit holds it.
+        ``key_issued_at`` (when the key was first used) lets the engine refuse a key whose ledger entry may
+        already be gone (KeyWindowExpiredError, before any I/O; see docs/engine.md, "Idempotency keys").
         """
+        self._check_key(idempotency_key, key_issued_at)
         state = self._begin_write()
         return self._commit(state, {t: tuple(refs) for t, refs in fragments.items()}, mode, expected_version,
                             idempotency_key, actor)  # fmt: skip
 
     def commit(self, data: Mapping[str, pa.Table], mode: str = "append", expected_version: int | None = None,
-               idempotency_key: str | None = None, actor: str | None = None) -> Commit:  # fmt: skip
+               idempotency_key: str | None = None, actor: str | None = None,
+               key_issued_at: datetime | None = None) -> Commit:  # fmt: skip
         """``write_fragment`` for each table's data, then ``commit_fragments``, with every check made
         before any data file is written. Same guarantees and errors as ``commit_fragments``."""
+        self._check_key(idempotency_key, key_issued_at)
         state = self._begin_write()
         if (
             replayed := self._precheck(state, data.keys(), mode, expected_version, idempotency_key)
@@ -254,11 +260,13 @@ class Engine:
         return schema
 
     def precheck(self, tables: Iterable[str], mode: str = "append", expected_version: int | None = None,
-                 idempotency_key: str | None = None) -> Commit | None:  # fmt: skip
+                 idempotency_key: str | None = None, key_issued_at: datetime | None = None) -> Commit | None:  # fmt: skip
         """The checks a commit makes before it writes any data, for writers that produce data elsewhere
         first (a Spark job): the landed commit (``replayed=True``) if ``idempotency_key`` already landed,
-        else None. Raises UnknownTableError, ValueError (mode), CommitConflictError (``expected_version``).
-        Heals first, like every write entry point. The commit itself checks again."""
+        else None. Raises UnknownTableError, ValueError (mode, key), CommitConflictError
+        (``expected_version``), KeyWindowExpiredError. Heals first, like every write entry point. The
+        commit itself checks again."""
+        self._check_key(idempotency_key, key_issued_at)
         return self._precheck(self._begin_write(), tables, mode, expected_version, idempotency_key)
 
     def _precheck(self, state: ManifestState, tables: Iterable[str], mode: str, expected_version: int | None,
@@ -268,6 +276,30 @@ class Engine:
         self._validate(state, tables, mode)
         check_expected_version(state, expected_version)
         return None
+
+    def _check_key(self, key: str | None, issued_at: datetime | None) -> None:
+        """ValueError for a key the ledger cannot hold or an ``issued_at`` without a key or a time zone;
+        KeyWindowExpiredError when the key was issued so long ago (``key_window_s``, less one lease for
+        clocks that disagree) that its ledger entry may have been vacuumed: committing it could apply it
+        twice. Before any I/O."""
+        if key is not None:
+            check_key(key)
+        if issued_at is None:
+            return
+        if key is None or not isinstance(issued_at, datetime) or issued_at.tzinfo is None:
+            raise ValueError(
+                f"key_issued_at must be a timezone-aware datetime given with an idempotency_key, not "
+                f"{issued_at!r} (key {key!r})"
+            )
+        age = (datetime.now(UTC) - issued_at).total_seconds()
+        usable = self._settings.key_window_s - self._settings.lease_s
+        if age > usable:
+            raise KeyWindowExpiredError(
+                f"idempotency key {key!r} was issued {age:.0f} s ago, beyond the engine's key window "
+                f"({self._settings.key_window_s:g} s less a {self._settings.lease_s:g} s lease for clock "
+                "skew): its earlier commit may no longer be on record, so it is refused; nothing was written",
+                key=entry_key(key),
+            )
 
     def _landed(self, state: ManifestState | None, key: str) -> CommitRecord | None:
         """The visible commit carrying ``key``: its published ledger entry, else (a key committed before the

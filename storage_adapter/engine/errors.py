@@ -38,6 +38,11 @@ class KeyInFlightError(EngineError):
     visible. Retry later; the retry replays that commit if it lands, or commits if it never does."""
 
 
+class KeyWindowExpiredError(EngineError, ValueError):
+    """The idempotency key was issued longer ago than the engine keeps keys (``key_window_s``): whether it
+    already applied can no longer be proven, so the commit is refused before any I/O."""
+
+
 class UnknownTableError(EngineError, KeyError):
     """The table is not in the manifest (never created, or not in the snapshot read)."""
 

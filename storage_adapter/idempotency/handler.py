@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC
+from datetime import UTC, datetime
 from typing import Any
 
 from storage_adapter.errors import BackendUnavailableError, StorageError
@@ -88,6 +88,12 @@ class OwnerContext:
     @property
     def commit_key(self) -> str:
         return commit_key(self.keeper.owned.record)
+
+    @property
+    def key_issued_at(self) -> datetime:
+        """When the request's key was first reserved: pass it to the engine as ``key_issued_at`` so it
+        refuses a key whose window may be gone instead of applying it again."""
+        return self.keeper.owned.record.created_at
 
     @property
     def lost(self) -> bool:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import pyarrow as pa
@@ -98,12 +99,13 @@ def bulk_load(
     idempotency_key: str | None = None,
     actor: str | None = None,
     max_rows_per_fragment: int = 1_000_000,
+    key_issued_at: datetime | None = None,
 ) -> BulkLoad:
     """Load the Spark DataFrame ``frame`` into ``table`` as one commit (``append`` or ``overwrite``).
 
     Column names must equal the table's, in order; each column must cast to the table's type. An
     ``idempotency_key`` that already landed returns that commit (``replayed``, no fragments) without
-    running the job. Raises, with nothing visible: UnknownTableError, CommitConflictError for a stale
+    running the job (``key_issued_at``: as for ``Engine.commit_fragments``). Raises, with nothing visible: UnknownTableError, CommitConflictError for a stale
     ``expected_version`` and SchemaMismatchError for a column-name mismatch (all before any task runs),
     the commit errors of ``Engine.commit_fragments`` (CommitConflictError, ...),
     and Spark's job failure if a task exhausts its retries.
@@ -115,7 +117,7 @@ def bulk_load(
             backend=engine.adapter.capabilities.backend,
         )
     # Before any task runs: a landed key replays, a stale expected_version or unknown table fails.
-    replayed = engine.precheck([table], mode, expected_version, idempotency_key)
+    replayed = engine.precheck([table], mode, expected_version, idempotency_key, key_issued_at)
     if replayed is not None:
         return BulkLoad(replayed, ())
     schema = engine.snapshot().schema(table)
@@ -133,5 +135,6 @@ def bulk_load(
         expected_version=expected_version,
         idempotency_key=idempotency_key,
         actor=actor,
+        key_issued_at=key_issued_at,
     )
     return BulkLoad(commit, fragments)
