@@ -48,6 +48,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from contract_tests.scoped_env import scoped_environment
 from storage_adapter.adapter import open_adapter
 from storage_adapter.engine import (
     CorruptSidecarError,
@@ -73,6 +74,7 @@ from storage_adapter.idempotency import (
 )
 from storage_adapter.idempotency.engine_reconciler import EngineReconciler
 from storage_adapter.idempotency.responses import RECONCILE_FAILED
+from storage_adapter.idempotency.store import Owned, Transition
 from storage_adapter.protocol import StorageAdapter
 
 REALM = "chaos"
@@ -402,10 +404,10 @@ class ChaosStore(IdempotencyStore):
         self._point("after_finalize")
         return result
 
-    def cancel(self, owned: Any) -> Any:
+    def cancel(self, owned: Owned, *, error_subtype: str | None = None) -> Transition:
         if self.dead:
             raise OwnerCrash("chaos: the owner is dead")
-        return super().cancel(owned)
+        return super().cancel(owned, error_subtype=error_subtype)
 
 
 class _SlowReconciler:
@@ -824,11 +826,12 @@ class Campaign:
                 bad("answer_mismatch", f"2xx answers differ: {shown}")
             for answer in acks:
                 version = answer.summary.get("version") if isinstance(answer.summary, dict) else None
-                # ctx.commit_key is "realm/key@<the reservation's creation time>"
-                carried = key_of_version.get(version)
-                if carried is not None and carried.rsplit("@", 1)[0] != f"{REALM}/{plan.key}":
+                if not isinstance(version, int) or version not in key_of_version:
+                    continue
+                carried = key_of_version[version]  # ctx.commit_key: "realm/key@<reservation's creation time>"
+                if carried is None or carried.rsplit("@", 1)[0] != f"{REALM}/{plan.key}":
                     bad("answer_mismatch", f"answered version {version}, whose commit carries key "
-                                           f"{key_of_version[version]!r}")  # fmt: skip
+                                           f"{carried!r}")  # fmt: skip
             for answer in log.answers:
                 if answer.status in (400, 422):
                     bad("bad_4xx", f"{answer.phase} attempt {answer.attempt} answered {answer.status} "
@@ -863,20 +866,6 @@ class Campaign:
 
 # -- targets --------------------------------------------------------------------------------------------------
 @contextlib.contextmanager
-def _environment(values: dict[str, str]) -> Iterator[None]:
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-
-
-@contextlib.contextmanager
 def target_url(target: str, run: str) -> Iterator[str]:
     """A fresh root for ``target``: memory, a temporary directory, or a SeaweedFS started here (its
     ``AWS_*`` environment set for the duration, so worker processes inherit it)."""
@@ -888,7 +877,7 @@ def target_url(target: str, run: str) -> Iterator[str]:
     else:
         from backends.registry import provider
 
-        with provider("seaweedfs")(bucket="chaos") as endpoint, _environment(endpoint.environment()):
+        with provider("seaweedfs")(bucket="chaos") as endpoint, scoped_environment(endpoint.environment()):
             yield endpoint.url(f"chaos-{run}")
 
 

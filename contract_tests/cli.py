@@ -62,6 +62,7 @@ from contract_tests.report import (
     overall,
     write_report,
 )
+from contract_tests.scoped_env import scoped_environment
 from contract_tests.targets import DEFAULT_FACTORY, EMBEDDED, Target, load_factory, parse_target
 from storage_adapter.builtin_backends import UNQUOTED_IF_MATCH
 from storage_adapter.errors import ConfigurationError, PermissionDeniedError, StorageError
@@ -152,21 +153,6 @@ def _terminal() -> Iterator[IO[str]]:
         return
     with os.fdopen(fd, "w", buffering=1) as stream:
         yield stream
-
-
-@contextlib.contextmanager
-def _environment(values: dict[str, str]) -> Iterator[None]:
-    """Set environment variables for the duration (spawned clause workers inherit them)."""
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 # -- targets --------------------------------------------------------------------------------------------------
@@ -261,7 +247,7 @@ def _started_server(name: str, console: Console) -> Iterator[tuple[S3Endpoint, s
         except ServerUnavailable as exc:
             raise ServerCannotRun(name, str(exc)) from None
         console.print(f"{name} S3 server ({version}) at {endpoint.endpoint}", highlight=False, markup=False)
-        stack.enter_context(_environment(endpoint.environment()))
+        stack.enter_context(scoped_environment(endpoint.environment()))
         yield endpoint, version
 
 
@@ -394,7 +380,7 @@ def _check(args: argparse.Namespace, console: Console) -> int:
             raise InputError(f"--server {args.server} starts and checks its own server: give no URL with it")
         load_factory(args.factory)  # a bad --factory is bad input before any server starts
         with contextlib.ExitStack() as stack:
-            stack.enter_context(_environment({COMPAT_MODES[mode]: "true" for mode in args.compat}))
+            stack.enter_context(scoped_environment({COMPAT_MODES[mode]: "true" for mode in args.compat}))
             if args.urls:
                 targets = _user_targets(args.urls, args.peers)
                 server = _user_server_version(targets)
