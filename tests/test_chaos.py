@@ -71,6 +71,7 @@ def test_the_oracle_catches_an_engine_that_ignores_the_key(monkeypatch: pytest.M
 
     def forgetful(self: Engine, data: Any, *args: Any, **kwargs: Any) -> Any:
         kwargs.pop("idempotency_key", None)
+        kwargs.pop("key_issued_at", None)
         return commit(self, data, *args, **kwargs)
 
     monkeypatch.setattr(Engine, "commit", forgetful)
