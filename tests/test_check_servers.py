@@ -34,6 +34,9 @@ CEPH_16_FAILURES = {
     # The same refusal: a CAS with the token write_if_absent returned (a quoted ETag) is answered 412.
     "test_write_if_absent_returns_the_new_token",
 }
+# Ceph 16.2 (memstore) sometimes answers a DeleteObjects of a renamed source with a per-key UnknownError
+# while renames cross (seen once in several runs on a loaded host): reported with that evidence, not always.
+CEPH_16_INTERMITTENT = {"test_crossing_renames_finish_and_keep_every_object"}
 
 
 def _check(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], dict, str, float]:
@@ -62,7 +65,7 @@ def test_check_on_ceph_rgw_names_its_failures_with_evidence(tmp_path: Path) -> N
     assert result.returncode == 1, result.stdout[-4000:]
     (target,) = report["targets"]
     if "16.2." in report["versions"]["ceph"]:
-        assert set(target["violations"]) == CEPH_16_FAILURES
+        assert CEPH_16_FAILURES <= set(target["violations"]) <= CEPH_16_FAILURES | CEPH_16_INTERMITTENT
     assert target["inconclusive"] == []
     failed = [r for r in report["results"] if r["outcome"] == "fail"]
     assert all(r["evidence"] for r in failed)  # every failure says why, in every format
