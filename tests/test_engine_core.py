@@ -256,7 +256,11 @@ def test_request_counts(adapter):
     snap = reader.snapshot()
     assert dict(cold.counts) == {"read_versioned": 1}
     assert reader.read("a", snap).num_rows == 2
-    assert dict(cold.counts) == {"read_versioned": 1, "read_bytes": 1 + 2}  # table version + 2 fragments
+    # the pinned delta, then its chain down to the full create version (fetched concurrently) + 2 fragments
+    assert dict(cold.counts) == {"read_versioned": 1, "read_bytes": 3 + 2}
+    cold.reset()
+    assert reader.read("a", snap).num_rows == 2
+    assert dict(cold.counts) == {"read_bytes": 2}  # resolved versions are cached: fragments only
     cold_writer = CountingAdapter(adapter)
     writer = Engine.open(cold_writer)
     cold_writer.reset()

@@ -52,7 +52,7 @@ from storage_adapter.engine.sidecar import (
     SidecarStore,
     writer_alive,
 )
-from storage_adapter.engine.tables import TableVersion, TableVersionStore
+from storage_adapter.engine.tables import Replacement, TableVersion, TableVersionStore
 from storage_adapter.protocol import StorageAdapter
 
 log = logging.getLogger(__name__)
@@ -61,12 +61,14 @@ MODES = ("append", "overwrite")
 
 @dataclass(frozen=True)
 class TableWrite:
-    """What a commit does to one table: add ``fragments`` (append), replace with them (overwrite), or
-    create the table with ``schema`` (create)."""
+    """What a commit does to one table: add ``fragments`` (append), replace with them (overwrite),
+    create the table with ``schema`` (create), or put each ``replaced`` group's new fragment in place of
+    the group (compact)."""
 
     table: str
     schema: str
     fragments: tuple[tuple[str, int, int], ...]
+    replaced: tuple[Replacement, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -287,13 +289,8 @@ class CommitOperation:
 
     def _write_version(self, write: TableWrite, mode: str, base: int | None) -> TableVersion:
         """Phase B for one table: the first free version at or above the sidecar's pin."""
-        base_content = (
-            self._versions.read(write.table, base) if mode == "append" and base is not None else None
-        )
-        fragments = (base_content.fragments if base_content else ()) + write.fragments
-
-        def make(number: int) -> TableVersion:
-            return TableVersion(write.table, number, base, self.operation_id, mode, write.schema, fragments)
+        make = self._versions.successor(write.table, base, self.operation_id, mode, write.schema,
+                                        write.fragments, write.replaced)  # fmt: skip
 
         def record_new_pin(number: int) -> None:  # the sidecar names a version before the head reaches it
             self._sidecar = self._keeper.write(self._sidecar.with_pin(write.table, number))
@@ -325,6 +322,9 @@ class CommitOperation:
                     f"{bases[name]} but the manifest now pins {now_pin}",
                     expected=bases[name], actual=now_pin, table=name, key=layout.table_prefix(name),
                 )  # fmt: skip
+            if mode == "compact":  # rebases over appends; conflicts once its fragments are gone
+                assert now_pin is not None  # tables are never dropped
+                self._versions.check_replaceable(name, now_pin, writes[name].replaced)
             first = max(_next(now_pin), written[name].version + 1)
             bases[name] = now_pin
             del written[name]

@@ -8,6 +8,7 @@ unchanged on memory, local and S3.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -17,7 +18,7 @@ import pyarrow as pa
 from ulid import ULID
 
 from storage_adapter.adapter import open_adapter
-from storage_adapter.engine import codec, layout
+from storage_adapter.engine import codec, compaction, layout
 from storage_adapter.engine.audit import AuditLog, AuditRecord
 from storage_adapter.engine.commit import (
     MODES,
@@ -39,6 +40,7 @@ from storage_adapter.engine.manifest import DEFAULT_RETENTION, CommitRecord, Man
 from storage_adapter.engine.recovery import HealReport, Recovery, recovered_by
 from storage_adapter.engine.snapshot import Snapshot
 from storage_adapter.engine.tables import (
+    DEFAULT_CHECKPOINT_INTERVAL,
     FragmentRef,
     TableVersionStore,
     check_schema,
@@ -52,6 +54,8 @@ from storage_adapter.engine.vacuum import VacuumReport, vacuum
 from storage_adapter.errors import NotFoundError
 from storage_adapter.protocol import StorageAdapter
 
+log = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True)
 class EngineSettings:
@@ -59,13 +63,16 @@ class EngineSettings:
     ``key_window_s``: how long vacuum keeps an idempotency key's ledger entry after its commit (exact
     replays and ``find_commit`` for at least that long; keep it above the idempotency records' lifetime).
     ``max_attempts``: publish attempts of a non-conflicting append. ``lease_s``: a writer's sidecar lease.
-    ``grace_s``: vacuum's grace period; commits refuse fragments older than half."""
+    ``grace_s``: vacuum's grace period; commits refuse fragments older than half.
+    ``checkpoint_interval``: how many deltas deep a table version gets a checkpoint (docs/engine.md, "The
+    table version log")."""
 
     retention: int = DEFAULT_RETENTION
     key_window_s: float = 7 * 24 * 3600.0
     max_attempts: int = 32
     lease_s: float = 30.0
     grace_s: float = 24 * 3600.0
+    checkpoint_interval: int = DEFAULT_CHECKPOINT_INTERVAL
 
 
 class Engine:
@@ -85,7 +92,7 @@ class Engine:
         self._settings = settings
         self._root = adapter.url
         self._manifests = ManifestStore(adapter)
-        self._versions = TableVersionStore(adapter)
+        self._versions = TableVersionStore(adapter, checkpoint_interval=settings.checkpoint_interval)
         self._ledger = KeyLedger(adapter)
         self._recovery = Recovery(
             adapter, self._root, recovered_by(actor), settings.max_attempts, self._versions
@@ -185,6 +192,30 @@ class Engine:
         }
         return self._commit(state, refs, mode, expected_version, idempotency_key, actor)
 
+    def compact(self, table: str, target_bytes: int = compaction.DEFAULT_TARGET_BYTES,
+                min_fragments: int = compaction.DEFAULT_MIN_FRAGMENTS, actor: str | None = None) -> Commit | None:  # fmt: skip
+        """Rewrite runs of small fragments of ``table`` into fragments of up to ``target_bytes`` and publish
+        them as one ``compact`` commit; None when the policy finds nothing to do (fewer than
+        ``min_fragments`` fragments under ``target_bytes``; see compaction.py). Rows and their order are
+        unchanged and readers see the compaction whole or not at all. Concurrent appends are kept (it
+        rebases over them); CommitConflictError when a concurrent commit removed a fragment it rewrites
+        (an overwrite, another compaction): nothing visible, its new fragments are left to vacuum."""
+        state = self._begin_write()
+        entry = state.manifest.entry(table)
+        schema = schema_from_text(entry.schema)
+        groups = compaction.plan(self._versions.fragments(table, entry.version), target_bytes, min_fragments)
+        if not groups:
+            return None
+        replaced = compaction.rewrite(
+            groups, schema, lambda key: read_fragment(self._adapter, key),
+            lambda data: write_fragment(self._adapter, table, data, str(ULID())),
+        )  # fmt: skip
+        write = TableWrite(table, entry.schema, (), replaced)
+        commit = self._operation().run(state, {table: write}, "compact", expected_version=None,
+                                       idempotency_key=None, actor=actor or self._actor)  # fmt: skip
+        self._checkpoint(commit)
+        return commit
+
     def vacuum(self, grace_s: float | None = None, dry_run: bool = False) -> VacuumReport:
         """Delete table files no retained version references and older than the grace period
         (default ``settings.grace_s``). Heals first; never deletes what a live commit may publish."""
@@ -215,8 +246,8 @@ class Engine:
             if isinstance(snapshot_or_version, Snapshot)
             else self.snapshot(snapshot_or_version)
         )
-        content = self._versions.read(table, snap.table_version(table))
-        parts = [read_fragment(self._adapter, key) for key, _, _ in content.fragments]
+        fragments = self._versions.fragments(table, snap.table_version(table))
+        parts = [read_fragment(self._adapter, key) for key, _, _ in fragments]
         if not parts:
             return snap.schema(table).empty_table()
         return pa.concat_tables(parts)
@@ -342,5 +373,20 @@ class Engine:
             writes[table] = TableWrite(
                 table, schema_text, tuple((r.key, r.rows, r.bytes) for r in table_refs)
             )
-        return self._operation().run(state, writes, mode, expected_version=expected_version,
-                                     idempotency_key=idempotency_key, actor=actor or self._actor)  # fmt: skip
+        commit = self._operation().run(state, writes, mode, expected_version=expected_version,
+                                       idempotency_key=idempotency_key, actor=actor or self._actor)  # fmt: skip
+        self._checkpoint(commit)
+        return commit
+
+    def _checkpoint(self, commit: Commit) -> None:
+        """After a publish, write the checkpoint of each table version it published that is due one.
+        Best effort: a checkpoint only shortens later reads, so a failure is logged, never raised (the
+        next commit of the table writes one instead)."""
+        if commit.replayed:
+            return
+        for table, version in commit.tables.items():
+            try:
+                self._versions.checkpoint_if_due(table, version)
+            except Exception as exc:
+                log.warning("could not write the checkpoint of table %r version %d (%s); a later commit "
+                            "will", table, version, exc)  # fmt: skip

@@ -2,6 +2,7 @@
 
 _manifest.json                         the manifest: the single visibility authority (CAS-published)
 tables/{table}/_versions/{V:020d}.json table version V (immutable; written with write_if_absent)
+tables/{table}/_checkpoints/{V:020d}.json  the resolved fragment list of version V (optional, see tables.py)
 tables/{table}/data/{ulid}.parquet     immutable data fragments
 __recovery/{operation_id}.json         recovery sidecars of commits in flight (or crashed)
 __audit/{operation_id}.json            one audit record per recovered operation (write_if_absent)
@@ -46,6 +47,14 @@ def version_key(table: str, version: int) -> str:
 def version_from_key(key: str) -> int | None:
     match = _VERSION_FILE.match(key.rsplit("/", 1)[-1])
     return int(match.group(1)) if match else None
+
+
+def checkpoints_prefix(table: str) -> str:
+    return f"{TABLES_PREFIX}/{table}/_checkpoints"
+
+
+def checkpoint_key(table: str, version: int) -> str:
+    return f"{checkpoints_prefix(table)}/{version:020d}.json"
 
 
 def data_prefix(table: str) -> str:

@@ -304,7 +304,7 @@ class Recovery:
             return TableVersion(table.table, number, None, sidecar.operation_id, "restore", ours.schema, ())
         pinned = self._versions.read(table.table, table.manifest_pin)
         return TableVersion(table.table, number, table.manifest_pin, sidecar.operation_id, "restore",
-                            pinned.schema, pinned.fragments)  # fmt: skip
+                            pinned.schema, self._versions.fragments(table.table, table.manifest_pin))  # fmt: skip
 
     def _finish(self, sidecar: Sidecar, outcome: RecoveryOutcome, moves: dict[str, tuple[int | None, int | None]],
                 published: CommitRecord | None = None) -> AuditRecord:  # fmt: skip

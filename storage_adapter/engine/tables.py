@@ -1,9 +1,19 @@
-"""Tables: immutable Parquet fragments and immutable, numbered table versions.
+"""Tables: immutable Parquet fragments and immutable, numbered table versions forming a log.
 
-A table version ``tables/{t}/_versions/{V}.json`` lists every fragment of the table at V and names the
-version it was built on (``base_version``) and the operation that wrote it. Versions are written with
-``write_if_absent`` at the first free number above the head, so each table's versions are gap-free and
-a number, once written, never changes. Which version readers see is decided by the manifest alone.
+A table version ``tables/{t}/_versions/{V}.json`` names the version it was built on (``base_version``)
+and the operation that wrote it, and holds either the table's whole fragment list (a *full* version:
+create, overwrite, restore, and every ``format_version`` 1 file) or only its change to the base (a
+*delta*: append adds fragments, compact replaces groups of fragments by one each). Versions are written
+with ``write_if_absent`` at the first free number above the head, so each table's versions are gap-free
+and a number, once written, never changes. Which version readers see is decided by the manifest alone.
+
+Resolving a delta walks its base chain down to where the content is stored whole: a full version, or a
+*checkpoint* ``tables/{t}/_checkpoints/{V}.json`` (the resolved list of version V). Every delta names its
+``anchor`` (that starting point, as its writer knew it) and its ``depth`` (deltas above the anchor, itself
+included). A committer whose published version is ``checkpoint_interval`` deltas deep writes its
+checkpoint after the publish, best effort: checkpoints only shorten walks, correctness never needs one.
+So an append writes O(its own fragments) bytes, and a cold read fetches at most about
+``checkpoint_interval`` small files, concurrently.
 """
 
 from __future__ import annotations
@@ -11,18 +21,28 @@ from __future__ import annotations
 import base64
 import hashlib
 import io
-from collections.abc import Callable
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from storage_adapter.engine import codec, layout
-from storage_adapter.engine.errors import CorruptMetadataError, SchemaMismatchError
+from storage_adapter.engine.errors import CommitConflictError, CorruptMetadataError, SchemaMismatchError
 from storage_adapter.protocol import StorageAdapter
-from storage_adapter.stored_json import StoredJSONError, field
+from storage_adapter.stored_json import StoredJSONError, expect, field
 
 VERSION_FORMAT = "storage-adapter-engine/table-version"
+CHECKPOINT_FORMAT = "storage-adapter-engine/table-checkpoint"
+DEFAULT_CHECKPOINT_INTERVAL = 100
+DELTA_KINDS = ("append", "compact")  # every other kind (create, overwrite, restore) is a full version
+
+Fragment = tuple[str, int, int]  # (key, rows, bytes)
+Replacement = tuple[tuple[str, ...], Fragment]  # (keys of consecutive base fragments, the one replacing them)
 
 
 def schema_to_text(schema: pa.Schema) -> str:
@@ -76,52 +96,159 @@ def read_fragment(adapter: StorageAdapter, key: str) -> pa.Table:
 
 
 @dataclass(frozen=True)
+class Delta:
+    """What a delta version changes, and where resolving it starts."""
+
+    anchor: int  # a version on the base chain stored whole (full, or with a checkpoint) when this was written
+    depth: int  # deltas from the anchor (exclusive) up to this version (inclusive): at least 1
+    anchor_checkpointed: bool  # the anchor is a delta with a checkpoint (else a full version)
+    replaced: tuple[Replacement, ...] = ()  # compact: each group of base fragments gives way to one fragment
+
+
+@dataclass(frozen=True)
 class TableVersion:
-    """The content of one table version file."""
+    """The content of one table version file. ``added``: a full version's whole fragment list, or the
+    fragments a delta appends to its base's content."""
 
     table: str
     version: int
     base_version: int | None  # the version this one was built on (None for a table's first version)
     operation_id: str
-    kind: str  # "create", "append", "overwrite" or "restore"
+    kind: str  # "create", "append", "overwrite", "restore" or "compact"
     schema: str  # schema_to_text form
-    fragments: tuple[tuple[str, int, int], ...]  # (key, rows, bytes)
+    added: tuple[Fragment, ...]
+    delta: Delta | None = None  # None: a full version
 
     def encode(self) -> bytes:
-        return codec.encode(VERSION_FORMAT, 1, {
+        body: dict[str, Any] = {
             "table": self.table, "version": self.version, "base_version": self.base_version,
             "operation_id": self.operation_id, "kind": self.kind, "schema": self.schema,
-            "fragments": [{"key": k, "rows": r, "bytes": b} for k, r, b in self.fragments],
-        })  # fmt: skip
+        }  # fmt: skip
+        if self.delta is None:
+            body["fragments"] = _fragments_json(self.added)
+        else:
+            body["delta"] = {
+                "anchor": self.delta.anchor, "depth": self.delta.depth,
+                "anchor_checkpointed": self.delta.anchor_checkpointed, "added": _fragments_json(self.added),
+                "replaced": [{"keys": list(keys), "by": _fragment_json(by)} for keys, by in self.delta.replaced],
+            }  # fmt: skip
+        return codec.encode(VERSION_FORMAT, 2, body)
 
     @classmethod
     def decode(cls, raw: bytes, key: str) -> TableVersion:
-        doc = codec.decode(raw, key, VERSION_FORMAT, (1,), CorruptMetadataError)
+        """Format 1 (every version a full list) and 2 (full or delta). CorruptMetadataError for anything
+        else, including a delta whose links do not strictly descend (so every walk ends)."""
+        doc = codec.decode(raw, key, VERSION_FORMAT, (1, 2), CorruptMetadataError)
         try:
+            version = field(doc, "version", int)
+            base_version = field(doc, "base_version", int, optional=True)
+            delta_doc = field(doc, "delta", dict, optional=True) if doc["format_version"] == 2 else None
+            delta: Delta | None = None
+            if delta_doc is None:
+                added = _fragments_from(field(doc, "fragments", list))
+            else:
+                added = _fragments_from(field(delta_doc, "added", list))
+                delta = Delta(
+                    field(delta_doc, "anchor", int), field(delta_doc, "depth", int),
+                    field(delta_doc, "anchor_checkpointed", bool),
+                    tuple(_replacement_from(r) for r in field(delta_doc, "replaced", list)),
+                )  # fmt: skip
+                if base_version is None or not delta.anchor <= base_version < version or delta.depth < 1:
+                    raise StoredJSONError("a delta needs anchor <= base_version < version and depth >= 1")
             return cls(
-                table=field(doc, "table", str),
-                version=field(doc, "version", int),
-                base_version=field(doc, "base_version", int, optional=True),
-                operation_id=field(doc, "operation_id", str),
-                kind=field(doc, "kind", str),
-                schema=field(doc, "schema", str),
-                fragments=tuple(
-                    (field(f, "key", str), field(f, "rows", int), field(f, "bytes", int))
-                    for f in field(doc, "fragments", list)
-                ),
-            )
+                table=field(doc, "table", str), version=version, base_version=base_version,
+                operation_id=field(doc, "operation_id", str), kind=field(doc, "kind", str),
+                schema=field(doc, "schema", str), added=added, delta=delta,
+            )  # fmt: skip
         except StoredJSONError as exc:
             raise codec.malformed(key, CorruptMetadataError, exc) from exc
 
 
+def _fragment_json(fragment: Fragment) -> dict[str, Any]:
+    return {"key": fragment[0], "rows": fragment[1], "bytes": fragment[2]}
+
+
+def _fragments_json(fragments: Iterable[Fragment]) -> list[dict[str, Any]]:
+    return [_fragment_json(f) for f in fragments]
+
+
+def _fragments_from(docs: list[Any]) -> tuple[Fragment, ...]:
+    return tuple((field(f, "key", str), field(f, "rows", int), field(f, "bytes", int)) for f in docs)
+
+
+def _replacement_from(doc: Any) -> Replacement:
+    keys = tuple(expect(k, str, "replaced key") for k in field(doc, "keys", list))
+    if not keys:
+        raise StoredJSONError("a replacement needs at least one key")
+    return keys, _fragments_from([field(doc, "by", dict)])[0]
+
+
+def encode_checkpoint(table: str, version: int, fragments: tuple[Fragment, ...]) -> bytes:
+    return codec.encode(CHECKPOINT_FORMAT, 1, {"table": table, "version": version,
+                                                "fragments": _fragments_json(fragments)})  # fmt: skip
+
+
+def decode_checkpoint(raw: bytes, key: str, table: str, version: int) -> tuple[Fragment, ...]:
+    """The resolved fragment list a checkpoint holds; CorruptMetadataError unless it is the checkpoint of
+    exactly ``table`` at ``version``."""
+    doc = codec.decode(raw, key, CHECKPOINT_FORMAT, (1,), CorruptMetadataError)
+    try:
+        if (field(doc, "table", str), field(doc, "version", int)) != (table, version):
+            raise StoredJSONError(f"not the checkpoint of {table!r} version {version}")
+        return _fragments_from(field(doc, "fragments", list))
+    except StoredJSONError as exc:
+        raise codec.malformed(key, CorruptMetadataError, exc) from exc
+
+
+def apply_delta(base: tuple[Fragment, ...], content: TableVersion) -> tuple[Fragment, ...]:
+    """The content of delta ``content`` given its base's content. Each replaced group's fragment takes
+    the place of the group's first fragment (row order is kept), added fragments go last.
+    CorruptMetadataError when a replaced fragment is not in the base (rows would be lost)."""
+    assert content.delta is not None
+    if not content.delta.replaced:
+        return base + content.added
+    group_of = {key: index for index, (keys, _) in enumerate(content.delta.replaced) for key in keys}
+    result: list[Fragment] = []
+    seen: set[str] = set()
+    placed: set[int] = set()
+    for fragment in base:
+        index = group_of.get(fragment[0])
+        if index is None:
+            result.append(fragment)
+            continue
+        seen.add(fragment[0])
+        if index not in placed:
+            placed.add(index)
+            result.append(content.delta.replaced[index][1])
+    if len(seen) != len(group_of):
+        key = layout.version_key(content.table, content.version)
+        raise CorruptMetadataError(
+            f"{key}: compaction replaces fragments its base does not have: {sorted(set(group_of) - seen)[:3]}",
+            key=key,
+        )
+    return (*result, *content.added)
+
+
 class TableVersionStore:
-    """Reads and writes table version files. Versions are immutable, so reads are cached for good."""
+    """Reads, resolves and writes table versions. Versions are immutable, so decoded versions and resolved
+    contents are cached for good (bounded LRU caches, one lock). Thread-safe."""
 
-    def __init__(self, adapter: StorageAdapter, cache_size: int = 4096) -> None:
+    def __init__(self, adapter: StorageAdapter, cache_size: int = 4096,
+                 checkpoint_interval: int = DEFAULT_CHECKPOINT_INTERVAL, resolved_cache_size: int = 64,
+                 read_concurrency: int = 16) -> None:  # fmt: skip
+        if checkpoint_interval < 1:
+            raise ValueError(f"checkpoint_interval must be at least 1, not {checkpoint_interval!r}")
         self._adapter = adapter
-        self._cache: dict[tuple[str, int], TableVersion] = {}
+        self._cache: OrderedDict[tuple[str, int], TableVersion] = OrderedDict()
         self._cache_size = cache_size
+        self._resolved: OrderedDict[tuple[str, int], tuple[Fragment, ...]] = OrderedDict()
+        self._resolved_size = resolved_cache_size
+        self._checkpointed: OrderedDict[tuple[str, int], None] = OrderedDict()  # known to exist
+        self.checkpoint_interval = checkpoint_interval
+        self._read_concurrency = read_concurrency
+        self._lock = threading.Lock()
 
+    # -- version files --------------------------------------------------------------------------------
     def read(self, table: str, version: int) -> TableVersion:
         """The version's content. Raises NotFoundError if it was never written (or vacuumed)."""
         cached = self._cache.get((table, version))
@@ -170,8 +297,192 @@ class TableVersionStore:
             if on_taken is not None:
                 on_taken(number)
 
-    def _remember(self, content: TableVersion) -> TableVersion:
-        if len(self._cache) >= self._cache_size:
-            self._cache.pop(next(iter(self._cache)))
-        self._cache[(content.table, content.version)] = content
+    # -- the log: building versions -------------------------------------------------------------------
+    def successor(self, table: str, base: int | None, operation_id: str, kind: str, schema: str,
+                  added: tuple[Fragment, ...], replaced: tuple[Replacement, ...] = ()
+                  ) -> Callable[[int], TableVersion]:  # fmt: skip
+        """The version a commit of ``kind`` writes on ``base``, as a function of the number it lands at.
+
+        Appends and compactions are deltas (O(change) bytes: one GET of the base when it is not cached,
+        plus one HEAD every ``checkpoint_interval`` versions to learn whether the base has a checkpoint);
+        every other kind is a full version holding ``added``.
+        """
+        if kind not in DELTA_KINDS:
+            return lambda number: TableVersion(table, number, base, operation_id, kind, schema, added)
+        if base is None:
+            raise ValueError(f"a {kind} needs a base version (table {table!r})")
+        below = self.read(table, base)
+        if below.delta is None or self._has_checkpoint(table, below):
+            delta = Delta(base, 1, below.delta is not None, replaced)
+        else:
+            delta = Delta(
+                below.delta.anchor, below.delta.depth + 1, below.delta.anchor_checkpointed, replaced
+            )
+        return lambda number: TableVersion(table, number, base, operation_id, kind, schema, added, delta)
+
+    def check_replaceable(self, table: str, version: int, replaced: tuple[Replacement, ...]) -> None:
+        """CommitConflictError unless every fragment ``replaced`` names is still in ``version``'s content
+        (a compaction rebases over appends, not over an overwrite or another compaction of its fragments)."""
+        present = {key for key, _, _ in self.fragments(table, version)}
+        missing = sorted({key for keys, _ in replaced for key in keys} - present)
+        if missing:
+            raise CommitConflictError(
+                f"compaction of table {table!r} conflicts with a concurrent commit: table version {version} "
+                f"no longer has {len(missing)} of the fragments it rewrites (e.g. {missing[0]})",
+                expected=None, actual=version, table=table, key=layout.table_prefix(table),
+            )  # fmt: skip
+
+    def checkpoint_if_due(self, table: str, version: int) -> bool:
+        """Write the checkpoint of ``version`` (a published version) when it is a delta at least
+        ``checkpoint_interval`` deep and has none yet. True if written. Never needed for correctness:
+        callers run it after the publish and ignore its failures."""
+        content = self.read(table, version)
+        if content.delta is None or content.delta.depth < self.checkpoint_interval:
+            return False
+        if (table, version) in self._checkpointed:
+            return False
+        fragments = self.fragments(table, version)
+        written = self._adapter.write_if_absent(
+            layout.checkpoint_key(table, version), encode_checkpoint(table, version, fragments)
+        )
+        self._mark_checkpointed(table, version)
+        return written is not None
+
+    # -- the log: reading versions --------------------------------------------------------------------
+    def fragments(self, table: str, version: int) -> tuple[Fragment, ...]:
+        """The whole fragment list of ``version``, in row order: the version itself when full, else the
+        content its walk starts from with every delta above applied. Raises NotFoundError when a version
+        it needs is missing, CorruptMetadataError for a corrupt one."""
+        hit = self._resolved_get(table, version)
+        if hit is not None:
+            return hit
+        content, deltas = self._walk(table, version, use_cache=True)
+        for delta in reversed(deltas):
+            content = apply_delta(content, delta)
+        self._resolved_put(table, version, content)
         return content
+
+    def chain(self, table: str, version: int) -> list[int]:
+        """The versions a cold resolution of ``version`` reads, from it down to where its walk starts (the
+        checkpoint of that last one, when the walk starts at a checkpoint). Vacuum keeps all of them."""
+        _, deltas = self._walk(table, version, use_cache=False)
+        below = deltas[-1].base_version if deltas else version
+        assert below is not None  # a delta always has a base
+        return [*(d.version for d in deltas), below]
+
+    def _walk(
+        self, table: str, version: int, use_cache: bool
+    ) -> tuple[tuple[Fragment, ...], list[TableVersion]]:
+        """The content the walk from ``version`` starts at, and the deltas above it, newest first. Steps
+        down ``base_version`` links until a full version, a version with a checkpoint (looked for where
+        a delta names its anchor, and at versions ``checkpoint_interval`` deep), or (``use_cache``) a
+        version whose content is in the cache."""
+        top = self.read(table, version)
+        if top.delta is None:
+            return top.added, []
+        if top.delta.depth >= self.checkpoint_interval:
+            found = self._read_checkpoint(table, version)
+            if found is not None:
+                return found, []
+        if use_cache:
+            self._prefetch(table, top)
+        deltas = [top]
+        while True:
+            below = deltas[-1].base_version
+            assert below is not None  # a delta always has a base (checked by decode)
+            if use_cache and (hit := self._resolved_get(table, below)) is not None:
+                return hit, deltas
+            current = self.read(table, below)
+            if current.delta is None:
+                return current.added, deltas
+            named = deltas[-1].delta is not None and deltas[-1].delta.anchor == below
+            if named or current.delta.depth >= self.checkpoint_interval:
+                found = self._read_checkpoint(table, below)
+                if found is not None:
+                    return found, deltas
+            deltas.append(current)
+
+    def _prefetch(self, table: str, top: TableVersion) -> None:
+        """Fetch, concurrently, the version files between ``top``'s anchor and ``top`` and the anchor's
+        checkpoint into the caches, for a walk about to read them one by one (a cold read pays about one
+        round trip per ``read_concurrency`` files instead of one per file). Some may belong to other
+        chains (unpublished attempts); failures are left for the walk to meet."""
+        assert top.delta is not None and top.base_version is not None
+        if top.delta.depth < 2 or self._resolved_get(table, top.base_version) is not None:
+            return
+        anchor = top.delta.anchor
+        numbers = [n for n in range(anchor, top.version) if (table, n) not in self._cache]
+
+        def version_job(number: int) -> TableVersion | None:
+            key = layout.version_key(table, number)
+            raw = self._adapter.read_if_exists(key)
+            return None if raw is None else TableVersion.decode(raw, key)
+
+        with ThreadPoolExecutor(max_workers=self._read_concurrency) as pool:
+            checkpoint = (
+                pool.submit(self._fetch_checkpoint, table, anchor) if top.delta.anchor_checkpointed else None
+            )
+            futures = [pool.submit(version_job, n) for n in numbers]
+            for future in futures:
+                if future.exception() is None and (content := future.result()) is not None:
+                    self._remember(content)
+            if (
+                checkpoint is not None
+                and checkpoint.exception() is None
+                and (found := checkpoint.result()) is not None
+            ):
+                self._mark_checkpointed(table, anchor)
+                self._resolved_put(table, anchor, found)
+
+    def _fetch_checkpoint(self, table: str, version: int) -> tuple[Fragment, ...] | None:
+        key = layout.checkpoint_key(table, version)
+        raw = self._adapter.read_if_exists(key)
+        return None if raw is None else decode_checkpoint(raw, key, table, version)
+
+    def _read_checkpoint(self, table: str, version: int) -> tuple[Fragment, ...] | None:
+        """The checkpoint's content (from the cache when this process wrote or read it), else None."""
+        if (table, version) in self._checkpointed and (hit := self._resolved_get(table, version)) is not None:
+            return hit
+        content = self._fetch_checkpoint(table, version)
+        if content is not None:
+            self._mark_checkpointed(table, version)
+            self._resolved_put(table, version, content)
+        return content
+
+    def _has_checkpoint(self, table: str, content: TableVersion) -> bool:
+        """Whether delta ``content`` has a checkpoint (only versions ``checkpoint_interval`` deep get one)."""
+        assert content.delta is not None
+        if content.delta.depth < self.checkpoint_interval:
+            return False
+        if (table, content.version) in self._checkpointed:
+            return True
+        if not self._adapter.exists(layout.checkpoint_key(table, content.version)):
+            return False
+        self._mark_checkpointed(table, content.version)
+        return True
+
+    # -- caches ---------------------------------------------------------------------------------------
+    def _remember(self, content: TableVersion) -> TableVersion:
+        self._put(self._cache, (content.table, content.version), content, self._cache_size)
+        return content
+
+    def _resolved_get(self, table: str, version: int) -> tuple[Fragment, ...] | None:
+        with self._lock:
+            hit = self._resolved.get((table, version))
+            if hit is not None:
+                self._resolved.move_to_end((table, version))
+            return hit
+
+    def _resolved_put(self, table: str, version: int, content: tuple[Fragment, ...]) -> None:
+        self._put(self._resolved, (table, version), content, self._resolved_size)
+
+    def _mark_checkpointed(self, table: str, version: int) -> None:
+        self._put(self._checkpointed, (table, version), None, self._cache_size)
+
+    def _put(self, cache: OrderedDict[Any, Any], key: Any, value: Any, size: int) -> None:
+        """Insert into a bounded LRU dict, dropping the least recently used entries when full."""
+        with self._lock:
+            cache[key] = value
+            cache.move_to_end(key)
+            while len(cache) > size:
+                cache.popitem(last=False)

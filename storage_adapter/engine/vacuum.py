@@ -1,8 +1,8 @@
 """Vacuum: delete table files that no retained manifest version references, after a grace period.
 
 Retained: every table version pinned by a manifest version inside the history window (so time travel
-within the window keeps working), and every table version above a table's current pin (heads of commits
-in flight or awaiting recovery). A file is deleted only if nothing retained references it AND it is older
+within the window keeps working), every table version above a table's current pin (heads of commits
+in flight or awaiting recovery), and every version (and checkpoint) a read of those walks through. A file is deleted only if nothing retained references it AND it is older
 than the grace period. The listing is taken before the manifest is read, so a file written after the
 listing is never a candidate; commits refuse fragments older than half the grace period, so no commit
 can publish a reference to a fragment vacuum may consider (see docs/engine.md, "grace rule").
@@ -45,14 +45,32 @@ def retained_versions(manifest: Manifest) -> set[tuple[str, int]]:
     return retained
 
 
+def retained_closure(versions: TableVersionStore, resolve: set[tuple[str, int]],
+                     keep: set[tuple[str, int]]) -> tuple[set[tuple[str, int]], set[str]]:  # fmt: skip
+    """``keep`` plus every version (and so checkpoint) a read of a version in ``resolve`` walks through,
+    and the fragment keys their resolved contents list: a fragment only older versions of the chain list
+    (replaced by a compaction) is not referenced."""
+    closure = set(keep)
+    referenced: set[str] = set()
+    for table, number in sorted(resolve):  # ascending: each resolution starts from the one before, cached
+        closure.update((table, version) for version in versions.chain(table, number))
+        referenced.update(key for key, _, _ in versions.fragments(table, number))
+    return closure, referenced
+
+
 def _parse(key: str) -> tuple[str, str, int | None] | None:
-    """(table, "version"|"data", version number) for a table file key, else None."""
+    """(table, "version"|"checkpoint"|"data", version number) for a table file key, else None. A
+    checkpoint is kept exactly as long as its version."""
     parts = key.split("/")
     if len(parts) != 4 or parts[0] != layout.TABLES_PREFIX:
         return None
-    if parts[2] == "_versions":
+    if parts[2] in ("_versions", "_checkpoints"):
         number = layout.version_from_key(key)
-        return None if number is None else (parts[1], "version", number)
+        return (
+            None
+            if number is None
+            else (parts[1], "version" if parts[2] == "_versions" else "checkpoint", number)
+        )
     if parts[2] == "data" and parts[3].endswith(".parquet"):
         return (parts[1], "data", None)
     return None
@@ -83,14 +101,12 @@ def vacuum(
         entry = manifest.tables.get(table)
         if kind == "version" and number is not None and (entry is None or number > entry.version):
             keep.add((table, number))
-    referenced: set[str] = set()
-    for _, (table, kind, number) in listing:
-        if kind == "version" and (table, number) in keep:
-            referenced.update(key for key, _, _ in versions.read(table, number).fragments)  # type: ignore[arg-type]
+    listed = {(table, number) for _, (table, kind, number) in listing if kind == "version"}
+    keep, referenced = retained_closure(versions, keep & listed, keep)
     deleted: list[str] = []
     kept_referenced = kept_young = 0
     for info, (table, kind, number) in listing:
-        if (kind == "version" and (table, number) in keep) or (kind == "data" and info.key in referenced):
+        if (kind != "data" and (table, number) in keep) or (kind == "data" and info.key in referenced):
             kept_referenced += 1
         elif not _older(info, cutoff):
             kept_young += 1
