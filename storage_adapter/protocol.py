@@ -89,10 +89,13 @@ class StorageAdapter(Protocol):
         ...
 
     def list_pages(self, prefix: str = "") -> Iterator[builtins.list[ObjectInfo]]:
-        """What ``list(prefix)`` returns (same objects, same tokens, same order), in consecutive non-empty
+        """What ``list(prefix)`` returns (same objects, same tokens, each once), in consecutive non-empty
         pages, each fetched only when the previous one has been taken: a caller that stops early never
         pays for the rest, and none holds more than one page of the listing. On S3 a page is one
-        ListObjectsV2 request (1000 objects); local walks directories lazily, in key order. The prefix is
+        ListObjectsV2 request (1000 objects) and the order is the server's: key order on AWS S3, but
+        SeaweedFS lists segment by segment (``a/x`` before ``a.txt``); memory and local stream in key
+        order (local walks directories lazily). Each table or record prefix comes out contiguous either
+        way; a caller needing strict key order sorts (``list`` does). The prefix is
         validated when this is called, before any I/O. Like ``list``, it never shows a write in flight;
         an object written or deleted while the pages are taken may or may not appear."""
         ...

@@ -74,23 +74,34 @@ def vacuum(
     key_window_s: float | None = None,
 ) -> VacuumReport:  # fmt: skip
     """Delete unreferenced table files older than ``grace_s`` and, with ``key_window_s``, published key
-    ledger entries older than that. The caller has healed pending sidecars."""
-    listing = [(info, parsed) for info in adapter.list(layout.TABLES_PREFIX) if (parsed := _parse(info.key))]
-    manifest = ManifestStore(adapter).load().manifest
+    ledger entries older than that. The caller has healed pending sidecars.
+
+    One streamed listing, judged as it comes (memory: one table's referenced fragments plus the
+    garbage): a table's ``_versions/`` files list before its ``data/`` files (``_`` < ``d``), so its
+    referenced set is complete when its first data file arrives. The age cutoff is taken before the
+    manifest is read, so every candidate was written before that read, as when the whole listing came
+    first; a file listed later is younger than the cutoff and kept. Deletes go in batches
+    (``delete_many``)."""
     cutoff = _age_cutoff(grace_s)
-    keep = retained_versions(manifest)
-    for _, (table, kind, number) in listing:
-        entry = manifest.tables.get(table)
-        if kind == "version" and number is not None and (entry is None or number > entry.version):
-            keep.add((table, number))
-    referenced: set[str] = set()
-    for _, (table, kind, number) in listing:
-        if kind == "version" and (table, number) in keep:
-            referenced.update(key for key, _, _ in versions.read(table, number).fragments)  # type: ignore[arg-type]
+    manifest = ManifestStore(adapter).load().manifest
+    retained = retained_versions(manifest)
     deleted: list[str] = []
     kept_referenced = kept_young = 0
-    for info, (table, kind, number) in listing:
-        if (kind == "version" and (table, number) in keep) or (kind == "data" and info.key in referenced):
+    table: str | None = None
+    referenced: set[str] = set()
+    for info in adapter.iter_list(layout.TABLES_PREFIX):
+        parsed = _parse(info.key)
+        if parsed is None:
+            continue
+        name, kind, number = parsed
+        if name != table:
+            table, referenced = name, set()
+        entry = manifest.tables.get(name)
+        kept = (name, number) in retained or entry is None or (number or 0) > entry.version
+        if kind == "version" and kept:
+            referenced.update(key for key, _, _ in versions.read(name, number).fragments)  # type: ignore[arg-type]
+            kept_referenced += 1
+        elif kind == "data" and info.key in referenced:
             kept_referenced += 1
         elif not _older(info, cutoff):
             kept_young += 1
@@ -98,8 +109,7 @@ def vacuum(
             deleted.append(info.key)
     staging_removed = keys_expired = 0
     if not dry_run:
-        for key in deleted:
-            adapter.delete(key)
+        adapter.delete_many(deleted)
         staging_removed = adapter.remove_orphans(min_age_s=grace_s)
         if key_window_s is not None:
             keys_expired = _expire_keys(adapter, _age_cutoff(key_window_s))
@@ -107,14 +117,13 @@ def vacuum(
 
 
 def _expire_keys(adapter: StorageAdapter, cutoff: datetime) -> int:
-    """Delete published ledger entries last written before ``cutoff``. A published entry never changes
-    again, so reading it and then deleting it races with nothing."""
-    expired = 0
-    for info in adapter.list(layout.KEYS_PREFIX):
-        if not _older(info, cutoff):
-            continue
-        raw = adapter.read_if_exists(info.key)
-        if raw is not None and KeyEntry.decode(raw, info.key).state is KeyState.PUBLISHED:
-            adapter.delete(info.key)
-            expired += 1
-    return expired
+    """Delete published ledger entries last written before ``cutoff`` (in one ``delete_many``). A
+    published entry never changes again, so reading it and then deleting it races with nothing."""
+    expired = [
+        info.key
+        for info in adapter.iter_list(layout.KEYS_PREFIX)
+        if _older(info, cutoff)
+        and (raw := adapter.read_if_exists(info.key)) is not None
+        and KeyEntry.decode(raw, info.key).state is KeyState.PUBLISHED
+    ]
+    return adapter.delete_many(expired)
