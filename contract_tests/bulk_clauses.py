@@ -16,6 +16,7 @@ pin down, on every backend:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -23,6 +24,7 @@ import pytest
 from storage_adapter.errors import InvalidKeyError
 from storage_adapter.faults import FaultKind, FaultPlan, injected
 from storage_adapter.protocol import StorageAdapter
+from storage_adapter.types import ObjectInfo
 
 # More than two pages of the built-in backends' listings (and more than two S3 DeleteObjects batches).
 MANY = 2500
@@ -35,6 +37,11 @@ UNLIMITED_STEPS = 10**9
 def _fill(adapter: StorageAdapter, keys: list[str]) -> None:
     with ThreadPoolExecutor(FILL_WORKERS) as pool:
         list(pool.map(lambda key: adapter.write(key, key.encode()), keys))
+
+
+def _by_key(infos: Iterable[ObjectInfo]) -> list[ObjectInfo]:
+    """``infos`` in key order (a stream comes in the server's order: see the protocol)."""
+    return sorted(infos, key=lambda i: i.key)
 
 
 def _steps(call: object) -> int:
@@ -59,10 +66,9 @@ class BulkClauses:
         assert [i.key for i in listed] == sorted(k for k in keys if k.startswith("many/"))
         pages = list(adapter.list_pages("many"))
         assert all(pages), "list_pages yielded an empty page"
-        by_key = lambda infos: sorted(infos, key=lambda i: i.key)  # noqa: E731  # see the protocol on order
-        assert by_key(info for page in pages for info in page) == listed
-        assert by_key(adapter.iter_list("many")) == listed
-        assert by_key(adapter.iter_list()) == adapter.list()
+        assert _by_key(info for page in pages for info in page) == listed
+        assert _by_key(adapter.iter_list("many")) == listed
+        assert _by_key(adapter.iter_list()) == adapter.list()
 
     def test_iter_list_is_lazy(self, adapter: StorageAdapter) -> None:
         """Taking the first object of a listing of MANY objects (three pages) passes at most half the I/O
