@@ -27,6 +27,7 @@ import pytest
 
 from contract_tests import race_tasks
 from contract_tests.bodies import make_body
+from contract_tests.bulk_clauses import BulkClauses
 from contract_tests.concurrency_clauses import ConcurrencyClauses, require_processes
 from contract_tests.failure_clauses import FailureClauses
 from contract_tests.history import History, Outcome
@@ -135,7 +136,7 @@ def _assert_linearizable(history: History, budget_s: float) -> None:
 
 
 @pytest.mark.storage_contract
-class AdapterContract(ConcurrencyClauses, FailureClauses, HousekeepingClauses):
+class AdapterContract(BulkClauses, ConcurrencyClauses, FailureClauses, HousekeepingClauses):
     """The contract clauses. Subclass and override the ``adapter`` fixture to run them on your adapter."""
 
     @pytest.fixture

@@ -1,18 +1,26 @@
 """CountingAdapter: counts storage requests per adapter method, to state costs as exact numbers.
 
 Request counts are deterministic where timings are not, so tests may assert them and docs quote them.
-Each counted method is one storage request. The derived operations (``read_text``, ``read_if_exists``,
+Each counted method is one storage request, except two that stand for several: each page
+``list_pages`` yields is one request (one ListObjectsV2 on S3), and ``delete_many`` counts one request per
+batch of DELETE_BATCH keys (one DeleteObjects on S3; local unlinks each key, see
+``capabilities.batch_delete``). The derived operations (``read_text``, ``read_if_exists``, ``iter_list``,
 ``delete_prefix``, see storage_adapter.derived) are counted as the requests they make.
 """
 
 from __future__ import annotations
 
+import builtins
+import math
 import threading
 from collections import Counter
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from storage_adapter.adapter import ObjectStorageAdapter
+from storage_adapter.batch import DELETE_BATCH
 from storage_adapter.derived import DerivedOperations
+from storage_adapter.types import ObjectInfo
 
 COUNTED = (
     "read_bytes", "read_versioned", "exists", "list", "list_dir",
@@ -40,11 +48,30 @@ class CountingAdapter(DerivedOperations):
             return attr
 
         def counted(*args: Any, **kwargs: Any) -> Any:
-            with self._lock:
-                self.counts[name] += 1
+            self._count(name)
             return attr(*args, **kwargs)
 
         return counted
+
+    def _count(self, name: str, n: int = 1) -> None:
+        with self._lock:
+            self.counts[name] += n
+
+    def list_pages(self, prefix: str = "") -> Iterator[builtins.list[ObjectInfo]]:
+        pages = self.inner.list_pages(prefix)
+        return self._counted_pages(pages)
+
+    def _counted_pages(
+        self, pages: Iterator[builtins.list[ObjectInfo]]
+    ) -> Iterator[builtins.list[ObjectInfo]]:
+        for page in pages:
+            self._count("list_pages")
+            yield page
+
+    def delete_many(self, keys: Iterable[str]) -> int:
+        deleted = self.inner.delete_many(keys)
+        self._count("delete_many", math.ceil(deleted / DELETE_BATCH))
+        return deleted
 
     def child(self, prefix: str) -> CountingAdapter:
         return CountingAdapter(self.inner.child(prefix), self.counts)

@@ -87,6 +87,10 @@ OPERATIONS = (
     FaultedOperation("rename", _seed, lambda a, _: a.rename("d/k", "e/k"), _atomic_rename),
     FaultedOperation("rename(missing source)", _seed, lambda a, _: a.rename("d/absent", "e/k")),
     FaultedOperation("delete_prefix", _seed, lambda a, _: a.delete_prefix("d"), partial=True),
+    FaultedOperation("iter_list", _seed, lambda a, _: list(a.iter_list("d"))),
+    FaultedOperation(
+        "delete_many", _seed, lambda a, _: a.delete_many(["d/k", "d/absent", "d/other"]), partial=True
+    ),
 )
 
 

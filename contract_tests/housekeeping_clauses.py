@@ -321,7 +321,7 @@ class HousekeepingClauses:
     # -- listings while writes are in flight -----------------------------------------------------------------
     def test_listings_never_show_a_write_in_flight(self, adapter: StorageAdapter) -> None:
         """While 1 MiB bodies are written (replacing two objects, and creating one in a new prefix each
-        time), list() and list_dir() show only keys that are written, of a whole body's size, and a prefix
+        time), list(), iter_list() and list_dir() show only keys that are written, of a whole body's size, and a prefix
         only when an object is below it (nothing is deleted here, so list(prefix) is not empty after)."""
         rounds = 8
         keys = {f"flat-{r % 2}" for r in range(rounds)} | {f"fresh-{r}/obj" for r in range(rounds)}
@@ -334,7 +334,7 @@ class HousekeepingClauses:
 
         def look() -> None:
             listing = adapter.list_dir()
-            for info in [*adapter.list(), *listing.objects]:
+            for info in [*adapter.list(), *adapter.iter_list(), *listing.objects]:
                 if info.key not in keys or info.size != IN_FLIGHT_BODY_SIZE:
                     seen.append(f"listed {info.key!r} of {info.size} bytes")
             seen.extend(

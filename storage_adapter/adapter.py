@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import builtins
+from collections.abc import Generator, Iterable, Iterator
 from typing import Any
 
 from storage_adapter.config import AdapterConfig, parse_url
@@ -107,10 +109,29 @@ class ObjectStorageAdapter(DerivedOperations):
 
     def list(self, prefix: str = "") -> list[ObjectInfo]:
         """Every object under ``prefix`` (recursive), sorted by key. ``a/b`` never lists ``a/bc``."""
-        prefix = validate_prefix(prefix, self.backend)
-        with self._scrubbed:
-            infos = self._backend.list(prefix)
+        infos = [info for page in self.list_pages(prefix) for info in page]
         return sorted(infos, key=lambda i: i.key)
+
+    def list_pages(self, prefix: str = "") -> Iterator[builtins.list[ObjectInfo]]:
+        """``list(prefix)`` in pages of at most 1000 objects, each fetched when the previous one is taken
+        (one request per page on S3). The prefix is validated now, before any I/O."""
+        prefix = validate_prefix(prefix, self.backend)
+        return self._pages(self._backend.list_pages(prefix))
+
+    def _pages(
+        self, pages: Generator[builtins.list[ObjectInfo], None, None]
+    ) -> Iterator[builtins.list[ObjectInfo]]:
+        # The driver's I/O happens inside each next(), so each one runs under the redactor.
+        try:
+            while True:
+                with self._scrubbed:
+                    page = next(pages, None)
+                if page is None:
+                    return
+                yield page
+        finally:
+            with self._scrubbed:
+                pages.close()  # releases what the driver holds open (local: directory descriptors)
 
     def list_dir(self, prefix: str = "") -> DirListing:
         """Objects directly under ``prefix`` and its child prefixes (those holding at least one object),
@@ -158,6 +179,18 @@ class ObjectStorageAdapter(DerivedOperations):
         key = self._key(key)
         with self._scrubbed:
             self._backend.delete(key)
+
+    def delete_many(self, keys: Iterable[str]) -> int:
+        """Delete every key (missing ones are fine); return how many distinct keys. All keys are validated
+        before any I/O. One multi-object delete per 1000 keys where the backend has it, single deletes 8
+        at a time elsewhere (``capabilities.batch_delete``); BatchDeleteError names every key not
+        confirmed deleted."""
+        if isinstance(keys, str):
+            raise TypeError("delete_many takes an iterable of keys, not one str")
+        unique = builtins.list(dict.fromkeys(self._key(key) for key in keys))
+        with self._scrubbed:
+            self._backend.delete_many(unique)
+        return len(unique)
 
     def rename(self, src: str, dst: str) -> None:
         """Move ``src`` to ``dst``, replacing ``dst``. Raises NotFoundError if ``src`` is absent.

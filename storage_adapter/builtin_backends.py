@@ -85,6 +85,7 @@ LOCAL = register_backend(
             token_semantics="inode-mtime-size; mtimes strictly increase along a key's history, so a token "
             "never repeats while the key exists (single host; clocks must not step back across a re-create)",
             single_delete="unlink(2) of the one file, under its directory lock",
+            batch_delete="one unlink(2) per key, 8 at a time",
             reclaims_orphans=True,  # a killed writer leaves its staging file
         ),
         locate=_locate_directory,
@@ -105,6 +106,7 @@ LOCAL = register_backend(
                 durable=False,
                 token_semantics=f"hash of fsspec info (size, mtime, inode); CAS is {_CHECK_THEN_ACT}",
                 single_delete="os.remove of the one file (LocalFileSystem.rm_file)",
+                batch_delete="one delete per key, in turn",
                 reclaims_orphans=False,  # writes in place: nothing staged
             ),
             filesystem=_fsspec_local,
@@ -222,6 +224,8 @@ S3 = register_backend(
             single_delete="object_store 0.13 sends POST ?delete with one key; where a server refuses it (a permanent 4xx "
             "or 501) one DeleteObject to a presigned URL instead (needs credentials), never the multi-object "
             "POST ?delete again",
+            batch_delete="one multi-object POST ?delete (DeleteObjects) per 1000 keys; where the server refused "
+            "it, one presigned DeleteObject per key, 8 at a time",
             reclaims_orphans=False,  # incomplete multipart uploads: the bucket's lifecycle rules
         ),
         locate=_bucket_and_prefix("bucket"),
@@ -241,6 +245,7 @@ S3 = register_backend(
                 durable=True,
                 token_semantics=f"the ETag (content MD5 for single-part puts); CAS is {_CHECK_THEN_ACT}",
                 single_delete="DeleteObject (S3FileSystem.rm_file)",
+                batch_delete="one delete per key, in turn",
                 reclaims_orphans=False,
             ),
             filesystem=_fsspec_s3,
@@ -275,6 +280,7 @@ MEMORY = register_backend(
             durable=False,
             token_semantics="a per-store counter, incremented by every put: never repeats within the process",
             single_delete="removal from the in-process store",
+            batch_delete="removal from the in-process store, 1000 keys per call",
             reclaims_orphans=False,
         ),
         locate=_bucket_and_prefix("store name"),
@@ -292,6 +298,7 @@ MEMORY = register_backend(
                 durable=False,
                 token_semantics=f"hash of fsspec info (size, created time); CAS is {_CHECK_THEN_ACT}",
                 single_delete="removal from the in-process dict (MemoryFileSystem.rm_file)",
+                batch_delete="one delete per key, in turn",
                 reclaims_orphans=False,
             ),
             filesystem=_fsspec_memory,

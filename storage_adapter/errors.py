@@ -46,3 +46,40 @@ class BackendUnavailableError(StorageError):
 class UnsupportedOperationError(StorageError, NotImplementedError):
     """The backend cannot honour this operation's guarantee (see ``adapter.capabilities``). Raised instead
     of silently degrading to a weaker operation."""
+
+
+class BatchDeleteError(StorageError):
+    """``delete_many`` could not confirm that some keys were deleted. ``errors`` maps each such key to
+    its error; every key of the call that is not in it is deleted. ``key`` is the first failed key."""
+
+    def __init__(self, message: str, errors: dict[str, StorageError], *, backend: str | None = None) -> None:
+        super().__init__(message, key=next(iter(errors), None), backend=backend)
+        self.errors = errors
+
+    @classmethod
+    def of(cls, errors: dict[str, StorageError], backend: str) -> BatchDeleteError:
+        """The error naming ``errors``' keys (the first ten in the message, all in ``errors``)."""
+        shown = ", ".join(repr(key) for key in list(errors)[:10])
+        more = f" and {len(errors) - 10} more" if len(errors) > 10 else ""
+        first = next(iter(errors.values()))
+        # As retryable (or as denied) as the failures it gathers, when they all agree.
+        kind = next((k for s, k in _SPECIFIC.items() if all(isinstance(e, s) for e in errors.values())), cls)
+        return kind(
+            f"delete_many: {len(errors)} key(s) not deleted on {backend}: {shown}{more} (first error: {first})",
+            errors,
+            backend=backend,
+        )
+
+
+class BatchDeleteUnavailableError(BatchDeleteError, BackendUnavailableError):
+    """Every key ``delete_many`` could not confirm failed transiently: retrying them may succeed."""
+
+
+class BatchDeleteDeniedError(BatchDeleteError, PermissionDeniedError):
+    """The backend refused the deletion of every key ``delete_many`` could not confirm."""
+
+
+_SPECIFIC: dict[type[StorageError], type[BatchDeleteError]] = {
+    BackendUnavailableError: BatchDeleteUnavailableError,
+    PermissionDeniedError: BatchDeleteDeniedError,
+}

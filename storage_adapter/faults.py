@@ -16,10 +16,15 @@ the contract reports as "fault injection not supported" rather than as a pass.
 from __future__ import annotations
 
 import enum
+import functools
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import ParamSpec, TypeVar
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class FaultKind(enum.Enum):
@@ -58,6 +63,8 @@ class FaultPlan:
     passed: list[str] = field(default_factory=list)
     fired: list[str] = field(default_factory=list)
     recovered: list[str] = field(default_factory=list)
+    # Steps may come from the worker threads a driver fans out to (see carried): counted one at a time.
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.kind, FaultKind):
@@ -66,12 +73,13 @@ class FaultPlan:
             raise ValueError(f"skip must be >= 0 and times >= 1 (got skip={self.skip}, times={self.times})")
 
     def step(self, point: str) -> FaultKind | None:
-        seen = len(self.passed) + len(self.fired)
-        if self.skip <= seen < self.skip + self.times:
-            self.fired.append(point)
-            return self.kind
-        self.passed.append(point)
-        return None
+        with self._lock:
+            seen = len(self.passed) + len(self.fired)
+            if self.skip <= seen < self.skip + self.times:
+                self.fired.append(point)
+                return self.kind
+            self.passed.append(point)
+            return None
 
 
 _ACTIVE = threading.local()
@@ -87,6 +95,24 @@ def injected(plan: FaultPlan) -> Iterator[FaultPlan]:
         yield plan
     finally:
         _ACTIVE.plan = None
+
+
+def carried(call: Callable[P, R]) -> Callable[P, R]:
+    """``call``, run under the plan active in this thread (if any) wherever it is called: a driver that
+    fans one operation out to worker threads wraps each piece, so the operation's faults follow it."""
+    plan: FaultPlan | None = getattr(_ACTIVE, "plan", None)
+    if plan is None:
+        return call
+
+    @functools.wraps(call)
+    def under_plan(*args: P.args, **kwargs: P.kwargs) -> R:
+        _ACTIVE.plan = plan
+        try:
+            return call(*args, **kwargs)
+        finally:
+            _ACTIVE.plan = None
+
+    return under_plan
 
 
 def due(point: str) -> FaultKind | None:

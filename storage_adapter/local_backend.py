@@ -18,10 +18,11 @@ from __future__ import annotations
 import builtins
 import os
 import stat
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from contextlib import closing
 from datetime import UTC, datetime, timedelta
 
+from storage_adapter.batch import LIST_PAGE, chunked, delete_each
 from storage_adapter.config import AdapterConfig
 from storage_adapter.errors import InvalidKeyError, StorageError
 from storage_adapter.keys import join_key, validate_key
@@ -36,7 +37,7 @@ from storage_adapter.local_mutation import (
     read_object,
     split_path,
     stat_entry,
-    walk,
+    walk_in_key_order,
 )
 from storage_adapter.obstore_backend import Translation
 from storage_adapter.types import ObjectInfo
@@ -116,13 +117,15 @@ class LocalBackend:
                 raise FileNotFoundError(path)
             return local_token(st)
 
-    def list(self, prefix: str) -> list[ObjectInfo]:
+    def list_pages(self, prefix: str) -> Generator[builtins.list[ObjectInfo], None, None]:
+        """Pages of LIST_PAGE objects from a lazy walk in key order: the directories stay open (one
+        descriptor per level) until the pages are taken or the generator is closed."""
         with self.translated(prefix, "list"):
             chain = self._listed(prefix)
             if chain is None:
-                return []
+                return
             with chain:
-                return list(self._objects(chain.fd, prefix))
+                yield from chunked(self._objects(chain.fd, prefix), LIST_PAGE)
 
     def list_dir(self, prefix: str) -> tuple[builtins.list[ObjectInfo], builtins.list[str]]:
         with self.translated(prefix, "list_dir"):
@@ -144,12 +147,12 @@ class LocalBackend:
             return objects, prefixes
 
     def _objects(self, top: int, prefix: str) -> Generator[ObjectInfo, None, None]:
-        """Every object below the open directory ``top`` (whose keys start with ``prefix``)."""
-        for fd, path, entries in walk(top, prefix):
-            for entry in entries:
-                info = self._info(fd, path, entry)
-                if info is not None:
-                    yield info
+        """Every object below the open directory ``top`` (whose keys start with ``prefix``), lazily, in
+        key order."""
+        for fd, path, entry in walk_in_key_order(top, prefix):
+            info = self._info(fd, path, entry)
+            if info is not None:
+                yield info
 
     def _holds_objects(self, parent: int, name: str, key: str) -> bool:
         """Whether the directory ``name`` in ``parent`` holds an object, at any depth (S3 shows a prefix
@@ -200,6 +203,19 @@ class LocalBackend:
     def delete(self, key: str) -> None:
         with self.translated(key, "delete"):
             self._mutator.delete(self.path(key))
+
+    def delete_many(self, keys: Sequence[str]) -> None:
+        """No multi-object delete on a file system: each key's own ``delete``, the keys of one directory
+        in turn (they would only queue on its lock, and pruning then happens in one order), up to
+        DELETE_WORKERS directories at a time."""
+        by_directory: dict[str, builtins.list[str]] = {}
+        for key in keys:
+            by_directory.setdefault(key.rpartition("/")[0], []).append(key)
+        delete_each(
+            lambda directory: delete_each(self.delete, by_directory[directory], self.name, workers=1),
+            builtins.list(by_directory),
+            self.name,
+        )
 
     def rename(self, src: str, dst: str) -> None:
         with self.translated(src, f"rename to {dst!r}"):

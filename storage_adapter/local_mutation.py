@@ -263,6 +263,28 @@ def walk(top: int, path: str) -> Iterator[tuple[int, str, list[os.DirEntry[str]]
             os.close(fd)
 
 
+def walk_in_key_order(top: int, path: str) -> Iterator[tuple[int, str, os.DirEntry[str]]]:
+    """``(fd, path, entry)`` for every entry that is not a directory, in ``top`` and every real directory
+    below it, in key order: a directory's entries sorted by name, a subdirectory's name followed by ``/``
+    as its keys are (``a.txt`` < ``a/x`` < ``a0``). Lazy: it holds one directory's entries per level,
+    never the whole tree. Never follows a symlink; directories that vanish while walked are skipped. The
+    caller owns ``top``."""
+    fault_point("scandir")
+    with os.scandir(top) as scan:
+        entries = sorted(scan, key=lambda e: e.name + "/" if e.is_dir(follow_symlinks=False) else e.name)
+    for entry in entries:
+        if not entry.is_dir(follow_symlinks=False):
+            yield top, path, entry
+            continue
+        fd = open_subdir(top, entry.name)
+        if fd is None:
+            continue
+        try:
+            yield from walk_in_key_order(fd, f"{path}/{entry.name}" if path else entry.name)
+        finally:
+            os.close(fd)
+
+
 def stat_entry(parent: int, name: str, path: str) -> os.stat_result | None:
     """The stat of the file or directory ``name`` in ``parent`` (not following), None if absent; a symlink
     or special file is refused."""

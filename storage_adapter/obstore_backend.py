@@ -13,7 +13,7 @@ import re
 import threading
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Generator, Sequence
 from contextlib import suppress
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal, cast
@@ -31,9 +31,11 @@ from obstore.exceptions import (
 from obstore.exceptions import PermissionDeniedError as ObstorePermissionDenied
 from obstore.store import MemoryStore, S3Store
 
+from storage_adapter.batch import DELETE_BATCH, LIST_PAGE, chunked, delete_each
 from storage_adapter.config import AdapterConfig
 from storage_adapter.errors import (
     BackendUnavailableError,
+    BatchDeleteError,
     InvalidKeyError,
     NotFoundError,
     PermissionDeniedError,
@@ -315,15 +317,24 @@ class ObstoreBackend:
             _fault_point("head")
             return str(obstore.head(self._store, self.path(key))["e_tag"])
 
-    def list(self, prefix: str) -> list[ObjectInfo]:
+    def list_pages(self, prefix: str) -> Generator[builtins.list[ObjectInfo], None, None]:
+        """obstore's listing stream in batches of LIST_PAGE: object_store asks S3 for pages of that size,
+        so each batch is one ListObjectsV2 request, made when the batch is asked for. A short batch is
+        the last (obstore fills every batch but the last), so no request follows it."""
         with self.translated(prefix, "list"):
-            _fault_point("list")
-            infos = [
-                self._info(meta)
-                for batch in obstore.list(self._store, self.path(prefix) if prefix else self._prefix or None)
-                for meta in batch
-            ]
-        return infos
+            stream = iter(
+                obstore.list(
+                    self._store, self.path(prefix) if prefix else self._prefix or None, chunk_size=LIST_PAGE
+                )
+            )
+            while True:
+                _fault_point("list")
+                batch = next(stream, None)
+                if not batch:
+                    return
+                yield [self._info(meta) for meta in batch]
+                if len(batch) < LIST_PAGE:
+                    return
 
     def list_dir(self, prefix: str) -> tuple[builtins.list[ObjectInfo], builtins.list[str]]:
         with self.translated(prefix, "list_dir"):
@@ -383,25 +394,54 @@ class ObstoreBackend:
         with self.translated(key, "delete"), suppress(FileNotFoundError):
             self._delete_path(self.path(key))
 
-    def _delete_path(self, path: str) -> None:
-        fallback = self._signed_delete_timeout_s
-        if fallback is None or not self._batch_delete_refused:
+    def delete_many(self, keys: Sequence[str]) -> None:
+        """One multi-object delete per DELETE_BATCH keys (S3 DeleteObjects; a missing key is no error).
+        A batch that fails is not confirmed for any of its keys (S3 may have deleted some): every batch
+        is attempted, then BatchDeleteError names the keys of the failed ones. Once the server refused
+        the multi-object delete, single signed deletes instead, DELETE_WORKERS at a time."""
+        failures: dict[str, StorageError] = {}
+        for batch in chunked(keys, DELETE_BATCH):
             try:
-                _fault_point("delete")
-                obstore.delete(self._store, path)
-                return
-            except GenericError as exc:
-                status = http_status(exc)
-                refused = status is not None and status_error_class(status) in _REFUSALS
-                if fallback is None or not refused:
-                    raise  # no fallback here, or not a refusal of the call itself (missing bucket, denied, ...)
-                self._batch_delete_refused = True
-                recovering("delete")
+                with self.translated(batch[0], f"delete (with {len(batch) - 1} more keys)"):
+                    if self._multi_delete([self.path(key) for key in batch]):
+                        continue
+                delete_each(self.delete, batch, self.name)
+            except BatchDeleteError as exc:
+                failures.update(exc.errors)
+            except StorageError as exc:
+                failures.update(dict.fromkeys(batch, exc))
+        if failures:
+            raise BatchDeleteError.of(failures, self.name)
+
+    def _multi_delete(self, paths: str | builtins.list[str]) -> bool:
+        """One multi-object delete (object_store 0.13 sends POST ?delete even for one path). False,
+        having deleted nothing, when the server refuses that request and the signed fallback is on; from
+        then on it is never sent again."""
+        if self._batch_delete_refused:
+            return False
+        try:
+            _fault_point("delete")
+            obstore.delete(self._store, paths)
+            return True
+        except GenericError as exc:
+            status = http_status(exc)
+            refused = status is not None and status_error_class(status) in _REFUSALS
+            if self._signed_delete_timeout_s is None or not refused:
+                raise  # no fallback here, or not a refusal of the call itself (missing bucket, denied, ...)
+            self._batch_delete_refused = True
+            recovering("delete")
+            return False
+
+    def _delete_path(self, path: str) -> None:
+        if self._multi_delete(path):
+            return
         # Presigned for immediate use; DeleteObject answers 204, and urllib raises HTTPError otherwise.
         _fault_point("sign")
         url = obstore.sign(self._store, "DELETE", path, timedelta(minutes=5))
         _fault_point("signed_delete")
-        urllib.request.urlopen(urllib.request.Request(url, method="DELETE"), timeout=fallback).close()
+        urllib.request.urlopen(
+            urllib.request.Request(url, method="DELETE"), timeout=self._signed_delete_timeout_s
+        ).close()
 
     def rename(self, src: str, dst: str) -> None:
         """A copy then a delete (as object_store's own rename), the delete through :meth:`_delete_path`."""

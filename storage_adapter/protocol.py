@@ -11,6 +11,8 @@ It is synchronous. An asynchronous twin will mirror it method for method, with t
 
 from __future__ import annotations
 
+import builtins
+from collections.abc import Iterable, Iterator
 from typing import Protocol, runtime_checkable
 
 from storage_adapter.types import Capabilities, DirListing, ObjectInfo, Versioned
@@ -86,6 +88,22 @@ class StorageAdapter(Protocol):
         ``a/b`` lists ``a/b/...`` and never ``a/bc``. A missing prefix lists nothing."""
         ...
 
+    def list_pages(self, prefix: str = "") -> Iterator[builtins.list[ObjectInfo]]:
+        """What ``list(prefix)`` returns (same objects, same tokens, each once), in consecutive non-empty
+        pages, each fetched only when the previous one has been taken: a caller that stops early never
+        pays for the rest, and none holds more than one page of the listing. On S3 a page is one
+        ListObjectsV2 request (1000 objects) and the order is the server's: key order on AWS S3, but
+        SeaweedFS lists segment by segment (``a/x`` before ``a.txt``); memory and local stream in key
+        order (local walks directories lazily). Each table or record prefix comes out contiguous either
+        way; a caller needing strict key order sorts (``list`` does). The prefix is
+        validated when this is called, before any I/O. Like ``list``, it never shows a write in flight;
+        an object written or deleted while the pages are taken may or may not appear."""
+        ...
+
+    def iter_list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        """The objects of ``list_pages(prefix)``, one at a time: ``list(prefix)`` without holding it."""
+        ...
+
     def list_dir(self, prefix: str = "") -> DirListing:
         """The objects directly under ``prefix`` and its child prefixes that hold at least one object
         (an emptied prefix is never reported), each sorted."""
@@ -112,6 +130,16 @@ class StorageAdapter(Protocol):
 
     def delete(self, key: str) -> None:
         """Delete the object. Idempotent: deleting a missing object succeeds."""
+        ...
+
+    def delete_many(self, keys: Iterable[str]) -> int:
+        """Delete every key of ``keys`` (a missing one is fine, as for ``delete``); return how many
+        distinct keys there were. Every key is validated before any I/O: one bad key raises
+        InvalidKeyError naming it, deleting nothing. Not atomic: where the backend has a multi-object
+        delete it sends one per batch of keys (``capabilities.batch_delete``), elsewhere single deletes a
+        few at a time. Every key is attempted; if any could not be confirmed deleted,
+        :class:`~storage_adapter.errors.BatchDeleteError` names each of them (and the backend): every
+        key it does not name is deleted. Nothing else is ever touched."""
         ...
 
     def rename(self, src: str, dst: str) -> None:

@@ -60,6 +60,8 @@ class Capabilities:
     the contract only as far as the mode's description says.
     ``single_delete`` says which request ``delete(key)`` sends (and so what ``delete_prefix``, one delete
     per listed object, and a copy-then-delete ``rename`` need from the server).
+    ``batch_delete`` says how ``delete_many`` deletes: with one multi-object request per batch of keys
+    (S3 DeleteObjects, 1000 keys each) or with single deletes a few at a time.
     ``reclaims_orphans`` is True where a writer killed mid-write leaves a leftover no reader sees (local:
     its staging file ``<name>#<12 digits>``) that ``remove_orphans`` reclaims; False where
     ``remove_orphans`` has nothing to reclaim and always returns 0 (memory; S3, whose incomplete multipart
@@ -75,5 +77,6 @@ class Capabilities:
     token_semantics: str
     durable: bool
     single_delete: str
+    batch_delete: str
     reclaims_orphans: bool
     compatibility_modes: tuple[str, ...] = ()

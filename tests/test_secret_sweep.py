@@ -179,7 +179,7 @@ def echo_backend() -> Iterator[str]:
     caps = Capabilities(
         backend="echo", write_if_absent=Support.UNSUPPORTED, write_if_match=Support.UNSUPPORTED,
         atomic_rename=False, shared_across_processes=False, equal_content_equal_token=False,
-        token_semantics="none", durable=False, single_delete="none", reclaims_orphans=False,
+        token_semantics="none", durable=False, single_delete="none", batch_delete="none", reclaims_orphans=False,
     )  # fmt: skip
     register_backend(
         Backend(

@@ -2,8 +2,8 @@
 
 Retained: every table version pinned by a manifest version inside the history window (so time travel
 within the window keeps working), every table version above a table's current pin (heads of commits
-in flight or awaiting recovery), and every version (and checkpoint) a read of those walks through. A file is deleted only if nothing retained references it AND it is older
-than the grace period. The listing is taken before the manifest is read, so a file written after the
+in flight or awaiting recovery), and every version (and checkpoint) a read of those walks through. A
+file is deleted only if nothing retained references it AND it is older than the grace period. The listing is taken before the manifest is read, so a file written after the
 listing is never a candidate; commits refuse fragments older than half the grace period, so no commit
 can publish a reference to a fragment vacuum may consider (see docs/engine.md, "grace rule").
 
@@ -92,8 +92,14 @@ def vacuum(
     key_window_s: float | None = None,
 ) -> VacuumReport:  # fmt: skip
     """Delete unreferenced table files older than ``grace_s`` and, with ``key_window_s``, published key
-    ledger entries older than that. The caller has healed pending sidecars."""
-    listing = [(info, parsed) for info in adapter.list(layout.TABLES_PREFIX) if (parsed := _parse(info.key))]
+    ledger entries older than that. The caller has healed pending sidecars.
+
+    The listing (streamed, kept as parsed keys only) is taken before the manifest is read; retained
+    versions resolve through their whole chain (retained_closure). Deletes go in batches
+    (``delete_many``: one request per 1,000 keys where the backend has a multi-object delete)."""
+    listing = [
+        (info, parsed) for info in adapter.iter_list(layout.TABLES_PREFIX) if (parsed := _parse(info.key))
+    ]
     manifest = ManifestStore(adapter).load().manifest
     cutoff = _age_cutoff(grace_s)
     keep = retained_versions(manifest)
@@ -114,8 +120,7 @@ def vacuum(
             deleted.append(info.key)
     staging_removed = keys_expired = 0
     if not dry_run:
-        for key in deleted:
-            adapter.delete(key)
+        adapter.delete_many(deleted)
         staging_removed = adapter.remove_orphans(min_age_s=grace_s)
         if key_window_s is not None:
             keys_expired = _expire_keys(adapter, _age_cutoff(key_window_s))
@@ -123,14 +128,13 @@ def vacuum(
 
 
 def _expire_keys(adapter: StorageAdapter, cutoff: datetime) -> int:
-    """Delete published ledger entries last written before ``cutoff``. A published entry never changes
-    again, so reading it and then deleting it races with nothing."""
-    expired = 0
-    for info in adapter.list(layout.KEYS_PREFIX):
-        if not _older(info, cutoff):
-            continue
-        raw = adapter.read_if_exists(info.key)
-        if raw is not None and KeyEntry.decode(raw, info.key).state is KeyState.PUBLISHED:
-            adapter.delete(info.key)
-            expired += 1
-    return expired
+    """Delete published ledger entries last written before ``cutoff`` (in one ``delete_many``). A
+    published entry never changes again, so reading it and then deleting it races with nothing."""
+    expired = [
+        info.key
+        for info in adapter.iter_list(layout.KEYS_PREFIX)
+        if _older(info, cutoff)
+        and (raw := adapter.read_if_exists(info.key)) is not None
+        and KeyEntry.decode(raw, info.key).state is KeyState.PUBLISHED
+    ]
+    return adapter.delete_many(expired)

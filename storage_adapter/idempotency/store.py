@@ -372,8 +372,12 @@ class IdempotencyStore:
         """
         purged = 0
         corrupt: list[str] = []
-        infos = self._request("list records", lambda: self.adapter.list(f"{self.prefix}/records"))
-        for info in infos:
+        # Streamed: one listing page held at a time. Each record is still read: nothing in a listing
+        # (key, size, token, last write time) bounds its fixed expires_at from below, since a record is
+        # rewritten (heartbeat, finalize, takeover of a cancelled one) at any time after its creation.
+        # The deadline bounds the call that opens the listing; pages are then taken as they come.
+        pages = self._request("list records", lambda: self.adapter.list_pages(f"{self.prefix}/records"))
+        for info in (info for page in pages for info in page):
             try:
                 stored = self._read(info.key)
             except CorruptRecordError:

@@ -1,0 +1,112 @@
+"""Clauses on work over many keys: the streamed listing (``list_pages``, ``iter_list``) and ``delete_many``.
+
+Mixed into :class:`contract_tests.clauses.AdapterContract`, whose ``adapter`` fixture they use. What they
+pin down, on every backend:
+
+* ``iter_list`` and the concatenated ``list_pages`` are exactly ``list()`` (same objects, tokens, order)
+  under a prefix of more than two pages (a page is at most 1000 objects on the built-in backends), and
+  taking the first object costs at most half the I/O steps of the whole listing (counted at the
+  drivers' fault points, storage_adapter.faults): the listing is fetched as it is taken. That listings
+  never show a write in flight is checked with the other listings (housekeeping_clauses).
+* ``delete_many`` deletes exactly the keys it is given (missing ones are fine, duplicates count once),
+  under a child adapter too, and nothing else; one invalid key refuses the whole call before any I/O;
+  2,500 keys (more than S3's 1,000 per DeleteObjects) are all deleted. That a failure names the keys it
+  left is checked with the other operations' faults (failure_clauses).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from storage_adapter.errors import InvalidKeyError
+from storage_adapter.faults import FaultKind, FaultPlan, injected
+from storage_adapter.protocol import StorageAdapter
+from storage_adapter.types import ObjectInfo
+
+# More than two pages of the built-in backends' listings (and more than two S3 DeleteObjects batches).
+MANY = 2500
+# Writers filling a prefix with MANY objects: a round trip each, so a few in flight.
+FILL_WORKERS = 8
+# Steps the recorder lets pass: far more than any listing of MANY objects takes.
+UNLIMITED_STEPS = 10**9
+
+
+def _fill(adapter: StorageAdapter, keys: list[str]) -> None:
+    with ThreadPoolExecutor(FILL_WORKERS) as pool:
+        list(pool.map(lambda key: adapter.write(key, key.encode()), keys))
+
+
+def _by_key(infos: Iterable[ObjectInfo]) -> list[ObjectInfo]:
+    """``infos`` in key order (a stream comes in the server's order: see the protocol)."""
+    return sorted(infos, key=lambda i: i.key)
+
+
+def _steps(call: object) -> int:
+    """How many I/O steps (fault points) ``call()`` passes."""
+    recorder = FaultPlan(FaultKind.BROKEN, skip=UNLIMITED_STEPS)
+    with injected(recorder):
+        call()  # type: ignore[operator]
+    return len(recorder.passed)
+
+
+class BulkClauses:
+    """Streamed listings and batch deletes."""
+
+    def test_iter_list_yields_what_list_returns(self, adapter: StorageAdapter) -> None:
+        """Under a prefix of MANY objects (with neighbours that must not list: ``many0``, ``man/y``),
+        iter_list, the concatenated list_pages and list() agree object for object (key, size, token,
+        time), each object once; every page is non-empty. The stream's order is the server's (key order
+        on memory, local and AWS S3; SeaweedFS lists segment by segment, ``a/x`` before ``a.txt``)."""
+        keys = [f"many/{i:05d}" for i in range(MANY)] + ["many/sub/x", "many.txt", "many0", "man/y"]
+        _fill(adapter, keys)
+        listed = adapter.list("many")
+        assert [i.key for i in listed] == sorted(k for k in keys if k.startswith("many/"))
+        pages = list(adapter.list_pages("many"))
+        assert all(pages), "list_pages yielded an empty page"
+        assert _by_key(info for page in pages for info in page) == listed
+        assert _by_key(adapter.iter_list("many")) == listed
+        assert _by_key(adapter.iter_list()) == adapter.list()
+
+    def test_iter_list_is_lazy(self, adapter: StorageAdapter) -> None:
+        """Taking the first object of a listing of MANY objects (three pages) passes at most half the I/O
+        steps of taking them all: pages are fetched as they are asked for."""
+        _fill(adapter, [f"many/{i:05d}" for i in range(MANY)])
+        whole = _steps(lambda: list(adapter.iter_list("many")))
+        if whole == 0:
+            pytest.skip("this adapter's drivers mark no fault points (storage_adapter.faults)")
+        first = _steps(lambda: next(adapter.iter_list("many")))
+        assert first * 2 <= whole, f"the first object took {first} I/O steps, the whole listing {whole}"
+
+    def test_delete_many_deletes_exactly_those_keys(self, adapter: StorageAdapter) -> None:
+        """Through a child adapter: the given keys go (a missing one and a duplicate are fine, the count is
+        of distinct keys), every other object stays, inside and outside the child."""
+        _fill(adapter, ["c/a", "c/b", "c/sub/x", "c/sub/y", "ca", "other/a", "a"])
+        child = adapter.child("c")
+        assert child.delete_many(["a", "sub/x", "missing", "a", "sub/none/deeper"]) == 4
+        assert [i.key for i in adapter.list()] == ["a", "c/b", "c/sub/y", "ca", "other/a"]
+        assert child.delete_many([]) == 0
+
+    @pytest.mark.parametrize("bad", ["", "../x", "a//b", "a/b#123", "\udc80x"])
+    def test_delete_many_refuses_an_invalid_key_before_any_io(
+        self, adapter: StorageAdapter, bad: str
+    ) -> None:
+        """One invalid key among valid ones: InvalidKeyError naming it, raised before any I/O step, and
+        nothing deleted."""
+        adapter.write("k1", b"1")
+        adapter.write("k2", b"2")
+        recorder = FaultPlan(FaultKind.BROKEN, skip=UNLIMITED_STEPS)
+        with injected(recorder), pytest.raises(InvalidKeyError) as caught:
+            adapter.delete_many(["k1", bad, "k2"])
+        assert caught.value.key == bad, caught.value
+        assert recorder.passed == [], f"I/O before the refusal: {recorder.passed}"
+        assert [i.key for i in adapter.list()] == ["k1", "k2"]
+
+    def test_delete_many_deletes_a_large_batch(self, adapter: StorageAdapter) -> None:
+        """MANY keys (more than one S3 DeleteObjects request holds) are all deleted; a bystander stays."""
+        keys = [f"big/{i:05d}" for i in range(MANY)]
+        _fill(adapter, [*keys, "bystander"])
+        assert adapter.delete_many(keys) == MANY
+        assert [i.key for i in adapter.list()] == ["bystander"]
