@@ -46,3 +46,18 @@ def test_bench_quick_with_seaweedfs(tmp_path: Path) -> None:
     clients = {r["client"] for r in data["latency"] if r["backend"] == "seaweedfs"}
     assert clients == {"adapter", "obstore", "boto3", "s3fs"}
     assert any("boto3" in t["target"] for t in data["targets"])
+
+
+def test_scaling_curves_quick_on_memory(tmp_path: Path) -> None:
+    """bench.scaling draws every curve with its goal (sizes from --quick); numbers are not asserted."""
+    out = tmp_path / "scaling"
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.scaling", "--quick", "--backends", "memory", "--out", str(out)],
+        capture_output=True, text=True, timeout=600, env=dict(os.environ),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    data = json.loads(out.with_suffix(".json").read_text())
+    assert set(data["curves"]) == {"history", "key_lookup", "tables", "fragments", "orphans", "records"}
+    for entry in data["curves"].values():
+        assert entry["goal"] and len(entry["backends"]["memory"]["points"]) == 3
+    assert out.with_suffix(".png").stat().st_size > 0

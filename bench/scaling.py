@@ -1,0 +1,231 @@
+"""Scaling curves of the engine and the idempotency store: cost as the work grows, with the goal beside
+each curve (issue 17), on memory, local and SeaweedFS in one run.
+
+    python -m bench.scaling [--backends memory,local,seaweedfs] [--quick] [--out results/scaling]
+
+Each curve is a list of points ``{x, requests, seconds, bytes}``; requests come from CountingAdapter
+(deterministic), seconds are wall time (noisy on a shared machine), bytes are metadata bytes written.
+Writes ``<out>.json`` and, where matplotlib is installed, ``<out>.png`` (one panel per curve, one line
+per backend). The writers curve is bench/contention.py's; the append-bytes curve is bench/table_log.py's.
+
+Curves and goals:
+
+* ``history``: the n-th keyed commit (n = 50 .. 2,000): requests and time of that commit; goal: the
+  2,000th costs at most 2x the 50th.
+* ``key_lookup``: ``find_commit`` of the first key after n commits; goal: O(1) requests.
+* ``tables``: a commit touching k tables (k = 1 .. 100): time; goal: at most ~2x a 1-table commit.
+* ``fragments``: a full read of a table of f fragments (f = 100 .. 10,000): time; goal: 10x the
+  fragments in at most 10x the time.
+* ``orphans``: vacuum of g unreferenced files (g = 100 .. 10,000): requests; goal: O(g / 1,000).
+* ``records``: ``purge_expired`` among r live records, none expired: requests; goal: O(expired) (not
+  met yet: it reads every record, see docs/idempotency.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from contract_tests.counting import CountingAdapter
+from storage_adapter.adapter import ObjectStorageAdapter, open_adapter
+from storage_adapter.engine import Engine, EngineSettings
+from storage_adapter.idempotency import IdempotencyStore
+
+SCHEMA = pa.schema([("id", pa.int64())])
+BACKENDS = ("memory", "local", "seaweedfs")
+
+
+def rows(n: int, start: int = 0) -> pa.Table:
+    return pa.table({"id": list(range(start, start + n))}, schema=SCHEMA)
+
+
+@contextlib.contextmanager
+def roots(backend: str) -> Iterator[Callable[[str], ObjectStorageAdapter]]:
+    """A factory of fresh, empty adapter roots on ``backend``."""
+    if backend == "memory":
+        yield lambda name: open_adapter(f"memory://scaling-{name}-{uuid.uuid4().hex[:8]}")
+    elif backend == "local":
+        with tempfile.TemporaryDirectory(prefix="scaling-") as tmp:
+            yield lambda name: open_adapter(f"file://{tmp}/{name}-{uuid.uuid4().hex[:8]}")
+    else:
+        from backends.seaweedfs import SeaweedFS
+
+        with SeaweedFS(bucket="scaling") as endpoint:
+            options = endpoint.adapter_options()
+            yield lambda name: open_adapter(endpoint.url(f"{name}-{uuid.uuid4().hex[:8]}"), **options)
+
+
+def measured(counting: CountingAdapter, call: Callable[[], Any]) -> dict[str, float]:
+    before = sum(counting.counts.values())
+    started = time.perf_counter()
+    call()
+    return {"requests": sum(counting.counts.values()) - before, "seconds": time.perf_counter() - started}
+
+
+def history(root: ObjectStorageAdapter, marks: tuple[int, ...]) -> list[dict[str, float]]:
+    counting = CountingAdapter(root)
+    engine = Engine.open(counting, settings=EngineSettings())
+    engine.create_table("t", SCHEMA)
+    points = []
+    for n in range(1, max(marks) + 1):
+        point = measured(counting, partial(engine.commit, {"t": rows(1, n)}, idempotency_key=f"k{n}"))
+        if n in marks:
+            points.append({"x": n, **point})
+    return points
+
+
+def key_lookup(root: ObjectStorageAdapter, marks: tuple[int, ...]) -> list[dict[str, float]]:
+    counting = CountingAdapter(root)
+    engine = Engine.open(counting, settings=EngineSettings(retention=16))
+    engine.create_table("t", SCHEMA)
+    points = []
+    for n in range(1, max(marks) + 1):
+        engine.commit({"t": rows(1, n)}, idempotency_key=f"k{n}")
+        if n in marks:
+            points.append({"x": n, **measured(counting, partial(engine.find_commit, "k1"))})
+    return points
+
+
+def tables(root: ObjectStorageAdapter, marks: tuple[int, ...]) -> list[dict[str, float]]:
+    counting = CountingAdapter(root)
+    engine = Engine.open(counting)
+    names = [f"t{i}" for i in range(max(marks))]
+    for name in names:
+        engine.create_table(name, SCHEMA)
+    return [
+        {"x": k, **measured(counting, partial(engine.commit, {n: rows(1) for n in names[:k]}))} for k in marks
+    ]
+
+
+def fragments(root: ObjectStorageAdapter, marks: tuple[int, ...]) -> list[dict[str, float]]:
+    points = []
+    for f in marks:
+        counting = CountingAdapter(root.child(f"f{f}"))
+        engine = Engine.open(counting)
+        engine.create_table("t", SCHEMA)
+        refs = [engine.write_fragment("t", rows(1, i)) for i in range(f)]
+        engine.commit_fragments({"t": refs})
+        reader = Engine.open(counting, read_only=True)  # cold caches: what a new reader pays
+        points.append({"x": f, **measured(counting, partial(reader.read, "t"))})
+    return points
+
+
+def orphans(root: ObjectStorageAdapter, marks: tuple[int, ...]) -> list[dict[str, float]]:
+    points = []
+    for g in marks:
+        counting = CountingAdapter(root.child(f"g{g}"))
+        engine = Engine.open(counting)
+        engine.create_table("t", SCHEMA)
+        for i in range(g):
+            engine.write_fragment("t", rows(1, i))  # never committed: garbage once past the grace period
+        points.append({"x": g, **measured(counting, partial(engine.vacuum, grace_s=0.0))})
+    return points
+
+
+def records(root: ObjectStorageAdapter, marks: tuple[int, ...]) -> list[dict[str, float]]:
+    points = []
+    for r in marks:
+        counting = CountingAdapter(root.child(f"r{r}"))
+        store = IdempotencyStore(counting)
+        for _ in range(r):
+            store.reserve("bench", str(uuid.uuid4()), operation="o", resource="r", fingerprint="f")
+        points.append({"x": r, **measured(counting, partial(store.purge_expired, datetime.now(UTC)))})
+    return points
+
+
+CURVES: dict[
+    str, tuple[Callable[[ObjectStorageAdapter, tuple[int, ...]], list[dict[str, float]]], str, str]
+] = {
+    "history": (history, "requests", "the 2,000th keyed commit costs <= 2x the 50th"),
+    "key_lookup": (key_lookup, "requests", "find_commit answers in O(1) requests whatever the history"),
+    "tables": (tables, "seconds", "a k-table commit takes <= ~2x a 1-table commit up to k = 100"),
+    "fragments": (fragments, "seconds", "10x the fragments read in <= 10x the time"),
+    "orphans": (orphans, "requests", "vacuum costs O(garbage / 1,000) requests"),
+    "records": (records, "requests", "purge costs O(expired) requests (not met: reads every record)"),
+}
+MARKS = {
+    "history": (50, 500, 2000), "key_lookup": (50, 500, 2000), "tables": (1, 10, 100),
+    "fragments": (100, 1000, 10000), "orphans": (100, 1000, 10000), "records": (100, 1000, 10000),
+}  # fmt: skip
+QUICK = {
+    "history": (10, 50, 200), "key_lookup": (10, 50, 200), "tables": (1, 5, 20),
+    "fragments": (10, 100, 300), "orphans": (10, 100, 300), "records": (10, 100, 300),
+}  # fmt: skip
+
+
+def ratio(points: list[dict[str, float]], measure: str) -> float:
+    """Cost of the last point over the first: the number each goal bounds."""
+    first = max(points[0][measure], 1e-9)
+    return points[-1][measure] / first
+
+
+def run(backends: list[str], quick: bool) -> dict[str, Any]:
+    marks = QUICK if quick else MARKS
+    results: dict[str, Any] = {"quick": quick, "curves": {}}
+    for backend in backends:
+        with roots(backend) as fresh:
+            for name, (curve, measure, goal) in CURVES.items():
+                points = curve(fresh(name), marks[name])
+                entry = results["curves"].setdefault(name, {"measure": measure, "goal": goal, "backends": {}})
+                entry["backends"][backend] = {"points": points, "last_over_first": ratio(points, measure)}
+    return results
+
+
+def plot(results: dict[str, Any], path: Path) -> bool:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    curves = results["curves"]
+    figure, axes = plt.subplots(1, len(curves), figsize=(4 * len(curves), 3.4))
+    for axis, (name, entry) in zip(axes, curves.items(), strict=True):
+        for backend, data in entry["backends"].items():
+            xs = [p["x"] for p in data["points"]]
+            axis.plot(xs, [p[entry["measure"]] for p in data["points"]], marker="o", label=backend)
+        axis.set_xscale("log")
+        axis.set_title(f"{name}\n({entry['goal']})", fontsize=7)
+        axis.set_ylabel(entry["measure"], fontsize=7)
+        axis.legend(fontsize=6)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.scaling", description=__doc__.split("\n")[0])
+    parser.add_argument("--backends", default="memory,local,seaweedfs")
+    parser.add_argument("--quick", action="store_true", help="small sizes (seconds, for smoke tests)")
+    parser.add_argument("--out", default="results/scaling", help="output path without extension")
+    args = parser.parse_args(argv)
+    backends = [b for b in args.backends.split(",") if b]
+    unknown = sorted(set(backends) - set(BACKENDS))
+    if unknown:
+        parser.error(f"unknown backends {unknown}; choose from {list(BACKENDS)}")
+    results = run(backends, args.quick)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps(results, indent=1))
+    drawn = plot(results, out.with_suffix(".png"))
+    for name, entry in results["curves"].items():
+        ratios = {b: round(d["last_over_first"], 2) for b, d in entry["backends"].items()}
+        print(f"{name:<11} {entry['measure']:<9} last/first {ratios}   goal: {entry['goal']}")
+    print(f"wrote {out.with_suffix('.json')}" + (f" and {out.with_suffix('.png')}" if drawn else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
