@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import pickle
+import subprocess
+import sys
 import threading
+import time
+from dataclasses import replace
 
 import pyarrow as pa
 import pytest
+from ulid import ULID
 
 from contract_tests.counting import CountingAdapter
 from storage_adapter.engine import (
@@ -19,9 +24,12 @@ from storage_adapter.engine import (
     SchemaMismatchError,
     TableExistsError,
     UnknownTableError,
+    codec,
+    layout,
 )
 from storage_adapter.engine import failpoints as fp
 from storage_adapter.engine.layout import MANIFEST_KEY, RECOVERY_PREFIX
+from storage_adapter.engine.sidecar import HOST, Sidecar, SidecarPin, SidecarStore, lease_deadline
 from storage_adapter.errors import NotFoundError
 
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string())])
@@ -262,6 +270,55 @@ def test_request_counts(adapter):
     cold_writer.reset()
     writer.commit({"a": rows(2, 1)})
     assert cold_writer.total == 8 and cold_writer.counts["read_bytes"] == 1  # + base version, once
+
+
+def _foreign_sidecar(adapter, host: str, pid: int, lease_s: float) -> str:
+    """A pending sidecar of another process's writer (pinning table "a" at its current version)."""
+    operation_id = str(ULID())
+    now = codec.now_iso()
+    pins = {"a": SidecarPin("tables/a", 0, 1)}
+    SidecarStore(adapter).write(
+        Sidecar(
+            operation_id, "commit", None, now, lease_deadline(lease_s), host, pid, 1, "append", None, pins
+        )
+    )
+    return operation_id
+
+
+def test_heal_reads_a_live_foreign_sidecar_once_and_rechecks_it_when_its_writer_may_be_dead(adapter):
+    engine = Engine.open(adapter)
+    engine.create_table("a", SCHEMA)
+    counting = CountingAdapter(adapter)
+    healer = Engine.open(counting)
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        live = [_foreign_sidecar(adapter, "elsewhere", 1, 3600) for _ in range(4)]
+        short_lease = _foreign_sidecar(adapter, "elsewhere", 1, 3.0)
+        same_host = _foreign_sidecar(adapter, HOST, sleeper.pid, 3600)
+        counting.reset()
+        assert len(healer.heal().deferred) == 6
+        assert dict(counting.counts) == {"list": 1, "read_bytes": 6}  # each new sidecar read once
+        counting.reset()
+        assert len(healer.heal().deferred) == 6
+        assert dict(counting.counts) == {"list": 1}  # steady state: nothing re-read
+        renewed = Sidecar.decode(adapter.read_bytes(layout.sidecar_key(live[0])), layout.sidecar_key(live[0]))
+        SidecarStore(adapter).write(replace(renewed, lease_expires_at=lease_deadline(7200)))  # a new token
+        counting.reset()
+        healer.heal()
+        assert dict(counting.counts) == {"list": 1, "read_bytes": 1}
+        sleeper.kill()
+        sleeper.wait()
+        report = healer.heal()  # the cached copy names a pid that is gone: re-read, then recovered
+        assert [r.operation_id for r in report.recovered] == [same_host]
+        time.sleep(3.1)
+        report = healer.heal()  # the cached copy's lease has lapsed: re-read, then recovered
+        assert [r.operation_id for r in report.recovered] == [short_lease]
+        counting.reset()
+        assert sorted(healer.heal().deferred) == sorted(live)
+        assert dict(counting.counts) == {"list": 1}
+    finally:
+        sleeper.kill()
+        sleeper.wait()
 
 
 def test_no_lost_update_check_catches_a_planted_unconditional_publish(engine, adapter, monkeypatch):

@@ -88,10 +88,17 @@ class Commit:
 
 @dataclass(frozen=True)
 class CommitPolicy:
+    """How a writer retries a lost publish: at most ``max_attempts`` publishes, each retry after a
+    full-jitter exponential backoff (:meth:`backoff`)."""
+
     max_attempts: int = 32
     lease_s: float = 30.0
     backoff_s: float = 0.005
     backoff_cap_s: float = 0.2
+
+    def backoff(self, lost: int) -> float:
+        """Seconds to wait after the ``lost``-th lost publish: uniform in [0, min(cap, base * 2**lost)]."""
+        return random.uniform(0, min(self.backoff_cap_s, self.backoff_s * 2**lost))
 
 
 class _Replay(Exception):  # control flow inside this module only
@@ -146,15 +153,16 @@ class CommitOperation:
             )  # fmt: skip
             if self._publish(state, record, writes, mode):  # Phase C
                 return self._finish(record, attempt)  # Phase D
+            if attempt < self._policy.max_attempts:
+                # Back off *before* re-reading the manifest: the next CAS then carries the freshest token
+                # we can have. Sleeping between the read and the CAS would make it stale by construction.
+                time.sleep(self._policy.backoff(attempt))
             state = self._manifests.load()
             done = self._after_lost_publish(
                 state, writes, mode, bases, written, expected_version, idempotency_key, attempt
             )
             if done is not None:
                 return done
-            time.sleep(
-                random.uniform(0, min(self._policy.backoff_cap_s, self._policy.backoff_s * 2**attempt))
-            )
         self._abandon()
         raise CommitRetriesExhaustedError(
             f"commit {self.operation_id} lost the manifest race {self._policy.max_attempts} times; nothing "
