@@ -272,6 +272,41 @@ def test_request_counts(adapter):
     assert cold_writer.total == 8 and cold_writer.counts["read_bytes"] == 1  # + base version, once
 
 
+class _SlowReads(CountingAdapter):
+    """Fragment GETs take 20 ms; records the most GETs ever in flight at once."""
+
+    def __init__(self, inner) -> None:
+        super().__init__(inner)
+        self.in_flight = self.most_in_flight = 0
+        self._gauge = threading.Lock()
+
+    def read_bytes(self, key: str) -> bytes:
+        with self._gauge:
+            self.in_flight += 1
+            self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            time.sleep(0.02 if "/data/" in key else 0)
+            return self.inner.read_bytes(key)
+        finally:
+            with self._gauge:
+                self.in_flight -= 1
+
+
+def test_read_fetches_fragments_concurrently_in_fragment_order(engine, adapter):
+    refs = [engine.write_fragment("a", rows(i, 1)) for i in range(40)]
+    engine.commit_fragments({"a": refs[:20]})
+    engine.commit_fragments({"a": refs[20:]})
+    slow = _SlowReads(adapter)
+    reader = Engine.open(slow, read_only=True)
+    assert reader.read("a").column("id").to_pylist() == list(range(40))  # fragment order, not arrival order
+    assert 1 < slow.most_in_flight <= 16
+    missing = engine.write_fragment("a", rows(99, 1))
+    engine.commit_fragments({"a": [missing]})
+    adapter.delete(missing.key)
+    with pytest.raises(NotFoundError):
+        reader.read("a")
+
+
 def _foreign_sidecar(adapter, host: str, pid: int, lease_s: float) -> str:
     """A pending sidecar of another process's writer (pinning table "a" at its current version)."""
     operation_id = str(ULID())
