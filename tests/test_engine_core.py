@@ -30,6 +30,7 @@ from storage_adapter.engine import (
 from storage_adapter.engine import failpoints as fp
 from storage_adapter.engine.layout import MANIFEST_KEY, RECOVERY_PREFIX
 from storage_adapter.engine.sidecar import HOST, Sidecar, SidecarPin, SidecarStore, lease_deadline
+from storage_adapter.engine.tables import TableVersion, TableVersionStore
 from storage_adapter.errors import NotFoundError
 
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string())])
@@ -366,3 +367,28 @@ def test_no_lost_update_check_catches_a_planted_unconditional_publish(engine, ad
     fp.arm("commit.before_publish", lambda _: other.commit({"a": rows(50, 1)}), times=1)
     engine.commit({"a": rows(0, 1)})
     assert engine.read("a").num_rows == 1  # the other commit's row is lost: what the real CAS prevents
+
+
+def test_version_cache_is_safe_to_fill_from_many_threads():
+    """Phase B and reads remember table versions from pool threads; evictions must not race."""
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible: the race shows within 16 x 3,000
+    store = TableVersionStore(None, cache_size=4)  # type: ignore[arg-type]  # _remember does no I/O
+    errors: list[BaseException] = []
+
+    def remember(thread: int) -> None:
+        try:
+            for version in range(3000):
+                store._remember(TableVersion(f"t{thread}", version, None, "op", "append", "s", ()))
+        except Exception as exc:
+            errors.append(exc)
+
+    try:
+        threads = [threading.Thread(target=remember, args=(i,)) for i in range(16)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert errors == []

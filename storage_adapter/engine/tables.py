@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import io
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -122,6 +123,7 @@ class TableVersionStore:
         self._adapter = adapter
         self._cache: dict[tuple[str, int], TableVersion] = {}
         self._cache_size = cache_size
+        self._cache_lock = threading.Lock()
 
     def read(self, table: str, version: int) -> TableVersion:
         """The version's content. Raises NotFoundError if it was never written (or vacuumed)."""
@@ -172,7 +174,10 @@ class TableVersionStore:
                 on_taken(number)
 
     def _remember(self, content: TableVersion) -> TableVersion:
-        if len(self._cache) >= self._cache_size:
-            self._cache.pop(next(iter(self._cache)))
-        self._cache[(content.table, content.version)] = content
+        # Locked: a commit's Phase B and a read's fetches remember versions from several threads, and two
+        # evictions of the same oldest entry would raise KeyError.
+        with self._cache_lock:
+            if len(self._cache) >= self._cache_size:
+                self._cache.pop(next(iter(self._cache)))
+            self._cache[(content.table, content.version)] = content
         return content
