@@ -91,3 +91,151 @@ def run_contention(mode: str, processes: int, duration_s: float) -> ContentionRe
                 f"{mode}: counter {final} != {sum(counts)} acknowledged increments: lost updates"
             )
         return ContentionResult(mode, processes, sum(counts), duration_s)
+
+
+# -- engine commits under contention ---------------------------------------------------------------------
+@dataclass(frozen=True)
+class EngineContentionResult:
+    """``writers`` appending one-row commits for ``duration_s`` to one table (``same_table``) or one table
+    each. ``exhausted``: commits that raised CommitRetriesExhaustedError; ``per_writer``: commits landed by
+    each writer (fairness); ``requests``: storage requests of all writers (CountingAdapter)."""
+
+    backend: str
+    writers: int
+    same_table: bool
+    commits: int
+    exhausted: int
+    per_writer: tuple[int, ...]
+    requests: int
+    duration_s: float
+
+    @property
+    def commits_per_s(self) -> float:
+        return self.commits / self.duration_s
+
+    @property
+    def failure_rate(self) -> float:
+        return self.exhausted / max(1, self.commits + self.exhausted)
+
+    @property
+    def requests_per_commit(self) -> float:
+        return self.requests / max(1, self.commits + self.exhausted)
+
+
+def _open_writer(adapter: Any, table: str) -> tuple[Any, Any]:
+    """A writer's engine over a CountingAdapter of ``adapter``, warmed up by one commit to ``table``
+    (imports, the open and the first Parquet write take seconds on a loaded machine: not timed)."""
+    import pyarrow as pa
+
+    from contract_tests.counting import CountingAdapter
+    from storage_adapter.engine import Engine
+
+    counting = CountingAdapter(adapter)
+    engine = Engine.open(counting)
+    engine.commit({table: pa.table({"n": [-1]})})
+    counting.reset()
+    return engine, counting
+
+
+def _engine_loop(engine: Any, counting: Any, table: str, deadline: float) -> tuple[int, int, int]:
+    """(commits landed, CommitRetriesExhaustedError count, storage requests) of one writer."""
+    import pyarrow as pa
+
+    from storage_adapter.engine import CommitRetriesExhaustedError
+
+    done = exhausted = 0
+    while time.monotonic() < deadline:
+        try:
+            engine.commit({table: pa.table({"n": [done]})})
+            done += 1
+        except CommitRetriesExhaustedError:
+            exhausted += 1
+    return done, exhausted, counting.total
+
+
+def _engine_worker(url: str, table: str, duration_s: float, barrier: Any, results: Any) -> None:
+    from storage_adapter import open_adapter
+
+    engine, counting = _open_writer(open_adapter(url), table)
+    barrier.wait()
+    results.put(_engine_loop(engine, counting, table, time.monotonic() + duration_s))
+
+
+def run_engine_contention(
+    backend: str, writers: int, same_table: bool, duration_s: float
+) -> EngineContentionResult:
+    """Commits per second and retry exhaustions of ``writers`` engines appending on a fresh root: threads
+    of one process on ``memory`` (memory stores are per process), spawned processes on ``local``."""
+    import threading
+
+    import pyarrow as pa
+
+    from storage_adapter import open_adapter
+    from storage_adapter.engine import Engine
+
+    tables = ["t0"] * writers if same_table else [f"t{i}" for i in range(writers)]
+    with tempfile.TemporaryDirectory(prefix="bench-engine-") as root:
+        url = (
+            f"file://{root}"
+            if backend == "local"
+            else f"memory://bench-engine-{os.getpid()}-{time.time_ns()}"
+        )
+        adapter = open_adapter(url)
+        setup = Engine.open(adapter)
+        for name in sorted(set(tables)):
+            setup.create_table(name, pa.schema([("n", pa.int64())]))
+        if backend == "memory":
+            outcomes: list[tuple[int, int, int]] = []
+            start = threading.Barrier(writers)
+
+            def run(table: str) -> None:
+                engine, counting = _open_writer(adapter, table)
+                start.wait()
+                outcomes.append(_engine_loop(engine, counting, table, time.monotonic() + duration_s))
+
+            threads = [threading.Thread(target=run, args=(t,)) for t in tables]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        else:
+            barrier, results = SPAWN.Barrier(writers), SPAWN.Queue()
+            procs = [SPAWN.Process(target=_engine_worker, args=(url, t, duration_s, barrier, results))
+                     for t in tables]  # fmt: skip
+            for p in procs:
+                p.start()
+            outcomes = [results.get(timeout=duration_s + 300) for _ in procs]
+            for p in procs:
+                p.join(timeout=30)
+        landed = sum(setup.read(t).num_rows for t in set(tables)) - writers  # less the warm-up commits
+        commits = sum(o[0] for o in outcomes)
+        if landed != commits:
+            raise RuntimeError(f"engine {backend}: {landed} rows visible != {commits} acknowledged commits")
+        return EngineContentionResult(backend, writers, same_table, commits, sum(o[1] for o in outcomes),
+                                      tuple(sorted(o[0] for o in outcomes)), sum(o[2] for o in outcomes),
+                                      duration_s)  # fmt: skip
+
+
+def main() -> None:
+    """``python -m bench.contention [--seconds S] [--backends memory,local] [--writers 1,2,4,8]``: the engine
+    contention table (markdown)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--backends", default="memory,local")
+    parser.add_argument("--writers", default="1,2,4,8")
+    args = parser.parse_args()
+    print("| backend | tables | writers | commits/s | exhausted | failure % | requests/commit | per writer |")
+    print("|---|---|---|---|---|---|---|---|")
+    for backend in args.backends.split(","):
+        for same in (True, False):
+            for n in (int(w) for w in args.writers.split(",")):
+                r = run_engine_contention(backend, n, same, args.seconds)
+                print(f"| {backend} | {'one' if same else 'one each'} | {n} | {r.commits_per_s:.1f} | "
+                      f"{r.exhausted} | {100 * r.failure_rate:.2f} | {r.requests_per_commit:.1f} | "
+                      f"{','.join(map(str, r.per_writer))} |", flush=True)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

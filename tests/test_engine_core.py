@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import pickle
+import subprocess
+import sys
 import threading
+import time
+from dataclasses import replace
 
 import pyarrow as pa
 import pytest
+from ulid import ULID
 
 from contract_tests.counting import CountingAdapter
 from storage_adapter.engine import (
@@ -19,9 +24,13 @@ from storage_adapter.engine import (
     SchemaMismatchError,
     TableExistsError,
     UnknownTableError,
+    codec,
+    layout,
 )
 from storage_adapter.engine import failpoints as fp
 from storage_adapter.engine.layout import MANIFEST_KEY, RECOVERY_PREFIX
+from storage_adapter.engine.sidecar import HOST, Sidecar, SidecarPin, SidecarStore, lease_deadline
+from storage_adapter.engine.tables import TableVersion, TableVersionStore
 from storage_adapter.errors import NotFoundError
 
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string())])
@@ -268,6 +277,90 @@ def test_request_counts(adapter):
     assert cold_writer.total == 8 and cold_writer.counts["read_bytes"] == 1  # + base version, once
 
 
+class _SlowReads(CountingAdapter):
+    """Fragment GETs take 20 ms; records the most GETs ever in flight at once."""
+
+    def __init__(self, inner) -> None:
+        super().__init__(inner)
+        self.in_flight = self.most_in_flight = 0
+        self._gauge = threading.Lock()
+
+    def read_bytes(self, key: str) -> bytes:
+        with self._gauge:
+            self.in_flight += 1
+            self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            time.sleep(0.02 if "/data/" in key else 0)
+            return self.inner.read_bytes(key)
+        finally:
+            with self._gauge:
+                self.in_flight -= 1
+
+
+def test_read_fetches_fragments_concurrently_in_fragment_order(engine, adapter):
+    refs = [engine.write_fragment("a", rows(i, 1)) for i in range(40)]
+    engine.commit_fragments({"a": refs[:20]})
+    engine.commit_fragments({"a": refs[20:]})
+    slow = _SlowReads(adapter)
+    reader = Engine.open(slow, read_only=True)
+    assert reader.read("a").column("id").to_pylist() == list(range(40))  # fragment order, not arrival order
+    assert 1 < slow.most_in_flight <= 16
+    missing = engine.write_fragment("a", rows(99, 1))
+    engine.commit_fragments({"a": [missing]})
+    adapter.delete(missing.key)
+    with pytest.raises(NotFoundError):
+        reader.read("a")
+
+
+def _foreign_sidecar(adapter, host: str, pid: int, lease_s: float) -> str:
+    """A pending sidecar of another process's writer (pinning table "a" at its current version)."""
+    operation_id = str(ULID())
+    now = codec.now_iso()
+    pins = {"a": SidecarPin("tables/a", 0, 1)}
+    SidecarStore(adapter).write(
+        Sidecar(
+            operation_id, "commit", None, now, lease_deadline(lease_s), host, pid, 1, "append", None, pins
+        )
+    )
+    return operation_id
+
+
+def test_heal_reads_a_live_foreign_sidecar_once_and_rechecks_it_when_its_writer_may_be_dead(adapter):
+    engine = Engine.open(adapter)
+    engine.create_table("a", SCHEMA)
+    counting = CountingAdapter(adapter)
+    healer = Engine.open(counting)
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        live = [_foreign_sidecar(adapter, "elsewhere", 1, 3600) for _ in range(4)]
+        short_lease = _foreign_sidecar(adapter, "elsewhere", 1, 3.0)
+        same_host = _foreign_sidecar(adapter, HOST, sleeper.pid, 3600)
+        counting.reset()
+        assert len(healer.heal().deferred) == 6
+        assert dict(counting.counts) == {"list": 1, "read_bytes": 6}  # each new sidecar read once
+        counting.reset()
+        assert len(healer.heal().deferred) == 6
+        assert dict(counting.counts) == {"list": 1}  # steady state: nothing re-read
+        renewed = Sidecar.decode(adapter.read_bytes(layout.sidecar_key(live[0])), layout.sidecar_key(live[0]))
+        SidecarStore(adapter).write(replace(renewed, lease_expires_at=lease_deadline(7200)))  # a new token
+        counting.reset()
+        healer.heal()
+        assert dict(counting.counts) == {"list": 1, "read_bytes": 1}
+        sleeper.kill()
+        sleeper.wait()
+        report = healer.heal()  # the cached copy names a pid that is gone: re-read, then recovered
+        assert [r.operation_id for r in report.recovered] == [same_host]
+        time.sleep(3.1)
+        report = healer.heal()  # the cached copy's lease has lapsed: re-read, then recovered
+        assert [r.operation_id for r in report.recovered] == [short_lease]
+        counting.reset()
+        assert sorted(healer.heal().deferred) == sorted(live)
+        assert dict(counting.counts) == {"list": 1}
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
 def test_no_lost_update_check_catches_a_planted_unconditional_publish(engine, adapter, monkeypatch):
     def planted_publish(self, current, new):  # ignores the token: last writer wins
         adapter.write(MANIFEST_KEY, new.encode())
@@ -278,3 +371,28 @@ def test_no_lost_update_check_catches_a_planted_unconditional_publish(engine, ad
     fp.arm("commit.before_publish", lambda _: other.commit({"a": rows(50, 1)}), times=1)
     engine.commit({"a": rows(0, 1)})
     assert engine.read("a").num_rows == 1  # the other commit's row is lost: what the real CAS prevents
+
+
+def test_version_cache_is_safe_to_fill_from_many_threads():
+    """Phase B and reads remember table versions from pool threads; evictions must not race."""
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible: the race shows within 16 x 3,000
+    store = TableVersionStore(None, cache_size=4)  # type: ignore[arg-type]  # _remember does no I/O
+    errors: list[BaseException] = []
+
+    def remember(thread: int) -> None:
+        try:
+            for version in range(3000):
+                store._remember(TableVersion(f"t{thread}", version, None, "op", "append", "s", ()))
+        except Exception as exc:
+            errors.append(exc)
+
+    try:
+        threads = [threading.Thread(target=remember, args=(i,)) for i in range(16)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert errors == []

@@ -331,3 +331,68 @@ def test_checks_catch_planted_bugs(engine, adapter, monkeypatch):
         check_all_or_nothing(engine, "q", ["q-0"], tables)
     engine.commit({"b_tags": batch("p-0", 2)})
     assert check_all_or_nothing(engine, "p", [], tables) == 1  # and a correct state passes
+
+
+# -- concurrent Phase B (a multi-table commit writes its table versions in parallel) ----------------------
+WIDE = [f"w{i}" for i in range(6)]
+
+
+def wide_engine(adapter) -> Engine:
+    eng = Engine.open(adapter, actor="wide")
+    for name in WIDE:
+        eng.create_table(name, SCHEMA)
+    return eng
+
+
+def test_concurrent_phase_b_names_every_taken_pin_in_the_sidecar_before_publishing(adapter):
+    engine = wide_engine(adapter)
+    other = Engine.open(adapter, actor="other")
+    stored = []
+
+    def check_sidecar(_: str) -> None:
+        [key] = [k for k in sidecars(adapter) if json.loads(adapter.read_bytes(k))["actor"] == "wide"]
+        stored.append(json.loads(adapter.read_bytes(key)))
+
+    def other_takes_every_next_number(_: str) -> None:
+        with fp.armed("commit.before_publish", "crash", times=1), pytest.raises(SimulatedCrash):
+            other.commit({name: data(1, 500) for name in WIDE})
+        fp.arm("commit.before_publish", check_sidecar, times=1)
+
+    with fp.armed("commit.after_sidecar", other_takes_every_next_number, times=1):
+        commit = engine.commit({name: data(1, 100) for name in WIDE})
+    # every pin moved past the other's unpublished version 1, each rewrite made from its own thread
+    assert commit.tables == dict.fromkeys(WIDE, 2)
+    [sidecar] = stored
+    assert {n: t["post_commit_pin"] for n, t in sidecar["tables"].items()} == commit.tables
+    reopened = Engine.open(adapter)  # the other's sidecar: overtaken by ours, rolled back
+    assert [r.outcome for r in reopened.audit_log()] == [RecoveryOutcome.ROLLED_BACK]
+    assert all(reopened.read(name).num_rows == 1 for name in WIDE)
+    assert_converged(adapter)
+
+
+class _CrashOnThirdVersion:
+    """Delegates to an adapter; the third table-version write dies (other writes in flight may land)."""
+
+    def __init__(self, inner) -> None:
+        self._inner, self._versions_written = inner, 0
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    def write_if_absent(self, key: str, data: bytes):
+        if "/_versions/" in key:
+            self._versions_written += 1
+            if self._versions_written == 3:
+                raise SimulatedCrash("third table version")
+        return self._inner.write_if_absent(key, data)
+
+
+def test_crash_during_concurrent_phase_b_is_all_or_nothing(adapter):
+    wide_engine(adapter)
+    crashing = Engine.open(_CrashOnThirdVersion(adapter))
+    with pytest.raises(SimulatedCrash):
+        crashing.commit_fragments({n: [crashing.write_fragment(n, data(1))] for n in WIDE})
+    reopened = Engine.open(adapter)
+    assert [r.outcome for r in reopened.audit_log()] == [RecoveryOutcome.ROLLED_BACK]
+    assert all(reopened.read(name).num_rows == 0 for name in WIDE)
+    assert_converged(adapter)

@@ -26,7 +26,9 @@ from __future__ import annotations
 import logging
 import os
 import random
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, replace
 
 from ulid import ULID
@@ -39,7 +41,7 @@ from storage_adapter.engine.errors import (
     RecoveryInvariantError,
     TableExistsError,
 )
-from storage_adapter.engine.failpoints import failpoint
+from storage_adapter.engine.failpoints import failpoint, is_armed
 from storage_adapter.engine.key_ledger import KeyLedger, KeyState, StoredEntry, check_key, entry_key
 from storage_adapter.engine.manifest import CommitRecord, ManifestState, ManifestStore, TableChange
 from storage_adapter.engine.recovery import Recovery
@@ -57,6 +59,7 @@ from storage_adapter.protocol import StorageAdapter
 
 log = logging.getLogger(__name__)
 MODES = ("append", "overwrite")
+WRITE_PARALLELISM = 16  # table version PUTs in flight in a multi-table commit's Phase B
 
 
 @dataclass(frozen=True)
@@ -90,10 +93,17 @@ class Commit:
 
 @dataclass(frozen=True)
 class CommitPolicy:
+    """How a writer retries a lost publish: at most ``max_attempts`` publishes, each retry after a
+    full-jitter exponential backoff (:meth:`backoff`)."""
+
     max_attempts: int = 32
     lease_s: float = 30.0
     backoff_s: float = 0.005
     backoff_cap_s: float = 0.2
+
+    def backoff(self, lost: int) -> float:
+        """Seconds to wait after the ``lost``-th lost publish: uniform in [0, min(cap, base * 2**lost)]."""
+        return random.uniform(0, min(self.backoff_cap_s, self.backoff_s * 2**lost))
 
 
 class _Replay(Exception):  # control flow inside this module only
@@ -116,6 +126,7 @@ class CommitOperation:
         self._ledger = KeyLedger(adapter)
         self._key: str | None = None
         self._claim: StoredEntry | None = None  # our key's ledger entry as claimed (its token)
+        self._sidecar_lock = threading.Lock()  # Phase B rewrites the sidecar from several threads
         self.operation_id = str(ULID())
 
     def run(self, state: ManifestState, writes: dict[str, TableWrite], mode: str, *,
@@ -148,15 +159,16 @@ class CommitOperation:
             )  # fmt: skip
             if self._publish(state, record, writes, mode):  # Phase C
                 return self._finish(record, attempt)  # Phase D
+            if attempt < self._policy.max_attempts:
+                # Back off *before* re-reading the manifest: the next CAS then carries the freshest token
+                # we can have. Sleeping between the read and the CAS would make it stale by construction.
+                time.sleep(self._policy.backoff(attempt))
             state = self._manifests.load()
             done = self._after_lost_publish(
                 state, writes, mode, bases, written, expected_version, idempotency_key, attempt
             )
             if done is not None:
                 return done
-            time.sleep(
-                random.uniform(0, min(self._policy.backoff_cap_s, self._policy.backoff_s * 2**attempt))
-            )
         self._abandon()
         raise CommitRetriesExhaustedError(
             f"commit {self.operation_id} lost the manifest race {self._policy.max_attempts} times; nothing "
@@ -253,11 +265,27 @@ class CommitOperation:
     def _write_table_versions(self, writes: dict[str, TableWrite], mode: str, bases: dict[str, int | None],
                               written: dict[str, TableVersion]) -> None:  # fmt: skip
         """Phase B: a version for every table not yet written (all on the first attempt; after a re-base,
-        only the moved tables)."""
-        for name in sorted(writes):
-            if name not in written:
+        only the moved tables), at most ``WRITE_PARALLELISM`` at a time. Every sidecar rewrite a taken
+        number causes is made before that version is written (see :meth:`_write_version`). The first
+        failure raises once the writes in flight have finished; no further write is started (the sidecar
+        names every table since Phase A, so any subset written is recovered like a crash between them).
+
+        While ``commit.after_table_version`` is armed the versions are written one at a time, in table
+        order, so that ``@K`` fires after exactly K+1 versions (the fault matrix crashes between them)."""
+        todo = [name for name in sorted(writes) if name not in written]
+        if len(todo) <= 1 or is_armed("commit.after_table_version"):
+            for name in todo:
                 written[name] = self._write_version(writes[name], mode, bases[name])
                 failpoint("commit.after_table_version")
+            return
+        pool = ThreadPoolExecutor(min(WRITE_PARALLELISM, len(todo)), thread_name_prefix="engine-commit")
+        try:
+            futures = {pool.submit(self._write_version, writes[n], mode, bases[n]): n for n in todo}
+            for future in as_completed(futures):
+                written[futures[future]] = future.result()
+                failpoint("commit.after_table_version")
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
 
     def _publish(self, state: ManifestState, record: CommitRecord, writes: dict[str, TableWrite],
                  mode: str) -> bool:  # fmt: skip
@@ -293,7 +321,10 @@ class CommitOperation:
                                         write.fragments, write.replaced)  # fmt: skip
 
         def record_new_pin(number: int) -> None:  # the sidecar names a version before the head reaches it
-            self._sidecar = self._keeper.write(self._sidecar.with_pin(write.table, number))
+            # Under the lock: concurrent Phase B writers each add their table's pin to the latest sidecar
+            # and PUT it in turn, so the stored sidecar always names every pin moved so far.
+            with self._sidecar_lock:
+                self._sidecar = self._keeper.write(self._sidecar.with_pin(write.table, number))
 
         first = self._sidecar.tables[write.table].post_commit_pin
         return self._versions.write_next(make, write.table, first, record_new_pin)

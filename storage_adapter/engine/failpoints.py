@@ -130,6 +130,11 @@ def _claim_shared_firing(name: str, arming: _Arming) -> bool:
     return False
 
 
+def is_armed(name: str) -> bool:
+    """Whether ``name`` is armed in this process (lets a step keep its failpoint's exact meaning)."""
+    return name in _ARMED
+
+
 def arm(name: str, action: str | Callable[[str], None], times: int | None = None, skip: int = 0) -> None:
     """Arm ``name``. ``action`` is ``error``, ``crash``, ``exit`` or a callable taking the name."""
     if name not in ALL_POINTS:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import enum
 import logging
 import os
+import threading
 from dataclasses import dataclass, replace
 from functools import partial
 
@@ -101,34 +102,58 @@ class Recovery:
         self._sidecars = SidecarStore(adapter)
         self._audit = AuditLog(adapter)
         self._ledger = KeyLedger(adapter)
+        # Sidecars judged alive by the last heals: key -> (listed token, decoded sidecar). Saves the GET of
+        # every live foreign writer's sidecar on every heal (requests per commit grew with the writers).
+        self._alive: dict[str, tuple[str, Sidecar]] = {}
+        self._alive_lock = threading.Lock()
 
     # -- heal -----------------------------------------------------------------------------------------
     def heal(self) -> HealReport:
-        """Recover every pending sidecar whose writer is dead. One LIST when there is none.
+        """Recover every pending sidecar whose writer is dead. One LIST when there is none, and one LIST
+        when every pending sidecar is one this engine already read and judged alive, unchanged since.
 
-        Raises the listing's error (never skips recovery silently), CorruptSidecarError for a sidecar that
-        cannot be decoded (kept for inspection), RecoveryInvariantError for an impossible state.
+        A sidecar is read (one GET) when it is new to this engine, when it changed since it was read (its
+        token in the listing differs: the writer renewed its lease or moved a pin), or when the copy read
+        before now says its writer is dead (lease expired, same-host pid gone): a sidecar is only ever
+        recovered from a fresh read. Raises the listing's error (never skips recovery silently),
+        CorruptSidecarError for a sidecar that cannot be decoded (kept for inspection),
+        RecoveryInvariantError for an impossible state.
         """
-        keys = self._sidecars.list_keys()
+        listed = self._sidecars.list_tokens()
+        with self._alive_lock:  # forget sidecars that are gone: the memo never outgrows one listing
+            self._alive = {k: v for k, v in self._alive.items() if k in listed}
         recovered: list[AuditRecord] = []
         deferred: list[str] = []
         vanished = 0
-        for key in keys:
+        for key, token in listed.items():
             operation_id = layout.operation_id_from_key(key)
             if not LIVE.claim(self._root, operation_id):
                 deferred.append(operation_id)  # its writer (or another healer) is running in this process
                 continue
             try:
+                if self._still_alive(key, token):
+                    deferred.append(operation_id)
+                    continue
                 sidecar = self._sidecars.read(key)
                 if sidecar is None:
                     vanished += 1
                 elif writer_alive(sidecar, self._root):
+                    with self._alive_lock:
+                        self._alive[key] = (token, sidecar)
                     deferred.append(operation_id)
                 else:
                     recovered.append(self.resolve(sidecar))
             finally:
                 LIVE.release(self._root, operation_id)
-        return HealReport(len(keys), tuple(recovered), tuple(deferred), vanished)
+        return HealReport(len(listed), tuple(recovered), tuple(deferred), vanished)
+
+    def _still_alive(self, key: str, token: str) -> bool:
+        """Whether the copy of ``key`` this engine read earlier is still the stored one (same listed token)
+        and still names a live writer. The token is the listing's, and the copy was read after that
+        listing, so the copy is never older than the token it is filed under."""
+        with self._alive_lock:
+            seen = self._alive.get(key)
+        return seen is not None and seen[0] == token and writer_alive(seen[1], self._root)
 
     # -- one sidecar ----------------------------------------------------------------------------------
     def resolve(self, sidecar: Sidecar, abandon: bool = False) -> AuditRecord:

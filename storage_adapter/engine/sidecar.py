@@ -195,10 +195,15 @@ class SidecarStore:
         failpoint("recovery.sidecar_delete")
         self._adapter.delete(layout.sidecar_key(operation_id))
 
-    def list_keys(self) -> list[str]:
-        """Keys of every pending sidecar: one LIST request. Failures raise: heal never skips silently."""
+    def list_tokens(self) -> dict[str, str]:
+        """Key -> token of every pending sidecar: one LIST request. A sidecar's token changes whenever it
+        is rewritten (lease renewal, new pin). Failures raise: heal never skips silently."""
         failpoint("recovery.sidecar_list")
-        return [info.key for info in self._adapter.list(layout.RECOVERY_PREFIX) if info.key.endswith(".json")]
+        return {
+            info.key: info.token
+            for info in self._adapter.list(layout.RECOVERY_PREFIX)
+            if info.key.endswith(".json")
+        }
 
     def read(self, key: str) -> Sidecar | None:
         """The sidecar, or None if it vanished since it was listed (its writer finished: benign)."""

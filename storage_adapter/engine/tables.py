@@ -92,7 +92,8 @@ def write_fragment(adapter: StorageAdapter, table: str, data: pa.Table, fragment
 
 
 def read_fragment(adapter: StorageAdapter, key: str) -> pa.Table:
-    return pq.read_table(io.BytesIO(adapter.read_bytes(key)))
+    # ParquetFile, not pq.read_table: the dataset machinery of read_table costs ~4x the CPU on small files
+    return pq.ParquetFile(io.BytesIO(adapter.read_bytes(key))).read()
 
 
 @dataclass(frozen=True)
