@@ -10,7 +10,7 @@ pin down, on every backend:
   never show a write in flight is checked with the other listings (housekeeping_clauses).
 * ``delete_many`` deletes exactly the keys it is given (missing ones are fine, duplicates count once),
   under a child adapter too, and nothing else; one invalid key refuses the whole call before any I/O;
-  2,500 keys (more than S3's 1,000 per DeleteObjects) are all deleted. That a failure names the keys it
+  1,500 keys (more than S3's 1,000 per DeleteObjects) are all deleted. That a failure names the keys it
   left is checked with the other operations' faults (failure_clauses).
 """
 
@@ -21,15 +21,20 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from storage_adapter.batch import LIST_PAGE
 from storage_adapter.errors import InvalidKeyError
 from storage_adapter.faults import FaultKind, FaultPlan, injected
 from storage_adapter.protocol import StorageAdapter
 from storage_adapter.types import ObjectInfo
 
-# More than two pages of the built-in backends' listings (and more than two S3 DeleteObjects batches).
-MANY = 2500
-# Writers filling a prefix with MANY objects: a round trip each, so a few in flight.
-FILL_WORKERS = 8
+# Two pages of the built-in backends' listings (the second half full) and two S3 DeleteObjects batches:
+# enough to cross every page and batch boundary, few enough to keep the check on a slow server in bounds.
+MANY = LIST_PAGE + LIST_PAGE // 2
+# The laziness clause compares the first page's cost with the whole listing's, so it lists more than two
+# pages (a driver may pass a step per entry: the first page must cost at most half).
+LAZY_MANY = 2 * LIST_PAGE + LIST_PAGE // 2
+# Writers filling a prefix with MANY objects: a round trip each, so several in flight.
+FILL_WORKERS = 16
 # Steps the recorder lets pass: far more than any listing of MANY objects takes.
 UNLIMITED_STEPS = 10**9
 
@@ -71,9 +76,9 @@ class BulkClauses:
         assert _by_key(adapter.iter_list()) == adapter.list()
 
     def test_iter_list_is_lazy(self, adapter: StorageAdapter) -> None:
-        """Taking the first object of a listing of MANY objects (three pages) passes at most half the I/O
-        steps of taking them all: pages are fetched as they are asked for."""
-        _fill(adapter, [f"many/{i:05d}" for i in range(MANY)])
+        """Taking the first object of a listing of LAZY_MANY objects (three pages) passes at most half the
+        I/O steps of taking them all: pages are fetched as they are asked for."""
+        _fill(adapter, [f"many/{i:05d}" for i in range(LAZY_MANY)])
         whole = _steps(lambda: list(adapter.iter_list("many")))
         if whole == 0:
             pytest.skip("this adapter's drivers mark no fault points (storage_adapter.faults)")
