@@ -57,11 +57,16 @@ def _steps(call: object) -> int:
 class BulkClauses:
     """Streamed listings and batch deletes."""
 
-    def test_iter_list_yields_what_list_returns(self, adapter: StorageAdapter) -> None:
+    def test_iter_list_yields_what_list_returns_page_by_page(self, adapter: StorageAdapter) -> None:
         """Under a prefix of MANY objects (with neighbours that must not list: ``many0``, ``man/y``),
         iter_list, the concatenated list_pages and list() agree object for object (key, size, token,
         time), each object once; every page is non-empty. The stream's order is the server's (key order
-        on memory, local and AWS S3; SeaweedFS lists segment by segment, ``a/x`` before ``a.txt``)."""
+        on memory, local and AWS S3; SeaweedFS lists segment by segment, ``a/x`` before ``a.txt``).
+
+        And it is lazy: taking the first object passes fewer I/O steps than taking them all, and no more
+        than the first page's share of them (a driver may pass one step per page or per entry). One
+        clause, one filled prefix: a server may take long to list objects just written (Ceph RGW
+        reconciles its bucket index on the first listing)."""
         keys = [f"many/{i:05d}" for i in range(MANY)] + ["many/sub/x", "many.txt", "many0", "man/y"]
         _fill(adapter, keys)
         listed = adapter.list("many")
@@ -71,17 +76,11 @@ class BulkClauses:
         assert _by_key(info for page in pages for info in page) == listed
         assert _by_key(adapter.iter_list("many")) == listed
         assert _by_key(adapter.iter_list()) == adapter.list()
-
-    def test_iter_list_is_lazy(self, adapter: StorageAdapter) -> None:
-        """Taking the first object of a listing of MANY objects (two pages) passes fewer I/O steps than
-        taking them all, and no more than the first page's share of them: pages are fetched as they are
-        asked for (a driver may pass one step per page or per entry)."""
-        _fill(adapter, [f"many/{i:05d}" for i in range(MANY)])
         whole = _steps(lambda: list(adapter.iter_list("many")))
         if whole == 0:
-            pytest.skip("this adapter's drivers mark no fault points (storage_adapter.faults)")
+            return  # this adapter's drivers mark no fault points (storage_adapter.faults): laziness unseen
         first = _steps(lambda: next(adapter.iter_list("many")))
-        first_page_share = whole * LIST_PAGE // MANY + 4  # a page's entries, plus the listing's own steps
+        first_page_share = whole * LIST_PAGE // len(listed) + 4  # a page's entries, plus the listing's own
         assert first < whole and first <= first_page_share, (
             f"the first object took {first} I/O steps, the whole listing {whole}"
         )
