@@ -40,8 +40,9 @@ import re
 import secrets
 import stat
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager, suppress
+from typing import TypeVar
 
 from storage_adapter.faults import FaultKind, due
 
@@ -64,6 +65,9 @@ _INJECTED_OS_ERRORS: dict[FaultKind, tuple[type[OSError], int]] = {
     FaultKind.DENIED: (PermissionError, errno.EACCES),
     FaultKind.BROKEN: (OSError, errno.EIO),
 }
+
+
+_T = TypeVar("_T")  # what a directory walker yields
 
 
 def fault_point(point: str) -> None:
@@ -252,15 +256,8 @@ def walk(top: int, path: str) -> Iterator[tuple[int, str, list[os.DirEntry[str]]
         entries = list(scan)
     yield top, path, entries
     for entry in entries:
-        if not entry.is_dir(follow_symlinks=False):
-            continue
-        fd = open_subdir(top, entry.name)
-        if fd is None:
-            continue
-        try:
-            yield from walk(fd, f"{path}/{entry.name}" if path else entry.name)
-        finally:
-            os.close(fd)
+        if entry.is_dir(follow_symlinks=False):
+            yield from _below(top, path, entry.name, walk)
 
 
 def walk_in_key_order(top: int, path: str) -> Iterator[tuple[int, str, os.DirEntry[str]]]:
@@ -273,16 +270,22 @@ def walk_in_key_order(top: int, path: str) -> Iterator[tuple[int, str, os.DirEnt
     with os.scandir(top) as scan:
         entries = sorted(scan, key=lambda e: e.name + "/" if e.is_dir(follow_symlinks=False) else e.name)
     for entry in entries:
-        if not entry.is_dir(follow_symlinks=False):
+        if entry.is_dir(follow_symlinks=False):
+            yield from _below(top, path, entry.name, walk_in_key_order)
+        else:
             yield top, path, entry
-            continue
-        fd = open_subdir(top, entry.name)
-        if fd is None:
-            continue
-        try:
-            yield from walk_in_key_order(fd, f"{path}/{entry.name}" if path else entry.name)
-        finally:
-            os.close(fd)
+
+
+def _below(top: int, path: str, name: str, walker: Callable[[int, str], Iterator[_T]]) -> Iterator[_T]:
+    """``walker`` over the real subdirectory ``name`` of ``top`` (at ``path``), its descriptor closed
+    after; nothing when it vanished or is not a real directory (open_subdir's rules)."""
+    fd = open_subdir(top, name)
+    if fd is None:
+        return
+    try:
+        yield from walker(fd, f"{path}/{name}" if path else name)
+    finally:
+        os.close(fd)
 
 
 def stat_entry(parent: int, name: str, path: str) -> os.stat_result | None:

@@ -35,7 +35,7 @@ from storage_adapter.engine import codec, layout
 from storage_adapter.engine.audit import AuditLog, AuditRecord, RecoveryOutcome
 from storage_adapter.engine.errors import RecoveryInvariantError
 from storage_adapter.engine.failpoints import failpoint
-from storage_adapter.engine.key_ledger import KeyLedger
+from storage_adapter.engine.key_ledger import KeyLedger, StoredEntry
 from storage_adapter.engine.manifest import CommitRecord, Manifest, ManifestStore, TableChange
 from storage_adapter.engine.sidecar import HOST, LIVE, Sidecar, SidecarStore, writer_alive
 from storage_adapter.engine.tables import TableVersion, TableVersionStore
@@ -287,12 +287,15 @@ class Recovery:
         """Whether the operation may publish its idempotency key: it holds the key's ledger entry (claimed
         now if nobody does, as for a sidecar written before the ledger existed). A key held by another
         operation means a retry of the request owns it: rolling this one forward would apply it twice."""
-        if sidecar.idempotency_key is None:
-            return True
-        holder = self._ledger.read(sidecar.idempotency_key)
-        if holder is None:
-            holder = self._ledger.claim(sidecar.idempotency_key, sidecar.operation_id)
-        return holder.entry.operation_id == sidecar.operation_id
+        return (
+            sidecar.idempotency_key is None or self._own_entry(sidecar, sidecar.idempotency_key) is not None
+        )
+
+    def _own_entry(self, sidecar: Sidecar, key: str) -> StoredEntry | None:
+        """The key's ledger entry with its token when the operation holds it (claimed now if nobody
+        does), else None."""
+        holder = self._ledger.read(key) or self._ledger.claim(key, sidecar.operation_id)
+        return holder if holder.entry.operation_id == sidecar.operation_id else None
 
     # -- actions --------------------------------------------------------------------------------------
     def _roll_forward_record(self, sidecar: Sidecar, manifest: Manifest) -> CommitRecord:
@@ -338,8 +341,10 @@ class Recovery:
         sidecar for the next heal to redo it all."""
         if sidecar.idempotency_key is not None:
             if published is not None:
-                self._holds_key(sidecar)  # a sidecar from before the ledger: claim, then publish
-                self._ledger.publish(sidecar.idempotency_key, published)
+                # claimed first if nobody holds it (a sidecar from before the ledger); the entry's token
+                # saves publish its own read
+                owned = self._own_entry(sidecar, sidecar.idempotency_key)
+                self._ledger.publish(sidecar.idempotency_key, published, owned)
             else:
                 self._ledger.release(sidecar.idempotency_key, sidecar.operation_id)
         record = AuditRecord(sidecar.operation_id, outcome, moves, codec.now_iso(), self._recovered_by)
