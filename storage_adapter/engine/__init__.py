@@ -21,7 +21,7 @@ from storage_adapter.engine.errors import (
     TableExistsError,
     UnknownTableError,
 )
-from storage_adapter.engine.manifest import CommitRecord, TableChange
+from storage_adapter.engine.history import CommitRecord, TableChange
 from storage_adapter.engine.recovery import HealReport
 from storage_adapter.engine.snapshot import Snapshot
 from storage_adapter.engine.tables import FragmentRef

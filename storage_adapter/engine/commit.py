@@ -42,8 +42,9 @@ from storage_adapter.engine.errors import (
     TableExistsError,
 )
 from storage_adapter.engine.failpoints import failpoint, is_armed
+from storage_adapter.engine.history import CommitRecord, TableChange
 from storage_adapter.engine.key_ledger import KeyLedger, KeyState, StoredEntry, check_key, entry_key
-from storage_adapter.engine.manifest import CommitRecord, ManifestState, ManifestStore, TableChange
+from storage_adapter.engine.manifest import ManifestState, ManifestStore
 from storage_adapter.engine.recovery import Recovery
 from storage_adapter.engine.sidecar import (
     HOST,
@@ -302,7 +303,7 @@ class CommitOperation:
         """The outcome of a lost publish, given the manifest that won: the finished commit when a healer
         rolled ours forward (our lease lapsed), the landed commit of the same key (a replay), an error on a
         conflict (our versions undone), or None after re-basing the moved tables for another attempt."""
-        landed = state.manifest.record_for_operation(self.operation_id)
+        landed = self._recovery.landed(self._sidecar, state.manifest)  # a healer rolled ours forward
         if landed is not None:
             return self._finish(landed, attempt)
         try:

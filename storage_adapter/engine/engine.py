@@ -37,8 +37,9 @@ from storage_adapter.engine.errors import (
     StaleFragmentError,
     TableExistsError,
 )
+from storage_adapter.engine.history import CommitRecord
 from storage_adapter.engine.key_ledger import KeyLedger, KeyState, check_key, entry_key
-from storage_adapter.engine.manifest import DEFAULT_RETENTION, CommitRecord, ManifestState, ManifestStore
+from storage_adapter.engine.manifest import DEFAULT_RETENTION, ManifestState, ManifestStore
 from storage_adapter.engine.recovery import HealReport, Recovery, recovered_by
 from storage_adapter.engine.snapshot import Snapshot
 from storage_adapter.engine.tables import (
@@ -62,7 +63,8 @@ READ_PARALLELISM = 16  # fragment GETs in flight per Engine.read: enough to hide
 
 @dataclass(frozen=True)
 class EngineSettings:
-    """``retention``: commit records (history) kept in the manifest, set when the root is initialized.
+    """``retention``: manifest versions of history kept (time travel, ``history()``), set when the root is
+    initialized; the manifest carries only the last few records, older ones are stored one per object.
     ``key_window_s``: how long vacuum keeps an idempotency key's ledger entry after its commit (exact
     replays and ``find_commit`` for at least that long; keep it above the idempotency records' lifetime).
     ``max_attempts``: publish attempts of a non-conflicting append. ``lease_s``: a writer's sidecar lease.
@@ -235,10 +237,12 @@ class Engine:
     # -- reads ----------------------------------------------------------------------------------------
     def snapshot(self, version: int | None = None) -> Snapshot:
         """The current manifest's pins (one GET), or those of an older manifest ``version`` inside the
-        retained history (HistoryExpiredError outside it)."""
+        retained history (HistoryExpiredError outside it): one more GET per version older than the
+        manifest's inline tail (``manifest.TAIL`` versions), concurrent."""
         manifest = self._manifests.load().manifest
         version = manifest.version if version is None else version
-        pins = manifest.pins_at(version)
+        stored = self._manifests.history.read(manifest.stored_record_versions(version))
+        pins = manifest.pins_at(version, tuple(stored))
         return Snapshot(version, pins, {n: manifest.tables[n].schema for n in pins})
 
     def read(self, table: str, snapshot_or_version: Snapshot | int | None = None) -> pa.Table:
@@ -256,8 +260,10 @@ class Engine:
         return pa.concat_tables(parts)
 
     def history(self) -> list[CommitRecord]:
-        """Retained commit records, oldest first (the manifest keeps the last ``retention``)."""
-        return list(self._manifests.load().manifest.commits)
+        """Retained commit records (the last ``retention`` versions), oldest first: the manifest's inline
+        tail and one GET per older record (concurrent)."""
+        manifest = self._manifests.load().manifest
+        return list(self._manifests.records_after(manifest, manifest.history_floor))
 
     def find_commit(self, idempotency_key: str) -> CommitRecord | None:
         """The visible commit carrying ``idempotency_key``, or None when no commit with it is visible.

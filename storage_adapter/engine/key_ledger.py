@@ -1,7 +1,7 @@
 """The key ledger: one object per idempotency key, the single de-duplication rule of every publish.
 
 ``__keys/{sha256(key)}.json`` names the one operation that holds the key and, once that operation's commit
-is visible, its commit record. The manifest keeps only the last ``retention`` commit records; the ledger
+is visible, its commit record. The manifest keeps only its last few commit records; the ledger
 keeps every key for ``EngineSettings.key_window_s`` (vacuum reclaims older entries), so whether a key
 landed is answered exactly, in one GET, whatever happened since (docs/engine.md, "Idempotency keys").
 
@@ -31,7 +31,7 @@ from typing import Any
 
 from storage_adapter.engine import codec, layout
 from storage_adapter.engine.errors import CorruptMetadataError, RecoveryInvariantError
-from storage_adapter.engine.manifest import CommitRecord
+from storage_adapter.engine.history import CommitRecord
 from storage_adapter.errors import NotFoundError
 from storage_adapter.protocol import StorageAdapter
 from storage_adapter.stored_json import StoredJSONError, one_of, timestamp
@@ -156,6 +156,13 @@ class KeyLedger:
             )
             if self._adapter.write_if_match(entry_key(key), published.encode(), stored.token) is not None:
                 return published
+
+    def enter_published(self, key: str, record: CommitRecord) -> None:
+        """Create the entry of ``key`` already published with ``record``, unless the key has an entry (one
+        write_if_absent). Only for a commit that is visible and whose key the ledger does not name yet: a
+        record of a manifest written before the ledger existed."""
+        entry = KeyEntry(key, record.operation_id, record.committed_at, KeyState.PUBLISHED, record)
+        self._adapter.write_if_absent(entry_key(key), entry.encode())
 
     def release(self, key: str, operation_id: str) -> None:
         """Delete the entry of ``key`` if ``operation_id`` holds it unpublished (its commit will never be

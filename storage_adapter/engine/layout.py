@@ -7,6 +7,8 @@ tables/{table}/data/{ulid}.parquet     immutable data fragments
 __recovery/{operation_id}.json         recovery sidecars of commits in flight (or crashed)
 __audit/{operation_id}.json            one audit record per recovered operation (write_if_absent)
 __keys/{sha256(key)}.json              the ledger entry of one idempotency key (see key_ledger.py)
+__history/{V:020d}.json                the commit record of manifest version V, once it left the manifest's
+                                       tail (see history.py)
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ TABLES_PREFIX = "tables"
 RECOVERY_PREFIX = "__recovery"
 AUDIT_PREFIX = "__audit"
 KEYS_PREFIX = "__keys"
+HISTORY_PREFIX = "__history"
 
 _TABLE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,127}$")
 _VERSION_FILE = re.compile(r"^(\d{20})\.json$")
@@ -63,6 +66,10 @@ def data_prefix(table: str) -> str:
 
 def data_key(table: str, fragment_id: str) -> str:
     return f"{data_prefix(table)}/{fragment_id}.parquet"
+
+
+def history_key(version: int) -> str:
+    return f"{HISTORY_PREFIX}/{version:020d}.json"
 
 
 def sidecar_key(operation_id: str) -> str:

@@ -1,85 +1,38 @@
 """The manifest: the single visibility authority, published by compare-and-swap on one key.
 
 ``_manifest.json`` holds the manifest version, the pinned version and schema of every table, and the
-commit records of the last ``retention`` versions (history and idempotency keys). A commit becomes visible
-by exactly one ``write_if_match`` of a whole new manifest whose record describes that commit, so data,
-history and idempotency key land in one atomic step; nothing else is ever written to make a commit
-visible. Each body names its own version and publishing operation, so two manifests never have equal
-bytes (no ABA on S3, whose ETags are content MD5s).
+commit records of its last ``TAIL`` versions (fewer when ``retention`` is smaller). A commit becomes
+visible by exactly one ``write_if_match`` of a whole new manifest whose newest record describes that
+commit, so data, history and idempotency key land in one atomic step; nothing else is ever written to make
+a commit visible. Each body names its own version and publishing operation, so two manifests never have
+equal bytes (no ABA on S3, whose ETags are content MD5s).
+
+Older records, back to ``retention`` versions, live in ``__history/`` (history.py): the publisher of a
+manifest writes the record it drops from the tail before its CAS, so the manifest's size, and with it
+the cost of every commit and snapshot, is bounded whatever the retention. Format 1 manifests (every
+retained record inline) are read as they are; the first publish over one stores its records in
+``__history/`` and its idempotency keys in the key ledger, so nothing it answered is lost by the upgrade.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from storage_adapter.engine import codec, layout
 from storage_adapter.engine.errors import CorruptManifestError, HistoryExpiredError, UnknownTableError
+from storage_adapter.engine.history import CommitRecord, HistoryStore, TableChange
+from storage_adapter.engine.key_ledger import KeyLedger
 from storage_adapter.errors import NotFoundError
 from storage_adapter.protocol import StorageAdapter
-from storage_adapter.stored_json import StoredJSONError, items, timestamp
+from storage_adapter.stored_json import StoredJSONError
 from storage_adapter.stored_json import field as json_field
 
 MANIFEST_FORMAT = "storage-adapter-engine/manifest"
-DEFAULT_RETENTION = 256  # ~60 KB of manifest (about 235 bytes per record); see docs/engine.md
+MANIFEST_FORMAT_VERSION = 2  # 1: every retained record inline; 2: the last TAIL records inline
+DEFAULT_RETENTION = 256  # versions of history kept for time travel (records in __history/)
+TAIL = 16  # records inline in the manifest (~235 bytes each): the recent past commits look up for free
 
-
-@dataclass(frozen=True)
-class TableChange:
-    """One table's pin movement in a commit: ``from_version`` None means the commit created the table."""
-
-    table: str
-    from_version: int | None
-    to_version: int
-
-
-@dataclass(frozen=True)
-class CommitRecord:
-    """The history entry of one manifest version, published atomically with it."""
-
-    version: int
-    committed_at: str
-    actor: str | None
-    operation_id: str
-    idempotency_key: str | None
-    mode: str  # "create", "append" or "overwrite"
-    recovered: bool  # True when recovery rolled the commit forward after its writer died
-    changes: tuple[TableChange, ...]
-
-    @property
-    def tables(self) -> dict[str, int]:
-        """Table -> version this commit published."""
-        return {change.table: change.to_version for change in self.changes}
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "version": self.version, "committed_at": self.committed_at, "actor": self.actor,
-            "operation_id": self.operation_id, "idempotency_key": self.idempotency_key, "mode": self.mode,
-            "recovered": self.recovered,
-            "changes": [[c.table, c.from_version, c.to_version] for c in self.changes],
-        }  # fmt: skip
-
-    @classmethod
-    def from_json(cls, doc: Any, key: str) -> CommitRecord:
-        """The record in ``doc`` (a manifest's ``commits`` entry). CorruptManifestError unless every field
-        has its type and ``committed_at`` is a timestamp with a time zone."""
-        try:
-            committed_at = json_field(doc, "committed_at", str)
-            timestamp(committed_at)
-            changes = [
-                TableChange(*items(c, (str, (int, type(None)), int), "change"))
-                for c in json_field(doc, "changes", list)
-            ]
-            return cls(
-                version=json_field(doc, "version", int), committed_at=committed_at,
-                actor=json_field(doc, "actor", str, optional=True),
-                operation_id=json_field(doc, "operation_id", str),
-                idempotency_key=json_field(doc, "idempotency_key", str, optional=True),
-                mode=json_field(doc, "mode", str), recovered=json_field(doc, "recovered", bool),
-                changes=tuple(changes),
-            )  # fmt: skip
-        except StoredJSONError as exc:
-            raise codec.malformed(key, CorruptManifestError, exc) from exc
+__all__ = ["CommitRecord", "Manifest", "ManifestState", "ManifestStore", "TableChange", "TableEntry"]
 
 
 @dataclass(frozen=True)
@@ -95,13 +48,33 @@ class Manifest:
     version: int
     operation_id: str
     tables: dict[str, TableEntry] = field(default_factory=dict)
-    commits: tuple[CommitRecord, ...] = ()
+    commits: tuple[CommitRecord, ...] = ()  # the tail: records of the last versions, oldest first
     retention: int = DEFAULT_RETENTION
+    format_version: int = MANIFEST_FORMAT_VERSION  # as decoded (1 until the first publish upgrades it)
 
     @property
     def history_floor(self) -> int:
-        """The oldest manifest version whose pins can still be reconstructed from the retained records."""
+        """The oldest manifest version whose pins can still be reconstructed (``retention`` versions back)."""
+        return max(0, self.version - self.retention)
+
+    @property
+    def tail_floor(self) -> int:
+        """The newest version whose record is not inline: records of later versions are in ``commits``."""
         return self.commits[0].version - 1 if self.commits else self.version
+
+    def check_retained(self, version: int) -> None:
+        """HistoryExpiredError unless ``version`` is inside the retained history."""
+        if not self.history_floor <= version <= self.version:
+            raise HistoryExpiredError(
+                f"manifest version {version} is outside the retained history "
+                f"[{self.history_floor}, {self.version}]",
+                key=layout.MANIFEST_KEY,
+            )
+
+    def stored_record_versions(self, after: int) -> range:
+        """Versions after ``after`` whose records are not inline (read them with HistoryStore.read)."""
+        self.check_retained(after)
+        return range(after + 1, self.tail_floor + 1)
 
     def entry(self, table: str) -> TableEntry:
         found = self.tables.get(table)
@@ -113,21 +86,23 @@ class Manifest:
         return found
 
     def record_for_operation(self, operation_id: str) -> CommitRecord | None:
+        """The inline record of ``operation_id`` (exact for operations based on ``tail_floor`` or later)."""
         return next((r for r in reversed(self.commits) if r.operation_id == operation_id), None)
 
     def record_for_key(self, idempotency_key: str) -> CommitRecord | None:
+        """The inline record carrying ``idempotency_key`` (the key ledger is the exact answer)."""
         return next((r for r in reversed(self.commits) if r.idempotency_key == idempotency_key), None)
 
-    def pins_at(self, version: int) -> dict[str, int]:
-        """Table pins as of manifest ``version``, rebuilt from the retained records (newest first)."""
-        if not self.history_floor <= version <= self.version:
-            raise HistoryExpiredError(
-                f"manifest version {version} is outside the retained history "
-                f"[{self.history_floor}, {self.version}]",
-                key=layout.MANIFEST_KEY,
+    def pins_at(self, version: int, stored: tuple[CommitRecord, ...] = ()) -> dict[str, int]:
+        """Table pins as of manifest ``version``, rebuilt by undoing the records after it, newest first:
+        ``stored`` are those of :meth:`stored_record_versions` (``version``), read from the history."""
+        self.check_retained(version)
+        if [r.version for r in stored] != list(self.stored_record_versions(version)):
+            raise ValueError(
+                f"pins_at({version}) needs the stored records {self.stored_record_versions(version)}"
             )
         pins = {name: entry.version for name, entry in self.tables.items()}
-        for record in reversed(self.commits):
+        for record in reversed((*stored, *self.commits)):
             if record.version <= version:
                 break
             for change in record.changes:
@@ -138,18 +113,18 @@ class Manifest:
         return pins
 
     def advance(self, record: CommitRecord, schemas: dict[str, str]) -> Manifest:
-        """The next manifest: pins moved by ``record``, the record appended, history trimmed to retention.
-        ``schemas`` gives the schema of tables the record creates."""
+        """The next manifest: pins moved by ``record``, the record appended, the tail trimmed to ``TAIL``
+        (to ``retention`` if smaller). ``schemas`` gives the schema of tables the record creates."""
         tables = dict(self.tables)
         for change in record.changes:
             schema = schemas.get(change.table) or tables[change.table].schema
             tables[change.table] = TableEntry(change.to_version, schema)
-        commits = (*self.commits, record)[-self.retention :]
+        commits = (*self.commits, record)[-min(TAIL, self.retention) :]
         return replace(self, version=record.version, operation_id=record.operation_id, tables=tables,
-                       commits=commits)  # fmt: skip
+                       commits=commits, format_version=MANIFEST_FORMAT_VERSION)  # fmt: skip
 
     def encode(self) -> bytes:
-        return codec.encode(MANIFEST_FORMAT, 1, {
+        return codec.encode(MANIFEST_FORMAT, self.format_version, {
             "version": self.version, "operation_id": self.operation_id, "retention": self.retention,
             "tables": {n: {"version": e.version, "schema": e.schema} for n, e in self.tables.items()},
             "commits": [r.to_json() for r in self.commits],
@@ -157,7 +132,7 @@ class Manifest:
 
     @classmethod
     def decode(cls, raw: bytes, key: str = layout.MANIFEST_KEY) -> Manifest:
-        doc = codec.decode(raw, key, MANIFEST_FORMAT, (1,), CorruptManifestError)
+        doc = codec.decode(raw, key, MANIFEST_FORMAT, (1, MANIFEST_FORMAT_VERSION), CorruptManifestError)
         try:
             tables = {
                 name: TableEntry(json_field(entry, "version", int), json_field(entry, "schema", str))
@@ -170,11 +145,20 @@ class Manifest:
                 tables=tables,
                 commits=commits,
                 retention=json_field(doc, "retention", int),
+                format_version=doc["format_version"],
             )
         except StoredJSONError as exc:
             raise codec.malformed(key, CorruptManifestError, exc) from exc
+        if manifest.retention < 1:
+            raise CorruptManifestError(f"{key}: retention {manifest.retention} is not positive", key=key)
         if commits and commits[-1].version != manifest.version:
             raise CorruptManifestError(f"{key}: last commit record is not the manifest version", key=key)
+        if [r.version for r in commits] != list(
+            range(manifest.version - len(commits) + 1, manifest.version + 1)
+        ):
+            raise CorruptManifestError(f"{key}: the inline commit records are not consecutive", key=key)
+        if manifest.format_version != 1 and len(commits) > min(TAIL, manifest.retention):
+            raise CorruptManifestError(f"{key}: {len(commits)} inline records exceed the tail", key=key)
         return manifest
 
 
@@ -191,6 +175,7 @@ class ManifestStore:
 
     def __init__(self, adapter: StorageAdapter) -> None:
         self._adapter = adapter
+        self.history = HistoryStore(adapter)
 
     def load(self) -> ManifestState:
         """The current manifest (one GET). NotFoundError if the engine root was never initialized;
@@ -211,7 +196,33 @@ class ManifestStore:
         manifest = Manifest(0, operation_id, retention=retention)
         return self._adapter.write_if_absent(layout.MANIFEST_KEY, manifest.encode()) is not None
 
+    def records_after(self, manifest: Manifest, version: int) -> tuple[CommitRecord, ...]:
+        """The records of the versions after ``version`` up to ``manifest``'s, oldest first: the inline
+        tail and, before it, one GET per stored record (concurrent). HistoryExpiredError outside the
+        retained history."""
+        stored = tuple(self.history.read(manifest.stored_record_versions(version)))
+        return (*stored, *(r for r in manifest.commits if r.version > version))
+
     def publish(self, current: ManifestState, new: Manifest) -> ManifestState | None:
-        """Compare-and-swap ``new`` over ``current``: the new state, or None if the manifest moved."""
+        """Compare-and-swap ``new`` over ``current``: the new state, or None if the manifest moved.
+
+        First, so that no manifest ever lacks a retained record: the records ``new`` drops from the tail
+        are stored in the history (one write_if_absent each: usually one), and over a format 1 manifest
+        (the upgrade) its keyed records are entered in the key ledger (one write_if_absent each, once)."""
+        kept = {record.version for record in new.commits}
+        self.history.write(
+            r for r in current.manifest.commits if r.version not in kept and r.version > new.history_floor
+        )
+        if current.manifest.format_version == 1:
+            _enter_legacy_keys(KeyLedger(self._adapter), current.manifest.commits)
         token = self._adapter.write_if_match(layout.MANIFEST_KEY, new.encode(), current.token)
         return None if token is None else ManifestState(new, token)
+
+
+def _enter_legacy_keys(ledger: KeyLedger, records: tuple[CommitRecord, ...]) -> None:
+    """Publish in the key ledger every keyed record of a format 1 manifest (written before the ledger, or
+    by a writer that published its entry since: then this is a no-op). Without this, such a key would be
+    forgotten once its record left the tail, and a retry would apply it again."""
+    for record in records:
+        if record.idempotency_key is not None:
+            ledger.enter_published(record.idempotency_key, record)

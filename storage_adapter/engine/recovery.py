@@ -35,8 +35,9 @@ from storage_adapter.engine import codec, layout
 from storage_adapter.engine.audit import AuditLog, AuditRecord, RecoveryOutcome
 from storage_adapter.engine.errors import RecoveryInvariantError
 from storage_adapter.engine.failpoints import failpoint
+from storage_adapter.engine.history import CommitRecord, TableChange
 from storage_adapter.engine.key_ledger import KeyLedger, StoredEntry
-from storage_adapter.engine.manifest import CommitRecord, Manifest, ManifestStore, TableChange
+from storage_adapter.engine.manifest import Manifest, ManifestStore
 from storage_adapter.engine.sidecar import HOST, LIVE, Sidecar, SidecarStore, writer_alive
 from storage_adapter.engine.tables import TableVersion, TableVersionStore
 from storage_adapter.protocol import StorageAdapter
@@ -204,7 +205,7 @@ class Recovery:
 
     def classify(self, sidecar: Sidecar, manifest: Manifest) -> Classification:
         """Classify every table of the sidecar and decide (see the module docstring). Read-only."""
-        landed = self._landed(sidecar, manifest)
+        landed = self.landed(sidecar, manifest)
         tables = tuple(self._classify_table(sidecar, name, manifest) for name in sorted(sidecar.tables))
         states = {t.state for t in tables}
         if landed is not None:
@@ -247,18 +248,22 @@ class Recovery:
             return result(TableState.ROLLED_FORWARD_EXACT)
         return result(TableState.UNEXPECTED)
 
-    def _landed(self, sidecar: Sidecar, manifest: Manifest) -> CommitRecord | None:
-        """The manifest record of the operation if it was published, else None, exactly.
+    def landed(self, sidecar: Sidecar, manifest: Manifest) -> CommitRecord | None:
+        """The commit record of the sidecar's operation if it was published, else None, exactly.
 
-        The retained history answers whenever it reaches back to the writer's base version; past that
-        (a sidecar older than the retention window), each table's published chain is walked instead, and
+        Its publish, if any, came after the manifest version the sidecar names (writers and roll-forwards
+        rewrite it before each publish), so the records after that version answer: the manifest's inline
+        tail, then the stored history (one GET per version, concurrent). Past the retained history (a
+        sidecar older than ``retention`` versions), each table's published chain is walked instead, and
         the record is rebuilt from the sidecar: every table the operation published, the version it
-        published (one above the manifest the sidecar names: writers and roll-forwards rewrite it before
-        each publish), who published it (``rolling_forward``), and the time of this recovery.
+        published (one above the manifest the sidecar names), who published it (``rolling_forward``),
+        and the time of this recovery.
         """
-        record = manifest.record_for_operation(sidecar.operation_id)
-        if record is not None or sidecar.manifest_version >= manifest.history_floor:
-            return record
+        if sidecar.manifest_version >= manifest.tail_floor:
+            return manifest.record_for_operation(sidecar.operation_id)
+        if sidecar.manifest_version >= manifest.history_floor:
+            records = self._manifests.records_after(manifest, sidecar.manifest_version)
+            return next((r for r in records if r.operation_id == sidecar.operation_id), None)
         changes = [
             TableChange(name, pin.expected_version, version)
             for name, pin in sorted(sidecar.tables.items())

@@ -7,6 +7,7 @@ file is deleted only if nothing retained references it AND it is older than the 
 listing is never a candidate; commits refuse fragments older than half the grace period, so no commit
 can publish a reference to a fragment vacuum may consider (see docs/engine.md, "grace rule").
 
+Commit records stored in ``__history/`` at or below the history floor are deleted (nothing reads them).
 Key ledger entries (key_ledger.py) are kept for the key window: vacuum deletes a published entry once it
 is older than that (an entry still claimed belongs to a commit in flight and is never a candidate).
 """
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from storage_adapter.engine import layout
+from storage_adapter.engine.history import CommitRecord
 from storage_adapter.engine.key_ledger import KeyEntry, KeyState
 from storage_adapter.engine.manifest import Manifest, ManifestStore
 from storage_adapter.engine.tables import TableVersionStore
@@ -32,12 +34,13 @@ class VacuumReport:
     dry_run: bool
     staging_removed: int = 0  # crash leftovers the adapter reclaimed (local staging files), same grace
     keys_expired: int = 0  # published key ledger entries older than the key window, deleted
+    history_expired: int = 0  # commit records below the history floor (no longer retained), deleted
 
 
-def retained_versions(manifest: Manifest) -> set[tuple[str, int]]:
-    """(table, version) pinned by any manifest version in the history window."""
+def retained_versions(manifest: Manifest, records: tuple[CommitRecord, ...]) -> set[tuple[str, int]]:
+    """(table, version) pinned by any manifest version in the history window, given its ``records``."""
     retained = {(name, entry.version) for name, entry in manifest.tables.items()}
-    for record in manifest.commits:
+    for record in records:
         for change in record.changes:
             retained.add((change.table, change.to_version))
             if change.from_version is not None:
@@ -100,9 +103,10 @@ def vacuum(
     listing = [
         (info, parsed) for info in adapter.iter_list(layout.TABLES_PREFIX) if (parsed := _parse(info.key))
     ]
-    manifest = ManifestStore(adapter).load().manifest
+    manifests = ManifestStore(adapter)
+    manifest = manifests.load().manifest
     cutoff = _age_cutoff(grace_s)
-    keep = retained_versions(manifest)
+    keep = retained_versions(manifest, manifests.records_after(manifest, manifest.history_floor))
     for _, (table, kind, number) in listing:
         entry = manifest.tables.get(table)
         if kind == "version" and number is not None and (entry is None or number > entry.version):
@@ -119,12 +123,17 @@ def vacuum(
         else:
             deleted.append(info.key)
     staging_removed = keys_expired = 0
+    expired_history = [
+        layout.history_key(v) for v in manifests.history.stored_versions() if v <= manifest.history_floor
+    ]
     if not dry_run:
         adapter.delete_many(deleted)
+        adapter.delete_many(expired_history)
         staging_removed = adapter.remove_orphans(min_age_s=grace_s)
         if key_window_s is not None:
             keys_expired = _expire_keys(adapter, _age_cutoff(key_window_s))
-    return VacuumReport(tuple(deleted), kept_referenced, kept_young, dry_run, staging_removed, keys_expired)
+    return VacuumReport(tuple(deleted), kept_referenced, kept_young, dry_run, staging_removed, keys_expired,
+                        len(expired_history))  # fmt: skip
 
 
 def _expire_keys(adapter: StorageAdapter, cutoff: datetime) -> int:
