@@ -6,6 +6,7 @@ Sizes and request counts are exact (CountingAdapter), so they are asserted; timi
 
 from __future__ import annotations
 
+import threading
 import uuid
 from dataclasses import replace
 from typing import Any
@@ -17,7 +18,7 @@ from contract_tests.counting import CountingAdapter
 from storage_adapter.adapter import open_adapter
 from storage_adapter.engine import Engine, EngineSettings, HistoryExpiredError, layout
 from storage_adapter.engine.errors import CorruptManifestError
-from storage_adapter.engine.manifest import TAIL, Manifest, ManifestStore
+from storage_adapter.engine.manifest import CHANGED_LIMIT, TAIL, Manifest, ManifestStore
 from storage_adapter.engine.sidecar import Sidecar, SidecarPin
 
 SCHEMA = pa.schema([("id", pa.int64())])
@@ -29,6 +30,22 @@ def rows(start: int, count: int = 1) -> pa.Table:
 
 def memory() -> Any:
     return open_adapter(f"memory://history-{uuid.uuid4().hex}")
+
+
+class RecordingAdapter(CountingAdapter):
+    """Counts requests, and records the body size of every ``write_if_absent`` by key."""
+
+    def __init__(self, inner: Any) -> None:
+        super().__init__(inner)
+        self.written: dict[str, int] = {}
+
+    def reset(self) -> None:
+        super().reset()
+        self.written = {}
+
+    def write_if_absent(self, key: str, data: bytes, *args: Any, **kwargs: Any) -> Any:
+        self.written[key] = len(data)
+        return self.__getattr__("write_if_absent")(key, data, *args, **kwargs)
 
 
 def manifest_bytes(engine: Engine) -> int:
@@ -173,3 +190,102 @@ def test_a_manifest_whose_inline_records_break_the_format_is_refused():
                    manifest.commits[-1:], manifest.retention)  # fmt: skip
     with pytest.raises(CorruptManifestError, match="not consecutive"):
         Manifest.decode(gap.encode())
+
+
+# -- table maps: the manifest carries only the tables changed since its map ------------------------------
+
+
+def make_tables(engine: Engine, count: int) -> None:
+    for n in range(count):
+        engine.create_table(f"t{n}", SCHEMA)
+
+
+def test_a_commit_writes_the_same_manifest_bytes_with_40_tables_as_with_400():
+    sizes = {}
+    for count in (40, 400):
+        engine = Engine.open(memory())
+        make_tables(engine, count)
+        for i in range(CHANGED_LIMIT + 1):  # every created table leaves the inline entries at least once
+            engine.commit({f"t{i}": rows(i)})
+        sizes[count] = manifest_bytes(engine)
+    assert sizes[400] <= 1.1 * sizes[40], sizes
+    manifest = ManifestStore(engine.adapter).load().manifest
+    assert len(manifest.tables) == 400 and len(manifest.inline) <= CHANGED_LIMIT
+
+
+def test_the_table_map_is_written_once_per_changed_limit_distinct_tables():
+    counting = RecordingAdapter(memory())
+    engine = Engine.open(counting)
+    make_tables(engine, 100)
+    counting.reset()
+    for i in range(200):
+        engine.commit({f"t{i % 100}": rows(i)})
+    maps = [k for k in counting.written if k.startswith(layout.TABLE_MAPS_PREFIX)]
+    assert len(maps) == 200 // (CHANGED_LIMIT + 1)  # one map per CHANGED_LIMIT + 1 distinct tables touched
+    counting.reset()
+    for i in range(200):
+        engine.commit({"t0": rows(i)})  # one table again and again: never a map
+    assert not [k for k in counting.written if k.startswith(layout.TABLE_MAPS_PREFIX)]
+    assert [engine.read(f"t{n}").num_rows for n in range(100)] == [202] + [2] * 99
+
+
+def test_reads_resolve_the_map_and_time_travel_crosses_maps():
+    engine = Engine.open(memory(), settings=EngineSettings(retention=400))
+    make_tables(engine, 50)
+    before = engine.snapshot().version
+    for i in range(150):
+        engine.commit({f"t{i % 50}": rows(i)})
+    cold = CountingAdapter(open_adapter(engine.adapter.url))
+    reader = Engine.open(cold, read_only=True)
+    assert all(reader.read(f"t{n}").num_rows == 3 for n in range(50))
+    assert all(reader.read(f"t{n}", before).num_rows == 0 for n in range(50))
+    assert reader.read("t7", before + 60).num_rows == 2  # commits 7 and 57 of the 150
+
+
+def test_a_missing_or_foreign_table_map_is_refused_and_left_in_place():
+    engine = Engine.open(memory())
+    make_tables(engine, CHANGED_LIMIT + 1)
+    adapter = engine.adapter
+    manifest = ManifestStore(adapter).load().manifest
+    assert manifest.table_map is not None
+    other = replace(manifest.table_map, operation_id="01JOTHEROPERATION000000000")
+    raw = adapter.read_bytes(manifest.table_map.key)
+    adapter.write(other.key, raw)  # the right map under another manifest's name
+    forged = replace(manifest, table_map=other, version=manifest.version)
+    fresh = open_adapter(adapter.url)
+    fresh.write(layout.MANIFEST_KEY, forged.encode())
+    with pytest.raises(CorruptManifestError, match="another manifest"):
+        ManifestStore(fresh).load()
+    fresh.delete(other.key)
+    with pytest.raises(CorruptManifestError, match="missing"):
+        ManifestStore(fresh).load()
+
+
+def test_vacuum_removes_table_maps_no_manifest_builds_on():
+    engine = Engine.open(memory())
+    make_tables(engine, 3 * (CHANGED_LIMIT + 1))
+    maps = [i.key for i in engine.adapter.iter_list(layout.TABLE_MAPS_PREFIX)]
+    assert len(maps) == 3
+    report = engine.vacuum(grace_s=0)
+    assert report.table_maps_removed == 2
+    current = ManifestStore(engine.adapter).load().manifest.table_map
+    assert current is not None
+    assert [i.key for i in engine.adapter.iter_list(layout.TABLE_MAPS_PREFIX)] == [current.key]
+
+
+def test_writers_on_different_tables_keep_every_commit_across_map_rewrites():
+    engine = Engine.open(memory())
+    make_tables(engine, 80)
+
+    def writer(w: int) -> None:
+        mine = Engine.open(engine.adapter)
+        for i in range(40):
+            mine.commit({f"t{w * 20 + i % 20}": rows(i)})
+
+    threads = [threading.Thread(target=writer, args=(w,)) for w in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert [engine.read(f"t{n}").num_rows for n in range(80)] == [2] * 80
+    assert len(list(engine.adapter.iter_list(layout.TABLE_MAPS_PREFIX))) >= 2

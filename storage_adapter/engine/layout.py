@@ -7,6 +7,7 @@ tables/{table}/data/{ulid}.parquet     immutable data fragments
 __recovery/{operation_id}.json         recovery sidecars of commits in flight (or crashed)
 __audit/{operation_id}.json            one audit record per recovered operation (write_if_absent)
 __keys/{sha256(key)}.json              the ledger entry of one idempotency key (see key_ledger.py)
+__tables/{V:020d}-{operation_id}.json  a table map (every table's pin and schema) a manifest builds on
 __history/{V:020d}.json                the commit record of manifest version V, once it left the manifest's
                                        tail (see history.py)
 """
@@ -23,6 +24,7 @@ RECOVERY_PREFIX = "__recovery"
 AUDIT_PREFIX = "__audit"
 KEYS_PREFIX = "__keys"
 HISTORY_PREFIX = "__history"
+TABLE_MAPS_PREFIX = "__tables"
 
 _TABLE_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,127}$")
 _VERSION_FILE = re.compile(r"^(\d{20})\.json$")
@@ -66,6 +68,10 @@ def data_prefix(table: str) -> str:
 
 def data_key(table: str, fragment_id: str) -> str:
     return f"{data_prefix(table)}/{fragment_id}.parquet"
+
+
+def table_map_key(version: int, operation_id: str) -> str:
+    return f"{TABLE_MAPS_PREFIX}/{version:020d}-{operation_id}.json"
 
 
 def history_key(version: int) -> str:

@@ -1,7 +1,12 @@
 """The manifest: the single visibility authority, published by compare-and-swap on one key.
 
 ``_manifest.json`` holds the manifest version, the pinned version and schema of every table, and the
-commit records of its last ``TAIL`` versions (fewer when ``retention`` is smaller). A commit becomes
+commit records of its last ``TAIL`` versions (fewer when ``retention`` is smaller). The tables come in
+two parts: a *table map* ``__tables/{V}-{operation}.json`` (every table's pin and schema as of version V,
+immutable, named by the manifest) and the entries of the tables changed since then, inline (at most
+``CHANGED_LIMIT``; a schema inline only for a table created since). The publish that would carry more
+inline entries writes a new table map first and names it instead. So a commit writes O(its own tables)
+bytes, plus a table map every ``CHANGED_LIMIT`` distinct tables changed (Delta's log + checkpoint). A commit becomes
 visible by exactly one ``write_if_match`` of a whole new manifest whose newest record describes that
 commit, so data, history and idempotency key land in one atomic step; nothing else is ever written to make
 a commit visible. Each body names its own version and publishing operation, so two manifests never have
@@ -16,7 +21,11 @@ retained record inline) are read as they are; the first publish over one stores 
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from storage_adapter.engine import codec, layout
 from storage_adapter.engine.errors import CorruptManifestError, HistoryExpiredError, UnknownTableError
@@ -31,6 +40,8 @@ MANIFEST_FORMAT = "storage-adapter-engine/manifest"
 MANIFEST_FORMAT_VERSION = 2  # 1: every retained record inline; 2: the last TAIL records inline
 DEFAULT_RETENTION = 256  # versions of history kept for time travel (records in __history/)
 TAIL = 16  # records inline in the manifest (~235 bytes each): the recent past commits look up for free
+CHANGED_LIMIT = 32  # table entries inline beside the table map before a publish writes a new map
+TABLE_MAP_FORMAT = "storage-adapter-engine/table-map"
 
 __all__ = ["CommitRecord", "Manifest", "ManifestState", "ManifestStore", "TableChange", "TableEntry"]
 
@@ -42,8 +53,24 @@ class TableEntry:
 
 
 @dataclass(frozen=True)
+class TableMapRef:
+    """The table map a manifest builds on: written by the publisher of ``version`` (``operation_id``)."""
+
+    version: int
+    operation_id: str
+
+    @property
+    def key(self) -> str:
+        return layout.table_map_key(self.version, self.operation_id)
+
+
+@dataclass(frozen=True)
 class Manifest:
-    """One published manifest. Immutable: a new version is a new object (see :meth:`advance`)."""
+    """One published manifest. Immutable: a new version is a new object (see :meth:`advance`).
+
+    ``tables`` is every table, resolved (the table map overlaid with the inline entries); ``inline`` names
+    the tables whose entries the manifest carries itself, ``created`` those of them created since the map
+    (their schema is inline too). Without a map every table is inline and created."""
 
     version: int
     operation_id: str
@@ -51,6 +78,9 @@ class Manifest:
     commits: tuple[CommitRecord, ...] = ()  # the tail: records of the last versions, oldest first
     retention: int = DEFAULT_RETENTION
     format_version: int = MANIFEST_FORMAT_VERSION  # as decoded (1 until the first publish upgrades it)
+    table_map: TableMapRef | None = None
+    inline: frozenset[str] = frozenset()
+    created: frozenset[str] = frozenset()
 
     @property
     def history_floor(self) -> int:
@@ -119,25 +149,73 @@ class Manifest:
         for change in record.changes:
             schema = schemas.get(change.table) or tables[change.table].schema
             tables[change.table] = TableEntry(change.to_version, schema)
+        table_map = self.table_map
+        if table_map is None:  # every table inline, with its schema
+            inline, created = frozenset(tables), frozenset(tables)
+        else:
+            inline = self.inline | {change.table for change in record.changes}
+            created = self.created | {c.table for c in record.changes if c.from_version is None}
+        if len(inline) > CHANGED_LIMIT:  # the publish writes the whole map (ManifestStore.publish)
+            inline, created = frozenset(), frozenset()
+            table_map = TableMapRef(record.version, record.operation_id)
         commits = (*self.commits, record)[-min(TAIL, self.retention) :]
         return replace(self, version=record.version, operation_id=record.operation_id, tables=tables,
-                       commits=commits, format_version=MANIFEST_FORMAT_VERSION)  # fmt: skip
+                       commits=commits, format_version=MANIFEST_FORMAT_VERSION, table_map=table_map,
+                       inline=inline, created=created)  # fmt: skip
+
+    @property
+    def writes_table_map(self) -> bool:
+        """Whether this manifest's publisher writes its table map (it is the version the map is of)."""
+        return self.table_map is not None and self.table_map.version == self.version
 
     def encode(self) -> bytes:
-        return codec.encode(MANIFEST_FORMAT, self.format_version, {
+        def entry(name: str) -> dict[str, Any]:
+            found, with_schema = self.tables[name], self.table_map is None or name in self.created
+            return {"version": found.version, **({"schema": found.schema} if with_schema else {})}
+
+        inline = self.tables if self.table_map is None else self.inline
+        body: dict[str, Any] = {
             "version": self.version, "operation_id": self.operation_id, "retention": self.retention,
-            "tables": {n: {"version": e.version, "schema": e.schema} for n, e in self.tables.items()},
+            "tables": {n: entry(n) for n in sorted(inline)},
             "commits": [r.to_json() for r in self.commits],
+        }  # fmt: skip
+        if self.format_version != 1:
+            ref = self.table_map
+            body["table_map"] = (
+                None if ref is None else {"version": ref.version, "operation_id": ref.operation_id}
+            )
+        return codec.encode(MANIFEST_FORMAT, self.format_version, body)
+
+    def encode_table_map(self) -> bytes:
+        """The table map of this manifest: every table's pin and schema."""
+        return codec.encode(TABLE_MAP_FORMAT, 1, {
+            "version": self.version, "operation_id": self.operation_id,
+            "tables": {n: {"version": e.version, "schema": e.schema} for n, e in sorted(self.tables.items())},
         })  # fmt: skip
 
     @classmethod
-    def decode(cls, raw: bytes, key: str = layout.MANIFEST_KEY) -> Manifest:
+    def decode(cls, raw: bytes, key: str = layout.MANIFEST_KEY,
+               load_table_map: Callable[[TableMapRef], dict[str, TableEntry]] | None = None) -> Manifest:  # fmt: skip
+        """The manifest in ``raw``; ``load_table_map`` gives the entries of the table map it names (a
+        manifest without one decodes without it). CorruptManifestError for anything malformed."""
         doc = codec.decode(raw, key, MANIFEST_FORMAT, (1, MANIFEST_FORMAT_VERSION), CorruptManifestError)
         try:
-            tables = {
-                name: TableEntry(json_field(entry, "version", int), json_field(entry, "schema", str))
-                for name, entry in json_field(doc, "tables", dict).items()
-            }
+            table_map = None
+            if doc["format_version"] != 1 and (ref := json_field(doc, "table_map", dict, optional=True)):
+                table_map = TableMapRef(json_field(ref, "version", int), json_field(ref, "operation_id", str))
+            if table_map is not None and load_table_map is None:
+                raise ValueError(f"{key} builds on table map {table_map.key}: decode it with load_table_map")
+            tables = {} if table_map is None else dict(load_table_map(table_map))  # type: ignore[misc]
+            created = set()
+            for name, entry in json_field(doc, "tables", dict).items():
+                schema = json_field(entry, "schema", str, optional=True)
+                if schema is None and name not in tables:
+                    raise CorruptManifestError(
+                        f"{key}: table {name!r} has no schema, inline or in the table map", key=key
+                    )
+                if schema is not None:
+                    created.add(name)
+                tables[name] = TableEntry(json_field(entry, "version", int), schema or tables[name].schema)
             commits = tuple(CommitRecord.from_json(r, key) for r in json_field(doc, "commits", list))
             manifest = cls(
                 version=json_field(doc, "version", int),
@@ -146,6 +224,9 @@ class Manifest:
                 commits=commits,
                 retention=json_field(doc, "retention", int),
                 format_version=doc["format_version"],
+                table_map=table_map,
+                inline=frozenset(json_field(doc, "tables", dict)),
+                created=frozenset(created),
             )
         except StoredJSONError as exc:
             raise codec.malformed(key, CorruptManifestError, exc) from exc
@@ -170,6 +251,32 @@ class ManifestState:
     token: str
 
 
+class _TableMapCache:
+    """Decoded table maps, by root and key, shared by every ManifestStore of the process: a map is
+    immutable and its key unique (version and operation), so an entry never goes stale. Bounded (LRU)."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._maps: OrderedDict[tuple[str, str], dict[str, TableEntry]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, root: str, key: str, load: Callable[[], dict[str, TableEntry]]) -> dict[str, TableEntry]:
+        with self._lock:
+            found = self._maps.get((root, key))
+            if found is not None:
+                self._maps.move_to_end((root, key))
+                return found
+        loaded = load()
+        with self._lock:
+            self._maps[(root, key)] = loaded
+            while len(self._maps) > self._size:
+                self._maps.popitem(last=False)
+        return loaded
+
+
+_TABLE_MAPS = _TableMapCache(8)
+
+
 class ManifestStore:
     """Loads and publishes the manifest on one adapter."""
 
@@ -178,8 +285,9 @@ class ManifestStore:
         self.history = HistoryStore(adapter)
 
     def load(self) -> ManifestState:
-        """The current manifest (one GET). NotFoundError if the engine root was never initialized;
-        CorruptManifestError if it cannot be decoded (the object is left untouched)."""
+        """The current manifest: one GET, and one more for its table map unless this process read that
+        map before. NotFoundError if the engine root was never initialized; CorruptManifestError if it
+        cannot be decoded (the object is left untouched)."""
         try:
             versioned = self._adapter.read_versioned(layout.MANIFEST_KEY)
         except NotFoundError as exc:
@@ -189,7 +297,33 @@ class ManifestStore:
                 key=layout.MANIFEST_KEY,
                 backend=exc.backend,
             ) from exc
-        return ManifestState(Manifest.decode(versioned.data), versioned.token)
+        return ManifestState(Manifest.decode(versioned.data, load_table_map=self._table_map), versioned.token)
+
+    def _table_map(self, ref: TableMapRef) -> dict[str, TableEntry]:
+        def load() -> dict[str, TableEntry]:
+            try:
+                raw = self._adapter.read_bytes(ref.key)
+            except NotFoundError as exc:
+                raise CorruptManifestError(
+                    f"{layout.MANIFEST_KEY} builds on table map {ref.key}, which is missing", key=ref.key
+                ) from exc
+            doc = codec.decode(raw, ref.key, TABLE_MAP_FORMAT, (1,), CorruptManifestError)
+            try:
+                if (json_field(doc, "version", int), json_field(doc, "operation_id", str)) != (
+                    ref.version,
+                    ref.operation_id,
+                ):
+                    raise CorruptManifestError(
+                        f"{ref.key}: holds the table map of another manifest", key=ref.key
+                    )
+                return {
+                    name: TableEntry(json_field(entry, "version", int), json_field(entry, "schema", str))
+                    for name, entry in json_field(doc, "tables", dict).items()
+                }
+            except StoredJSONError as exc:
+                raise codec.malformed(ref.key, CorruptManifestError, exc) from exc
+
+        return _TABLE_MAPS.get(self._adapter.url, ref.key, load)
 
     def initialize(self, operation_id: str, retention: int) -> bool:
         """Create manifest version 0 if there is none (write_if_absent: one winner). True if created."""
@@ -206,13 +340,18 @@ class ManifestStore:
     def publish(self, current: ManifestState, new: Manifest) -> ManifestState | None:
         """Compare-and-swap ``new`` over ``current``: the new state, or None if the manifest moved.
 
-        First, so that no manifest ever lacks a retained record: the records ``new`` drops from the tail
-        are stored in the history (one write_if_absent each: usually one), and over a format 1 manifest
-        (the upgrade) its keyed records are entered in the key ledger (one write_if_absent each, once)."""
+        First, so that no manifest ever lacks a retained record or names a missing map: the records ``new``
+        drops from the tail are stored in the history (one write_if_absent each: usually one), the table
+        map ``new`` builds on is written when ``new`` is the version it is of (every ``CHANGED_LIMIT``
+        distinct tables changed), and over a format 1 manifest (the upgrade) its keyed records are entered
+        in the key ledger (one write_if_absent each, once)."""
         kept = {record.version for record in new.commits}
         self.history.write(
             r for r in current.manifest.commits if r.version not in kept and r.version > new.history_floor
         )
+        if new.writes_table_map:
+            assert new.table_map is not None
+            self._adapter.write_if_absent(new.table_map.key, new.encode_table_map())  # a unique key
         if current.manifest.format_version == 1:
             _enter_legacy_keys(KeyLedger(self._adapter), current.manifest.commits)
         token = self._adapter.write_if_match(layout.MANIFEST_KEY, new.encode(), current.token)

@@ -7,7 +7,8 @@ file is deleted only if nothing retained references it AND it is older than the 
 listing is never a candidate; commits refuse fragments older than half the grace period, so no commit
 can publish a reference to a fragment vacuum may consider (see docs/engine.md, "grace rule").
 
-Commit records stored in ``__history/`` at or below the history floor are deleted (nothing reads them).
+Commit records stored in ``__history/`` at or below the history floor are deleted (nothing reads them),
+and table maps (``__tables/``) other than the current manifest's once older than the grace period.
 Key ledger entries (key_ledger.py) are kept for the key window: vacuum deletes a published entry once it
 is older than that (an entry still claimed belongs to a commit in flight and is never a candidate).
 """
@@ -35,6 +36,7 @@ class VacuumReport:
     staging_removed: int = 0  # crash leftovers the adapter reclaimed (local staging files), same grace
     keys_expired: int = 0  # published key ledger entries older than the key window, deleted
     history_expired: int = 0  # commit records below the history floor (no longer retained), deleted
+    table_maps_removed: int = 0  # table maps no manifest builds on any more, older than the grace
 
 
 def retained_versions(manifest: Manifest, records: tuple[CommitRecord, ...]) -> set[tuple[str, int]]:
@@ -126,14 +128,21 @@ def vacuum(
     expired_history = [
         layout.history_key(v) for v in manifests.history.stored_versions() if v <= manifest.history_floor
     ]
+    current_map = None if manifest.table_map is None else manifest.table_map.key
+    old_maps = [  # a reader of an older manifest may still be fetching its map: the grace covers it
+        info.key
+        for info in adapter.iter_list(layout.TABLE_MAPS_PREFIX)
+        if info.key != current_map and _older(info, cutoff)
+    ]
     if not dry_run:
         adapter.delete_many(deleted)
         adapter.delete_many(expired_history)
+        adapter.delete_many(old_maps)
         staging_removed = adapter.remove_orphans(min_age_s=grace_s)
         if key_window_s is not None:
             keys_expired = _expire_keys(adapter, _age_cutoff(key_window_s))
     return VacuumReport(tuple(deleted), kept_referenced, kept_young, dry_run, staging_removed, keys_expired,
-                        len(expired_history))  # fmt: skip
+                        len(expired_history), len(old_maps))  # fmt: skip
 
 
 def _expire_keys(adapter: StorageAdapter, cutoff: datetime) -> int:
