@@ -1,12 +1,13 @@
 """Scaling curves of the engine and the idempotency store: cost as the work grows, with the goal beside
 each curve (issue 17), on memory, local and SeaweedFS in one run.
 
-    python -m bench.scaling [--backends memory,local,seaweedfs] [--quick] [--out results/scaling]
+    python -m bench.scaling [--backends memory,local,seaweedfs,s3-model] [--quick] [--out results/scaling]
 
 Each curve is a list of points ``{x, requests, seconds, bytes}``; requests come from CountingAdapter
 (deterministic), seconds are wall time (noisy on a shared machine), bytes are metadata bytes written.
 Writes ``<out>.json`` and, where matplotlib is installed, ``<out>.png`` (one panel per curve, one line
-per backend). The writers curve is bench/contention.py's; the append-bytes curve is bench/table_log.py's.
+per backend). ``s3-model`` is memory with a modeled 20 ms round trip per request: it shows what
+overlapping requests buys where latency, not this machine's CPU, is the cost. The writers curve is bench/contention.py's; the append-bytes curve is bench/table_log.py's.
 
 Curves and goals:
 
@@ -14,6 +15,8 @@ Curves and goals:
   2,000th costs at most 2x the 50th.
 * ``key_lookup``: ``find_commit`` of the first key after n commits; goal: O(1) requests.
 * ``tables``: a commit touching k tables (k = 1 .. 100): time; goal: at most ~2x a 1-table commit.
+* ``catalog``: a one-table commit in a catalog of c tables (c = 10 .. 1,000): manifest bytes (and time);
+  goal: independent of the tables the commit does not touch.
 * ``fragments``: a full read of a table of f fragments (f = 100 .. 10,000): time; goal: 10x the
   fragments in at most 10x the time.
 * ``orphans``: vacuum of g unreferenced files (g = 100 .. 10,000): requests; goal: O(g / 1,000).
@@ -38,12 +41,16 @@ from typing import Any
 import pyarrow as pa
 
 from contract_tests.counting import CountingAdapter
-from storage_adapter.adapter import ObjectStorageAdapter, open_adapter
+from storage_adapter.adapter import open_adapter
 from storage_adapter.engine import Engine, EngineSettings
+from storage_adapter.engine.layout import MANIFEST_KEY
+from storage_adapter.engine.manifest import CHANGED_LIMIT
 from storage_adapter.idempotency import IdempotencyStore
+from storage_adapter.protocol import StorageAdapter
 
 SCHEMA = pa.schema([("id", pa.int64())])
-BACKENDS = ("memory", "local", "seaweedfs")
+BACKENDS = ("memory", "local", "seaweedfs", "s3-model")
+MODEL_LATENCY_S = 0.02  # s3-model: memory plus a 20 ms round trip per request (S3 in-region is 10-30 ms)
 
 
 def rows(n: int, start: int = 0) -> pa.Table:
@@ -51,10 +58,14 @@ def rows(n: int, start: int = 0) -> pa.Table:
 
 
 @contextlib.contextmanager
-def roots(backend: str) -> Iterator[Callable[[str], ObjectStorageAdapter]]:
+def roots(backend: str) -> Iterator[Callable[[str], StorageAdapter]]:
     """A factory of fresh, empty adapter roots on ``backend``."""
     if backend == "memory":
         yield lambda name: open_adapter(f"memory://scaling-{name}-{uuid.uuid4().hex[:8]}")
+    elif backend == "s3-model":  # request latency without a server's CPU on these 2 cores
+        yield lambda name: CountingAdapter(
+            open_adapter(f"memory://scaling-{name}-{uuid.uuid4().hex[:8]}"), latency_s=MODEL_LATENCY_S
+        )
     elif backend == "local":
         with tempfile.TemporaryDirectory(prefix="scaling-") as tmp:
             yield lambda name: open_adapter(f"file://{tmp}/{name}-{uuid.uuid4().hex[:8]}")
@@ -73,7 +84,7 @@ def measured(counting: CountingAdapter, call: Callable[[], Any]) -> dict[str, fl
     return {"requests": sum(counting.counts.values()) - before, "seconds": time.perf_counter() - started}
 
 
-def history(root: ObjectStorageAdapter, marks: tuple[int, ...]) -> list[dict[str, float]]:
+def history(root: StorageAdapter, marks: tuple[int, ...]) -> list[dict[str, float]]:
     counting = CountingAdapter(root)
     engine = Engine.open(counting, settings=EngineSettings())
     engine.create_table("t", SCHEMA)
@@ -85,7 +96,7 @@ def history(root: ObjectStorageAdapter, marks: tuple[int, ...]) -> list[dict[str
     return points
 
 
-def key_lookup(root: ObjectStorageAdapter, marks: tuple[int, ...]) -> list[dict[str, float]]:
+def key_lookup(root: StorageAdapter, marks: tuple[int, ...]) -> list[dict[str, float]]:
     counting = CountingAdapter(root)
     engine = Engine.open(counting, settings=EngineSettings(retention=16))
     engine.create_table("t", SCHEMA)
@@ -97,7 +108,7 @@ def key_lookup(root: ObjectStorageAdapter, marks: tuple[int, ...]) -> list[dict[
     return points
 
 
-def tables(root: ObjectStorageAdapter, marks: tuple[int, ...]) -> list[dict[str, float]]:
+def tables(root: StorageAdapter, marks: tuple[int, ...]) -> list[dict[str, float]]:
     counting = CountingAdapter(root)
     engine = Engine.open(counting)
     names = [f"t{i}" for i in range(max(marks))]
@@ -108,7 +119,21 @@ def tables(root: ObjectStorageAdapter, marks: tuple[int, ...]) -> list[dict[str,
     ]
 
 
-def fragments(root: ObjectStorageAdapter, marks: tuple[int, ...]) -> list[dict[str, float]]:
+def catalog(root: StorageAdapter, marks: tuple[int, ...]) -> list[dict[str, float]]:
+    points = []
+    for c in marks:
+        counting = CountingAdapter(root.child(f"c{c}"))
+        engine = Engine.open(counting)
+        for i in range(c):
+            engine.create_table(f"t{i}", SCHEMA)
+        for i in range(CHANGED_LIMIT + 1):  # past the creations' inline entries: the steady state
+            engine.commit({f"t{i % c}": rows(1, i)})
+        point = measured(counting, partial(engine.commit, {"t0": rows(1)}))
+        points.append({"x": c, **point, "bytes": len(counting.read_bytes(MANIFEST_KEY))})
+    return points
+
+
+def fragments(root: StorageAdapter, marks: tuple[int, ...]) -> list[dict[str, float]]:
     points = []
     for f in marks:
         counting = CountingAdapter(root.child(f"f{f}"))
@@ -121,7 +146,7 @@ def fragments(root: ObjectStorageAdapter, marks: tuple[int, ...]) -> list[dict[s
     return points
 
 
-def orphans(root: ObjectStorageAdapter, marks: tuple[int, ...]) -> list[dict[str, float]]:
+def orphans(root: StorageAdapter, marks: tuple[int, ...]) -> list[dict[str, float]]:
     points = []
     for g in marks:
         counting = CountingAdapter(root.child(f"g{g}"))
@@ -133,7 +158,7 @@ def orphans(root: ObjectStorageAdapter, marks: tuple[int, ...]) -> list[dict[str
     return points
 
 
-def records(root: ObjectStorageAdapter, marks: tuple[int, ...]) -> list[dict[str, float]]:
+def records(root: StorageAdapter, marks: tuple[int, ...]) -> list[dict[str, float]]:
     points = []
     for r in marks:
         counting = CountingAdapter(root.child(f"r{r}"))
@@ -144,22 +169,25 @@ def records(root: ObjectStorageAdapter, marks: tuple[int, ...]) -> list[dict[str
     return points
 
 
-CURVES: dict[
-    str, tuple[Callable[[ObjectStorageAdapter, tuple[int, ...]], list[dict[str, float]]], str, str]
-] = {
+CURVES: dict[str, tuple[Callable[[StorageAdapter, tuple[int, ...]], list[dict[str, float]]], str, str]] = {
     "history": (history, "requests", "the 2,000th keyed commit costs <= 2x the 50th"),
     "key_lookup": (key_lookup, "requests", "find_commit answers in O(1) requests whatever the history"),
     "tables": (tables, "seconds", "a k-table commit takes <= ~2x a 1-table commit up to k = 100"),
+    "catalog": (
+        catalog,
+        "bytes",
+        "a 1-table commit's manifest bytes do not grow with the tables not touched",
+    ),
     "fragments": (fragments, "seconds", "10x the fragments read in <= 10x the time"),
     "orphans": (orphans, "requests", "vacuum costs O(garbage / 1,000) requests"),
     "records": (records, "requests", "purge costs O(expired) requests (not met: reads every record)"),
 }
 MARKS = {
-    "history": (50, 500, 2000), "key_lookup": (50, 500, 2000), "tables": (1, 10, 100),
+    "history": (50, 500, 2000), "key_lookup": (50, 500, 2000), "tables": (1, 10, 100), "catalog": (10, 100, 1000),
     "fragments": (100, 1000, 10000), "orphans": (100, 1000, 10000), "records": (100, 1000, 10000),
 }  # fmt: skip
 QUICK = {
-    "history": (10, 50, 200), "key_lookup": (10, 50, 200), "tables": (1, 5, 20),
+    "history": (10, 50, 200), "key_lookup": (10, 50, 200), "tables": (1, 5, 20), "catalog": (5, 20, 60),
     "fragments": (10, 100, 300), "orphans": (10, 100, 300), "records": (10, 100, 300),
 }  # fmt: skip
 

@@ -29,6 +29,7 @@ from storage_adapter.engine import (
 )
 from storage_adapter.engine import failpoints as fp
 from storage_adapter.engine.layout import MANIFEST_KEY, RECOVERY_PREFIX
+from storage_adapter.engine.parallel import REQUESTS_IN_FLIGHT
 from storage_adapter.engine.sidecar import HOST, Sidecar, SidecarPin, SidecarStore, lease_deadline
 from storage_adapter.engine.tables import TableVersion, TableVersionStore
 from storage_adapter.errors import NotFoundError
@@ -304,7 +305,7 @@ def test_read_fetches_fragments_concurrently_in_fragment_order(engine, adapter):
     slow = _SlowReads(adapter)
     reader = Engine.open(slow, read_only=True)
     assert reader.read("a").column("id").to_pylist() == list(range(40))  # fragment order, not arrival order
-    assert 1 < slow.most_in_flight <= 16
+    assert 1 < slow.most_in_flight <= REQUESTS_IN_FLIGHT
     missing = engine.write_fragment("a", rows(99, 1))
     engine.commit_fragments({"a": [missing]})
     adapter.delete(missing.key)

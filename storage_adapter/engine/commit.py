@@ -28,7 +28,7 @@ import os
 import random
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import as_completed
 from dataclasses import dataclass, replace
 
 from ulid import ULID
@@ -45,6 +45,7 @@ from storage_adapter.engine.failpoints import failpoint, is_armed
 from storage_adapter.engine.history import CommitRecord, TableChange
 from storage_adapter.engine.key_ledger import KeyLedger, KeyState, StoredEntry, check_key, entry_key
 from storage_adapter.engine.manifest import ManifestState, ManifestStore
+from storage_adapter.engine.parallel import executor, in_pool_thread, settle
 from storage_adapter.engine.recovery import Recovery
 from storage_adapter.engine.sidecar import (
     HOST,
@@ -60,7 +61,6 @@ from storage_adapter.protocol import StorageAdapter
 
 log = logging.getLogger(__name__)
 MODES = ("append", "overwrite")
-WRITE_PARALLELISM = 16  # table version PUTs in flight in a multi-table commit's Phase B
 
 
 @dataclass(frozen=True)
@@ -266,7 +266,7 @@ class CommitOperation:
     def _write_table_versions(self, writes: dict[str, TableWrite], mode: str, bases: dict[str, int | None],
                               written: dict[str, TableVersion]) -> None:  # fmt: skip
         """Phase B: a version for every table not yet written (all on the first attempt; after a re-base,
-        only the moved tables), at most ``WRITE_PARALLELISM`` at a time. Every sidecar rewrite a taken
+        only the moved tables), at most ``REQUESTS_IN_FLIGHT`` at a time. Every sidecar rewrite a taken
         number causes is made before that version is written (see :meth:`_write_version`). The first
         failure raises once the writes in flight have finished; no further write is started (the sidecar
         names every table since Phase A, so any subset written is recovered like a crash between them).
@@ -274,19 +274,18 @@ class CommitOperation:
         While ``commit.after_table_version`` is armed the versions are written one at a time, in table
         order, so that ``@K`` fires after exactly K+1 versions (the fault matrix crashes between them)."""
         todo = [name for name in sorted(writes) if name not in written]
-        if len(todo) <= 1 or is_armed("commit.after_table_version"):
+        if len(todo) <= 1 or is_armed("commit.after_table_version") or in_pool_thread():
             for name in todo:
                 written[name] = self._write_version(writes[name], mode, bases[name])
                 failpoint("commit.after_table_version")
             return
-        pool = ThreadPoolExecutor(min(WRITE_PARALLELISM, len(todo)), thread_name_prefix="engine-commit")
+        futures = {executor().submit(self._write_version, writes[n], mode, bases[n]): n for n in todo}
         try:
-            futures = {pool.submit(self._write_version, writes[n], mode, bases[n]): n for n in todo}
             for future in as_completed(futures):
                 written[futures[future]] = future.result()
                 failpoint("commit.after_table_version")
         finally:
-            pool.shutdown(wait=True, cancel_futures=True)
+            settle(list(futures))
 
     def _publish(self, state: ManifestState, record: CommitRecord, writes: dict[str, TableWrite],
                  mode: str) -> bool:  # fmt: skip

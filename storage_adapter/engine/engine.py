@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import partial
@@ -40,6 +39,7 @@ from storage_adapter.engine.errors import (
 from storage_adapter.engine.history import CommitRecord
 from storage_adapter.engine.key_ledger import KeyLedger, KeyState, check_key, entry_key
 from storage_adapter.engine.manifest import DEFAULT_RETENTION, ManifestState, ManifestStore
+from storage_adapter.engine.parallel import map_bounded
 from storage_adapter.engine.recovery import HealReport, Recovery, recovered_by
 from storage_adapter.engine.snapshot import Snapshot
 from storage_adapter.engine.tables import (
@@ -47,10 +47,12 @@ from storage_adapter.engine.tables import (
     FragmentRef,
     TableVersionStore,
     check_schema,
+    encode_fragment,
     read_fragment,
     schema_fingerprint,
     schema_from_text,
     schema_to_text,
+    store_fragment,
     write_fragment,
 )
 from storage_adapter.engine.vacuum import VacuumReport, vacuum
@@ -58,7 +60,6 @@ from storage_adapter.errors import NotFoundError
 from storage_adapter.protocol import StorageAdapter
 
 log = logging.getLogger(__name__)
-READ_PARALLELISM = 16  # fragment GETs in flight per Engine.read: enough to hide S3 latency, few threads
 
 
 @dataclass(frozen=True)
@@ -192,9 +193,14 @@ class Engine:
             return replayed
         for table, table_data in data.items():
             check_schema(table, schema_from_text(state.manifest.tables[table].schema), table_data.schema)
-        refs: dict[str, tuple[FragmentRef, ...]] = {
-            t: (write_fragment(self._adapter, t, d, str(ULID())),) for t, d in data.items()
-        }
+        names = list(
+            data
+        )  # one fragment per table: encoded here, PUT concurrently (a k-table commit's first wave)
+        bodies = {table: encode_fragment(data[table]) for table in names}
+        written = map_bounded(
+            lambda t: store_fragment(self._adapter, t, data[t], bodies[t], str(ULID())), names
+        )
+        refs: dict[str, tuple[FragmentRef, ...]] = {t: (ref,) for t, ref in zip(names, written, strict=True)}
         return self._commit(state, refs, mode, expected_version, idempotency_key, actor)
 
     def compact(self, table: str, target_bytes: int = compaction.DEFAULT_TARGET_BYTES,
@@ -280,16 +286,10 @@ class Engine:
 
     # -- internals ------------------------------------------------------------------------------------
     def _read_fragments(self, keys: list[str]) -> list[pa.Table]:
-        """Every fragment's rows, in the order of ``keys``: one GET each, at most ``READ_PARALLELISM`` in
-        flight (a table of n fragments reads in about n / 16 round trips, not n). The first failure
+        """Every fragment's rows, in the order of ``keys``: one GET each, concurrently (a table of n
+        fragments reads in about n / ``REQUESTS_IN_FLIGHT`` round trips, not n). The first failure
         raises, and fragments not yet requested are not requested."""
-        if len(keys) <= 1:
-            return [read_fragment(self._adapter, key) for key in keys]
-        pool = ThreadPoolExecutor(min(READ_PARALLELISM, len(keys)), thread_name_prefix="engine-read")
-        try:
-            return list(pool.map(partial(read_fragment, self._adapter), keys))
-        finally:
-            pool.shutdown(wait=True, cancel_futures=True)
+        return map_bounded(partial(read_fragment, self._adapter), keys)
 
     def _check_writable(self) -> None:
         if self._read_only:

@@ -12,19 +12,18 @@ first one wins. Records older than the manifest's ``retention`` are garbage (vac
 from __future__ import annotations
 
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from storage_adapter.engine import codec, layout
 from storage_adapter.engine.errors import CorruptManifestError, HistoryExpiredError
+from storage_adapter.engine.parallel import map_bounded
 from storage_adapter.errors import NotFoundError
 from storage_adapter.protocol import StorageAdapter
 from storage_adapter.stored_json import StoredJSONError, items, timestamp
 from storage_adapter.stored_json import field as json_field
 
 RECORD_FORMAT = "storage-adapter-engine/commit-record"
-HISTORY_PARALLELISM = 16  # record GETs/PUTs in flight (a time-travel read, a vacuum, a format-1 upgrade)
 
 
 @dataclass(frozen=True)
@@ -91,16 +90,17 @@ class HistoryStore:
     def __init__(self, adapter: StorageAdapter) -> None:
         self._adapter = adapter
 
-    def write(self, records: Iterable[CommitRecord]) -> None:
-        """Store each record (write_if_absent: a record already stored is left as it is), at most
-        ``HISTORY_PARALLELISM`` at a time. Raises the first storage error."""
-        self._each(self._write_one, list(records))
+    @staticmethod
+    def stored_object(record: CommitRecord) -> tuple[str, bytes]:
+        """The key and body that store ``record`` (written with write_if_absent by the publisher that
+        drops it from the tail: a record already stored is left as it is)."""
+        return layout.history_key(record.version), codec.encode(RECORD_FORMAT, 1, record.to_json())
 
     def read(self, versions: Iterable[int]) -> list[CommitRecord]:
         """The records of ``versions`` in that order (concurrent GETs). HistoryExpiredError for a version
         whose record is gone (vacuum removes records below the history floor of a manifest newer than the
         caller's); CorruptManifestError for one that does not decode, or names another version."""
-        return self._each(self._read_one, list(versions))
+        return map_bounded(self._read_one, list(versions))
 
     def stored_versions(self) -> list[int]:
         """Versions that have a record object (one streamed listing)."""
@@ -109,10 +109,6 @@ class HistoryStore:
             for info in self._adapter.iter_list(layout.HISTORY_PREFIX)
             if (version := layout.version_from_key(info.key)) is not None
         )
-
-    def _write_one(self, record: CommitRecord) -> None:
-        body = codec.encode(RECORD_FORMAT, 1, record.to_json())
-        self._adapter.write_if_absent(layout.history_key(record.version), body)
 
     def _read_one(self, version: int) -> CommitRecord:
         key = layout.history_key(version)
@@ -130,12 +126,3 @@ class HistoryStore:
         if record.version != version:
             raise CorruptManifestError(f"{key}: holds the record of version {record.version}", key=key)
         return record
-
-    def _each(self, call: Any, todo: list[Any]) -> list[Any]:
-        if len(todo) <= 1:
-            return [call(item) for item in todo]
-        pool = ThreadPoolExecutor(min(HISTORY_PARALLELISM, len(todo)), thread_name_prefix="engine-history")
-        try:
-            return list(pool.map(call, todo))
-        finally:
-            pool.shutdown(wait=True, cancel_futures=True)

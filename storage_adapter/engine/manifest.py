@@ -1,7 +1,8 @@
 """The manifest: the single visibility authority, published by compare-and-swap on one key.
 
 ``_manifest.json`` holds the manifest version, the pinned version and schema of every table, and the
-commit records of its last ``TAIL`` versions (fewer when ``retention`` is smaller). The tables come in
+commit records of its last ``TAIL`` versions (fewer when ``retention`` is smaller or the records are
+large: at most ``TAIL_CHANGES`` table changes in all). The tables come in
 two parts: a *table map* ``__tables/{V}-{operation}.json`` (every table's pin and schema as of version V,
 immutable, named by the manifest) and the entries of the tables changed since then, inline (at most
 ``CHANGED_LIMIT``; a schema inline only for a table created since). The publish that would carry more
@@ -31,6 +32,7 @@ from storage_adapter.engine import codec, layout
 from storage_adapter.engine.errors import CorruptManifestError, HistoryExpiredError, UnknownTableError
 from storage_adapter.engine.history import CommitRecord, HistoryStore, TableChange
 from storage_adapter.engine.key_ledger import KeyLedger
+from storage_adapter.engine.parallel import map_bounded
 from storage_adapter.errors import NotFoundError
 from storage_adapter.protocol import StorageAdapter
 from storage_adapter.stored_json import StoredJSONError
@@ -40,6 +42,7 @@ MANIFEST_FORMAT = "storage-adapter-engine/manifest"
 MANIFEST_FORMAT_VERSION = 2  # 1: every retained record inline; 2: the last TAIL records inline
 DEFAULT_RETENTION = 256  # versions of history kept for time travel (records in __history/)
 TAIL = 16  # records inline in the manifest (~235 bytes each): the recent past commits look up for free
+TAIL_CHANGES = 256  # table changes inline across the tail (a 100-table commit's record is ~3 KB)
 CHANGED_LIMIT = 32  # table entries inline beside the table map before a publish writes a new map
 TABLE_MAP_FORMAT = "storage-adapter-engine/table-map"
 
@@ -143,8 +146,8 @@ class Manifest:
         return pins
 
     def advance(self, record: CommitRecord, schemas: dict[str, str]) -> Manifest:
-        """The next manifest: pins moved by ``record``, the record appended, the tail trimmed to ``TAIL``
-        (to ``retention`` if smaller). ``schemas`` gives the schema of tables the record creates."""
+        """The next manifest: pins moved by ``record``, the record appended, the tail trimmed (see
+        :meth:`_tail_with`). ``schemas`` gives the schema of tables the record creates."""
         tables = dict(self.tables)
         for change in record.changes:
             schema = schemas.get(change.table) or tables[change.table].schema
@@ -158,10 +161,20 @@ class Manifest:
         if len(inline) > CHANGED_LIMIT:  # the publish writes the whole map (ManifestStore.publish)
             inline, created = frozenset(), frozenset()
             table_map = TableMapRef(record.version, record.operation_id)
-        commits = (*self.commits, record)[-min(TAIL, self.retention) :]
         return replace(self, version=record.version, operation_id=record.operation_id, tables=tables,
-                       commits=commits, format_version=MANIFEST_FORMAT_VERSION, table_map=table_map,
+                       commits=self._tail_with(record), format_version=MANIFEST_FORMAT_VERSION, table_map=table_map,
                        inline=inline, created=created)  # fmt: skip
+
+    def _tail_with(self, record: CommitRecord) -> tuple[CommitRecord, ...]:
+        """``record`` and the newest of the current tail, up to ``TAIL`` records (``retention`` if fewer)
+        holding at most ``TAIL_CHANGES`` table changes in all (``record`` is kept whatever its size)."""
+        kept, changes = [record], len(record.changes)
+        for older in reversed(self.commits):
+            if len(kept) >= min(TAIL, self.retention) or changes + len(older.changes) > TAIL_CHANGES:
+                break
+            kept.append(older)
+            changes += len(older.changes)
+        return tuple(reversed(kept))
 
     @property
     def writes_table_map(self) -> bool:
@@ -267,11 +280,15 @@ class _TableMapCache:
                 self._maps.move_to_end((root, key))
                 return found
         loaded = load()
+        self.put(root, key, loaded)
+        return loaded
+
+    def put(self, root: str, key: str, tables: dict[str, TableEntry]) -> None:
         with self._lock:
-            self._maps[(root, key)] = loaded
+            self._maps[(root, key)] = dict(tables)
+            self._maps.move_to_end((root, key))
             while len(self._maps) > self._size:
                 self._maps.popitem(last=False)
-        return loaded
 
 
 _TABLE_MAPS = _TableMapCache(8)
@@ -341,17 +358,23 @@ class ManifestStore:
         """Compare-and-swap ``new`` over ``current``: the new state, or None if the manifest moved.
 
         First, so that no manifest ever lacks a retained record or names a missing map: the records ``new``
-        drops from the tail are stored in the history (one write_if_absent each: usually one), the table
-        map ``new`` builds on is written when ``new`` is the version it is of (every ``CHANGED_LIMIT``
-        distinct tables changed), and over a format 1 manifest (the upgrade) its keyed records are entered
+        drops from the tail are stored in the history (one write_if_absent each: usually one), and the
+        table map ``new`` builds on is written when ``new`` is the version it is of (every
+        ``CHANGED_LIMIT`` distinct tables changed), all concurrently; over a format 1 manifest (the upgrade) its keyed records are entered
         in the key ledger (one write_if_absent each, once)."""
         kept = {record.version for record in new.commits}
-        self.history.write(
-            r for r in current.manifest.commits if r.version not in kept and r.version > new.history_floor
-        )
+        objects = [
+            self.history.stored_object(r)
+            for r in current.manifest.commits
+            if r.version not in kept and r.version > new.history_floor
+        ]
         if new.writes_table_map:
             assert new.table_map is not None
-            self._adapter.write_if_absent(new.table_map.key, new.encode_table_map())  # a unique key
+            objects.append((new.table_map.key, new.encode_table_map()))  # a unique key: never taken
+        map_bounded(lambda stored: self._adapter.write_if_absent(*stored), objects)
+        if new.writes_table_map:
+            assert new.table_map is not None
+            _TABLE_MAPS.put(self._adapter.url, new.table_map.key, new.tables)  # the next load needs no GET
         if current.manifest.format_version == 1:
             _enter_legacy_keys(KeyLedger(self._adapter), current.manifest.commits)
         token = self._adapter.write_if_match(layout.MANIFEST_KEY, new.encode(), current.token)

@@ -24,7 +24,6 @@ import io
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +32,7 @@ import pyarrow.parquet as pq
 
 from storage_adapter.engine import codec, layout
 from storage_adapter.engine.errors import CommitConflictError, CorruptMetadataError, SchemaMismatchError
+from storage_adapter.engine.parallel import executor, in_pool_thread, settle
 from storage_adapter.protocol import StorageAdapter
 from storage_adapter.stored_json import StoredJSONError, expect, field
 
@@ -82,9 +82,21 @@ class FragmentRef:
 
 def write_fragment(adapter: StorageAdapter, table: str, data: pa.Table, fragment_id: str) -> FragmentRef:
     """Write ``data`` as one Parquet file with write_if_absent (the id is a fresh ULID: never taken)."""
+    return store_fragment(adapter, table, data, encode_fragment(data), fragment_id)
+
+
+def encode_fragment(data: pa.Table) -> bytes:
+    """The Parquet body of a fragment of ``data`` (CPU only: callers encode on one thread and overlap
+    only the PUTs, since encoding in many threads contends for the GIL and costs more than it saves)."""
     sink = io.BytesIO()
     pq.write_table(data, sink)
-    body = sink.getvalue()
+    return sink.getvalue()
+
+
+def store_fragment(
+    adapter: StorageAdapter, table: str, data: pa.Table, body: bytes, fragment_id: str
+) -> FragmentRef:
+    """PUT ``body`` (``encode_fragment(data)``) as a fragment of ``table`` with write_if_absent."""
     key = layout.data_key(table, fragment_id)
     if adapter.write_if_absent(key, body) is None:
         raise CorruptMetadataError(f"fragment {key} already exists: fragment ids must be fresh", key=key)
@@ -235,8 +247,7 @@ class TableVersionStore:
     contents are cached for good (bounded LRU caches, one lock). Thread-safe."""
 
     def __init__(self, adapter: StorageAdapter, cache_size: int = 4096,
-                 checkpoint_interval: int = DEFAULT_CHECKPOINT_INTERVAL, resolved_cache_size: int = 64,
-                 read_concurrency: int = 16) -> None:  # fmt: skip
+                 checkpoint_interval: int = DEFAULT_CHECKPOINT_INTERVAL, resolved_cache_size: int = 64) -> None:  # fmt: skip
         if checkpoint_interval < 1:
             raise ValueError(f"checkpoint_interval must be at least 1, not {checkpoint_interval!r}")
         self._adapter = adapter
@@ -246,7 +257,6 @@ class TableVersionStore:
         self._resolved_size = resolved_cache_size
         self._checkpointed: OrderedDict[tuple[str, int], None] = OrderedDict()  # known to exist
         self.checkpoint_interval = checkpoint_interval
-        self._read_concurrency = read_concurrency
         self._lock = threading.Lock()
 
     # -- version files --------------------------------------------------------------------------------
@@ -406,7 +416,7 @@ class TableVersionStore:
     def _prefetch(self, table: str, top: TableVersion) -> None:
         """Fetch, concurrently, the version files between ``top``'s anchor and ``top`` and the anchor's
         checkpoint into the caches, for a walk about to read them one by one (a cold read pays about one
-        round trip per ``read_concurrency`` files instead of one per file). Some may belong to other
+        round trip per ``REQUESTS_IN_FLIGHT`` files instead of one per file). Some may belong to other
         chains (unpublished attempts); failures are left for the walk to meet."""
         assert top.delta is not None and top.base_version is not None
         if top.delta.depth < 2 or self._resolved_get(table, top.base_version) is not None:
@@ -419,11 +429,14 @@ class TableVersionStore:
             raw = self._adapter.read_if_exists(key)
             return None if raw is None else TableVersion.decode(raw, key)
 
-        with ThreadPoolExecutor(max_workers=self._read_concurrency) as pool:
-            checkpoint = (
-                pool.submit(self._fetch_checkpoint, table, anchor) if top.delta.anchor_checkpointed else None
-            )
-            futures = [pool.submit(version_job, n) for n in numbers]
+        if in_pool_thread():  # a prefetch must not wait on the pool it runs in: the walk reads one by one
+            return
+        pool = executor()
+        checkpoint = (
+            pool.submit(self._fetch_checkpoint, table, anchor) if top.delta.anchor_checkpointed else None
+        )
+        futures = [pool.submit(version_job, n) for n in numbers]
+        try:
             for future in futures:
                 if future.exception() is None and (content := future.result()) is not None:
                     self._remember(content)
@@ -434,6 +447,8 @@ class TableVersionStore:
             ):
                 self._mark_checkpointed(table, anchor)
                 self._resolved_put(table, anchor, found)
+        finally:
+            settle([*futures, *([checkpoint] if checkpoint is not None else [])])
 
     def _fetch_checkpoint(self, table: str, version: int) -> tuple[Fragment, ...] | None:
         key = layout.checkpoint_key(table, version)
