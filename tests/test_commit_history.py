@@ -17,6 +17,7 @@ import pytest
 from contract_tests.counting import CountingAdapter
 from storage_adapter.adapter import open_adapter
 from storage_adapter.engine import Engine, EngineSettings, HistoryExpiredError, layout
+from storage_adapter.engine import failpoints as fp
 from storage_adapter.engine.errors import CorruptManifestError
 from storage_adapter.engine.manifest import CHANGED_LIMIT, TAIL, Manifest, ManifestStore
 from storage_adapter.engine.sidecar import Sidecar, SidecarPin
@@ -289,3 +290,24 @@ def test_writers_on_different_tables_keep_every_commit_across_map_rewrites():
         thread.join()
     assert [engine.read(f"t{n}").num_rows for n in range(80)] == [2] * 80
     assert len(list(engine.adapter.iter_list(layout.TABLE_MAPS_PREFIX))) >= 2
+
+
+def test_a_crash_between_the_stored_objects_and_the_cas_is_rolled_forward_once():
+    """The publish stored the dropped record and a new table map, then died before its CAS: heal rolls the
+    commit forward (at the same version and operation: the same map key), once, and nothing is lost."""
+    adapter = memory()
+    engine = Engine.open(adapter)
+    make_tables(engine, CHANGED_LIMIT + 1)  # the last creation wrote a map: nothing inline
+    for i in range(CHANGED_LIMIT):  # CHANGED_LIMIT tables inline
+        engine.commit({f"t{i}": rows(i)})
+    with fp.armed("publish.before_cas", "crash", times=1), pytest.raises(fp.SimulatedCrash):
+        engine.commit({n: rows(100) for n in ("t0", f"t{CHANGED_LIMIT}")}, idempotency_key="crashed")
+    before = ManifestStore(adapter).load().manifest
+    maps = [i.key for i in adapter.iter_list(layout.TABLE_MAPS_PREFIX)]
+    healed = Engine.open(adapter)
+    after = ManifestStore(adapter).load().manifest
+    assert after.version == before.version + 1 and after.commits[-1].recovered
+    assert after.table_map is not None and after.table_map.key in maps  # the map the crashed writer stored
+    assert healed.read("t0").num_rows == 2 and healed.read(f"t{CHANGED_LIMIT}").num_rows == 1
+    assert healed.find_commit("crashed").version == after.version
+    assert [r.version for r in healed.history()] == list(range(1, after.version + 1))

@@ -42,6 +42,7 @@ COMMIT_POINTS = (
     "commit.after_publish",  # Phase C done: durable, sidecar still present
     "commit.after_key_publish",  # the key's ledger entry says published; sidecar still present
     "commit.after_sidecar_delete",  # Phase D done
+    "publish.before_cas",  # any publish (writer or roll-forward): history record and table map written, no CAS
 )
 STORAGE_POINTS = (
     "recovery.sidecar_write",  # the Phase A PUT

@@ -30,6 +30,7 @@ from typing import Any
 
 from storage_adapter.engine import codec, layout
 from storage_adapter.engine.errors import CorruptManifestError, HistoryExpiredError, UnknownTableError
+from storage_adapter.engine.failpoints import failpoint
 from storage_adapter.engine.history import CommitRecord, HistoryStore, TableChange
 from storage_adapter.engine.key_ledger import KeyLedger
 from storage_adapter.engine.parallel import map_bounded
@@ -377,6 +378,7 @@ class ManifestStore:
             _TABLE_MAPS.put(self._adapter.url, new.table_map.key, new.tables)  # the next load needs no GET
         if current.manifest.format_version == 1:
             _enter_legacy_keys(KeyLedger(self._adapter), current.manifest.commits)
+        failpoint("publish.before_cas")
         token = self._adapter.write_if_match(layout.MANIFEST_KEY, new.encode(), current.token)
         return None if token is None else ManifestState(new, token)
 
