@@ -9,7 +9,8 @@ Concurrency rules (the reasons are in docs/idempotency.md):
   finalize or cancel over its successor. Takeover of a stale lease is itself a CAS that mints a new
   reservation id.
 * Nothing overwrites or deletes a record another party may own. ``purge_expired`` first turns an expired
-  record into a tombstone by CAS, and only the purger whose CAS won deletes it.
+  record into a tombstone by CAS, and only the purger whose CAS won deletes it. It reads only the records
+  its own expiry index (storage_adapter.idempotency.expiry_index) does not show to be not yet due.
 
 Every storage request runs under a per-call deadline; a slow or unavailable backend raises
 :class:`StoreUnavailableError` instead of hanging the caller.
@@ -389,13 +390,13 @@ class IdempotencyStore:
         listed_records = (info for page in records for info in page)
         listed_entries = (info for page in index for info in page)
         for listed in joined(self.layout, listed_records, listed_entries, stale):
-            # Skipping the read is sound: a record's expires_at is fixed when reserve creates it (no
-            # transition, takeover or tombstone changes it), and a record at a location is only ever
-            # removed by a purge, so a record created there later expires later. An entry therefore never
-            # claims a later expiry than the record now in its slot has: a stale one can only make purge
-            # read a record it need not, never skip one that is due. Every entry counts (the earliest
-            # wins) and one without a valid expiry stands for none, so a read is skipped only when all
-            # entries of the slot say "not due".
+            # Skipping the read is sound: a record's expires_at is set once, by reserve's write_if_absent
+            # (no transition, takeover or tombstone changes it), and a record is removed only by a purge,
+            # once expires_at < before; with before not ahead of the clocks, a record created later in the
+            # slot expires later. So an entry never claims a later expiry than the record now in its slot
+            # has: a stale one can only make purge read a record it need not, never skip one that is due.
+            # Every entry of the slot counts (the earliest wins) and one without a valid expiry stands for
+            # no knowledge, so a read is skipped only when all entries say "not due".
             expiry = listed.expiry()
             if expiry is not None and expiry >= before:
                 continue
