@@ -7,12 +7,13 @@ import json
 import threading
 import time
 import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
 
 from contract_tests.counting import CountingAdapter
+from storage_adapter.adapter import open_adapter
 from storage_adapter.idempotency import (
     Cancelled,
     CorruptRecordError,
@@ -26,8 +27,10 @@ from storage_adapter.idempotency import (
     SummaryTooLargeError,
     Updated,
 )
+from storage_adapter.idempotency.expiry_index import Entry, Layout, joined
 from storage_adapter.idempotency.lease_keeper import LeaseKeeper
 from storage_adapter.idempotency.records import decode_record, encode_record
+from storage_adapter.types import ObjectInfo
 
 BINDING = {"operation": "commit", "resource": "table/t", "fingerprint": "sha256:aa"}
 
@@ -423,3 +426,207 @@ def test_tombstones_block_reservation_and_are_adopted_when_their_purger_died(ada
 def test_lifetime_is_advertised_as_iso8601(adapter: Any) -> None:
     assert make_store(adapter, Clock(), lifetime=timedelta(hours=24)).lifetime_iso8601 == "P1D"
     assert make_store(adapter, Clock(), lifetime=timedelta(hours=1, minutes=30)).lifetime_iso8601 == "PT1H30M"
+
+
+# -- the purge's expiry index -------------------------------------------------------------------------
+# Request counts on memory (exact on every backend; memory keeps thousands of records fast).
+
+
+def reserve_many(store: IdempotencyStore, n: int, *, finalize: bool = True) -> list[str]:
+    keys = [new_key() for _ in range(n)]
+    for key in keys:
+        owned = store.reserve("r", key, **BINDING)
+        assert isinstance(owned, Owned)
+        if finalize:
+            assert isinstance(store.finalize(owned, http_status=200, summary=None), Finalized)
+    return keys
+
+
+def test_second_purge_over_live_records_lists_and_reads_nothing() -> None:
+    """N live records: the first purge reads each and indexes it; the next one only lists (2 x N/1000)."""
+    counting = CountingAdapter(open_adapter(f"memory://purge-{uuid.uuid4().hex[:8]}"))
+    clock = Clock()
+    store = make_store(counting, clock)
+    n = 2500  # three listing pages
+    reserve_many(store, n // 2)
+    reserve_many(store, n - n // 2, finalize=False)  # in progress, leases live
+    counting.reset()
+    assert store.purge_expired(clock.now) == 0
+    assert counting.counts == {"list_pages": 3, "read_versioned": n, "write": n}
+    clock.advance(minutes=59)  # nothing expired yet (lifetime 1 h), leases stale: still not purgeable
+    counting.reset()
+    assert store.purge_expired(clock.now) == 0
+    assert counting.counts == {"list_pages": 6}  # records and index, 3 pages each: no GET, no write
+
+
+def test_purge_reads_only_the_expired_records() -> None:
+    """E expired among N indexed records: E reads, then a CAS and a DELETE each, one batched index delete."""
+    counting = CountingAdapter(open_adapter(f"memory://purge-{uuid.uuid4().hex[:8]}"))
+    clock = Clock()
+    long_lived = make_store(counting, clock, lifetime=timedelta(hours=2))
+    short_lived = make_store(counting, clock, lifetime=timedelta(minutes=10))
+    live = reserve_many(long_lived, 2000)
+    expired = reserve_many(short_lived, 30)
+    assert long_lived.purge_expired(clock.now) == 0  # indexes all 2,030
+    clock.advance(minutes=20)
+    counting.reset()
+    assert long_lived.purge_expired(clock.now) == 30
+    assert counting.counts == {
+        "list_pages": 6, "read_versioned": 30, "write_if_match": 30, "delete": 30, "delete_many": 1,
+    }  # fmt: skip
+    assert all(long_lived.load("r", key) is None for key in expired)
+    counting.reset()
+    assert long_lived.purge_expired(clock.now) == 0
+    assert counting.counts == {"list_pages": 4}  # 2,000 records and their 2,000 entries
+    assert all(long_lived.load("r", key) is not None for key in live[:5])
+
+
+def index_keys(adapter: Any, store: IdempotencyStore) -> list[str]:
+    return [info.key for info in adapter.list(store.layout.index)]
+
+
+def entry_of(store: IdempotencyStore, key: str, expires_at: datetime) -> str:
+    slot = store.layout.slot(store.location("r", key))
+    assert slot is not None
+    entry = store.layout.entry(slot, expires_at)
+    assert entry is not None
+    return entry
+
+
+def test_a_stale_entry_never_makes_purge_skip_or_delete_wrongly(adapter: Any) -> None:
+    """Entries claiming an earlier expiry than the record's, or naming a record that is gone, cost a read
+    (or a batched delete) and nothing else: the record is judged from its own bytes."""
+    clock = Clock()
+    store = make_store(adapter, clock)  # lifetime 1 h
+    key, gone = new_key(), new_key()
+    owned = store.reserve("r", key, **BINDING)
+    assert isinstance(owned, Owned) and isinstance(
+        store.finalize(owned, http_status=200, summary=None), Finalized
+    )
+    expires_at = owned.record.expires_at
+    early = entry_of(
+        store, key, expires_at - timedelta(minutes=30)
+    )  # as if an older record's, left by a crash
+    orphan = entry_of(store, gone, expires_at + timedelta(days=1))  # its record was purged meanwhile
+    for planted in (early, orphan):
+        adapter.write(planted, b"")
+    clock.advance(minutes=45)  # past the early entry's claim, before the real expiry
+    assert store.purge_expired(clock.now) == 0
+    assert store.load("r", key) is not None
+    assert index_keys(adapter, store) == [entry_of(store, key, expires_at)]  # stale ones gone, true one kept
+    clock.advance(minutes=20)  # now due: the true entry lets it be read, then it is purged with its entry
+    assert store.purge_expired(clock.now) == 1
+    assert store.load("r", key) is None and index_keys(adapter, store) == []
+    again = store.reserve("r", key, **BINDING)  # a new record in the same slot expires later
+    assert isinstance(again, Owned) and again.record.expires_at > expires_at
+    adapter.write(entry_of(store, key, expires_at), b"")  # the old record's entry, as a crash would leave it
+    assert store.purge_expired(clock.now + timedelta(minutes=30)) == 0  # read (the entry is stale): kept
+    assert store.load("r", key) is not None
+    assert index_keys(adapter, store) == [entry_of(store, key, again.record.expires_at)]
+
+
+def test_an_entry_claiming_a_later_expiry_delays_the_purge_until_it_passes(adapter: Any) -> None:
+    """No API path writes such an entry (expires_at is fixed at creation, a later record in a slot expires
+    later). Planted by hand, it makes purge skip the record until ``before`` passes the claim: the record
+    is purged late, never wrongly; then it is read and judged as always."""
+    clock = Clock()
+    store = make_store(adapter, clock)
+    key = new_key()
+    owned = store.reserve("r", key, **BINDING)
+    assert isinstance(owned, Owned) and isinstance(
+        store.finalize(owned, http_status=200, summary=None), Finalized
+    )
+    adapter.write(entry_of(store, key, owned.record.expires_at + timedelta(days=1)), b"")
+    clock.advance(hours=2)
+    assert store.purge_expired(clock.now) == 0  # skipped on the entry's word
+    assert store.load("r", key) is not None
+    assert store.purge_expired(clock.now + timedelta(days=1)) == 1
+    assert store.load("r", key) is None and index_keys(adapter, store) == []
+
+
+def test_unparseable_index_keys_never_skip_a_read_and_never_raise(adapter: Any) -> None:
+    clock = Clock()
+    store = make_store(adapter, clock)
+    key = new_key()
+    owned = store.reserve("r", key, **BINDING)
+    assert isinstance(owned, Owned) and isinstance(
+        store.finalize(owned, http_status=200, summary=None), Finalized
+    )
+    slot = store.layout.slot(store.location("r", key))
+    far = entry_of(store, key, owned.record.expires_at + timedelta(days=365))  # would skip it on its own
+    planted = [
+        far,
+        f"{store.layout.index}/{slot}/not-a-time",
+        f"{store.layout.index}/{slot}/20261399T000000.000000Z",  # month 13
+        f"{store.layout.index}/{'0' * 40}/{'0' * 40}",  # no expiry segment
+        f"{store.layout.index}/not/a/slot",
+    ]
+    for entry in planted:
+        adapter.write(entry, b"")
+    clock.advance(hours=2)
+    assert store.purge_expired(clock.now) == 1  # the unreadable entries beside `far` forced the read
+    assert store.load("r", key) is None and index_keys(adapter, store) == []
+
+
+def test_a_tombstone_is_never_indexed_and_is_adopted_past_its_indexed_expiry(adapter: Any) -> None:
+    clock = Clock()
+    store = make_store(adapter, clock, lifetime=timedelta(minutes=10), tombstone_grace=timedelta(minutes=10))
+    key = new_key()
+    owned = store.reserve("r", key, **BINDING)
+    assert isinstance(owned, Owned) and isinstance(
+        store.finalize(owned, http_status=200, summary=None), Finalized
+    )
+    assert store.purge_expired(clock.now) == 0
+    assert index_keys(adapter, store) == [entry_of(store, key, owned.record.expires_at)]
+    location = store.location("r", key)
+    clock.advance(minutes=11)
+    current = adapter.read_versioned(location)
+    tombstone = decode_record(current.data, location).next(
+        status=RecordStatus.PURGING, heartbeat_at=clock.now
+    )
+    assert adapter.write_if_match(location, encode_record(tombstone), current.token)  # a purger died here
+    assert store.purge_expired(clock.now) == 0  # young tombstone: read (entry due), left, entry dropped
+    assert index_keys(adapter, store) == []
+    clock.advance(minutes=11)
+    assert store.purge_expired(clock.now) == 1  # adopted by CAS, then deleted
+    assert isinstance(store.reserve("r", key, **BINDING), Owned)
+
+
+def info(key: str) -> ObjectInfo:
+    return ObjectInfo(key, 0, "t", datetime(2026, 1, 1, tzinfo=UTC))
+
+
+def test_listings_out_of_slot_order_are_not_paired() -> None:
+    """Should a server list out of slot order, pairing stops: the records after it are read, not skipped,
+    and no entry after it is called garbage."""
+    layout = Layout("p")
+    a, b, c = (f"{x * 40}/{x * 40}" for x in "abc")
+    claim = "20300101T000000.000000Z"
+    records = [info(f"p/records/{s}.json") for s in (b, a, c)]
+    entries = [info(f"p/expiry/{s}/{claim}") for s in (a, b, c)]
+    garbage: list[str] = []
+    when = datetime(2030, 1, 1, tzinfo=UTC)
+    listed = list(joined(layout, records, entries, garbage))  # records step back at a
+    assert [(item.slot, item.expiry()) for item in listed] == [(b, when), (None, None), (None, None)]
+    assert garbage == [f"p/expiry/{a}/{claim}"]  # before b, so called garbage: deleting it costs a read
+    garbage.clear()
+    in_order = [records[1], records[0], records[2]]
+    listed = list(
+        joined(layout, in_order, [entries[1], entries[0], entries[2]], garbage)
+    )  # entries step back
+    assert [(item.slot, item.expiry()) for item in listed] == [(a, None), (b, when), (None, None)]
+    assert garbage == []
+
+
+def test_index_keys_round_trip_every_expiry_they_can_hold() -> None:
+    layout, slot = Layout("p"), f"{'a' * 40}/{'b' * 40}"
+    east = timezone(timedelta(hours=5, minutes=30))
+    for moment in (
+        datetime(2026, 1, 1, tzinfo=UTC),
+        datetime(1, 1, 1, 12, tzinfo=east),
+        datetime(2026, 3, 1, 2, 3, 4, 5, tzinfo=east),
+    ):
+        entry = layout.entry(slot, moment)
+        assert entry is not None and layout.parse_entry(entry) == Entry(entry, slot, moment)
+    # An expiry with no UTC stamp gets no entry: that record is read by every purge, as before the index.
+    assert layout.entry(slot, datetime(9999, 12, 31, 23, tzinfo=timezone(timedelta(hours=-2)))) is None

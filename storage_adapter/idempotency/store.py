@@ -9,7 +9,8 @@ Concurrency rules (the reasons are in docs/idempotency.md):
   finalize or cancel over its successor. Takeover of a stale lease is itself a CAS that mints a new
   reservation id.
 * Nothing overwrites or deletes a record another party may own. ``purge_expired`` first turns an expired
-  record into a tombstone by CAS, and only the purger whose CAS won deletes it.
+  record into a tombstone by CAS, and only the purger whose CAS won deletes it. It reads only the records
+  its own expiry index (storage_adapter.idempotency.expiry_index) does not show to be not yet due.
 
 Every storage request runs under a per-call deadline; a slow or unavailable backend raises
 :class:`StoreUnavailableError` instead of hanging the caller.
@@ -17,7 +18,6 @@ Every storage request runs under a per-call deadline; a slow or unavailable back
 
 from __future__ import annotations
 
-import hashlib
 import os
 import socket
 import uuid
@@ -27,9 +27,11 @@ from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any, TypeVar
 
+from storage_adapter.batch import DELETE_BATCH
 from storage_adapter.errors import NotFoundError, StorageError
 from storage_adapter.idempotency.deadline import call_with_deadline
 from storage_adapter.idempotency.errors import CorruptRecordError, SummaryTooLargeError
+from storage_adapter.idempotency.expiry_index import Entry, Layout, joined
 from storage_adapter.idempotency.iso8601 import iso8601_duration
 from storage_adapter.idempotency.keyformat import UUID_KEYS, KeyFormat
 from storage_adapter.idempotency.records import (
@@ -154,6 +156,7 @@ class IdempotencyStore:
         self.tombstone_grace = tombstone_grace
         self.executor_id = executor_id or f"{socket.gethostname()}:{os.getpid()}"
         self.prefix = prefix
+        self.layout = Layout(prefix)
 
     @property
     def lifetime_iso8601(self) -> str:
@@ -164,7 +167,7 @@ class IdempotencyStore:
     def location(self, realm: str, key: str) -> str:
         """Object key of the record for (realm, key). Both are hashed: any realm or key format is a safe
         object key, and the realm is part of the location so realms never share a record."""
-        return f"{self.prefix}/records/{_digest(realm)}/{_digest(key)}.json"
+        return self.layout.record(realm, key)
 
     def _request(self, what: str, call: Callable[[], T]) -> T:
         return call_with_deadline(call, self.call_timeout, what)
@@ -369,33 +372,48 @@ class IdempotencyStore:
         purger whose CAS won deletes the tombstone, and only if it is still within half the tombstone
         grace (a slower purger leaves it for a later purge to adopt). Corrupt records are left in place;
         after the rest are purged, CorruptRecordError names them (its ``purged`` attribute has the count).
+
+        Every judgement comes from a fresh read of the record. Purge keeps an expiry index (one empty
+        object per record it read and kept, see storage_adapter.idempotency.expiry_index) only to skip
+        the reads of records its entries say expire at or after ``before``: with N records, E of them due,
+        a purge costs 2 x ceil(N/1000) listing requests, one read per record due, new since the last purge
+        or unindexed, one index write per record read and kept, and a CAS and a DELETE per purged record;
+        stale entries go in batches of 1000 (docs/idempotency.md).
         """
         purged = 0
         corrupt: list[str] = []
-        # Streamed: one listing page held at a time. Each record is still read: nothing in a listing
-        # (key, size, token, last write time) bounds its fixed expires_at from below, since a record is
-        # rewritten (heartbeat, finalize, takeover of a cancelled one) at any time after its creation.
-        # The deadline bounds the call that opens the listing; pages are then taken as they come.
-        pages = self._request("list records", lambda: self.adapter.list_pages(f"{self.prefix}/records"))
-        for info in (info for page in pages for info in page):
+        stale: list[str] = []  # index entries to delete: garbage, and those of records purged or rewritten
+        # Both listings are streamed (one page of each held at a time) and paired slot by slot. The
+        # deadline bounds the calls that open them; pages are then taken as they come.
+        records = self._request("list records", lambda: self.adapter.list_pages(self.layout.records))
+        index = self._request("list expiry index", lambda: self.adapter.list_pages(self.layout.index))
+        listed_records = (info for page in records for info in page)
+        listed_entries = (info for page in index for info in page)
+        for listed in joined(self.layout, listed_records, listed_entries, stale):
+            # Skipping the read is sound: a record's expires_at is set once, by reserve's write_if_absent
+            # (no transition, takeover or tombstone changes it), and a record is removed only by a purge,
+            # once expires_at < before; with before not ahead of the clocks, a record created later in the
+            # slot expires later. So an entry never claims a later expiry than the record now in its slot
+            # has: a stale one can only make purge read a record it need not, never skip one that is due.
+            # Every entry of the slot counts (the earliest wins) and one without a valid expiry stands for
+            # no knowledge, so a read is skipped only when all entries say "not due".
+            expiry = listed.expiry()
+            if expiry is not None and expiry >= before:
+                continue
+            key = listed.info.key
             try:
-                stored = self._read(info.key)
+                stored = self._read(key)
             except CorruptRecordError:
-                corrupt.append(info.key)
-                continue
-            if stored is None or not self._purgeable(stored.record, before):
-                continue
-            tombstoned_at = self.clock()
-            tombstone = stored.record.next(
-                status=RecordStatus.PURGING, reservation_id=_new_id(), executor_id=self.executor_id,
-                heartbeat_at=tombstoned_at,
-            )  # fmt: skip
-            if self._cas(info.key, tombstone, stored.token) is None:
-                continue  # changed since we judged it: someone owns it now
-            if self.clock() - tombstoned_at > self.tombstone_grace / 2:
-                continue  # too slow to be sure nobody adopted it yet: leave it to the next purge
-            self._request(f"delete {info.key}", partial(self.adapter.delete, info.key))
-            purged += 1
+                corrupt.append(key)
+                stored = None
+            if stored is not None and self._purgeable(stored.record, before):
+                purged += self._tombstone_and_delete(key, stored)
+                stored = None  # purged, or changed since we judged it: either way the next purge reads it
+            if listed.slot is not None:
+                self._reindex(listed.slot, listed.entries, stored, before, stale)
+            if len(stale) >= DELETE_BATCH:
+                self._delete_entries(stale)
+        self._delete_entries(stale)
         if corrupt:
             error = CorruptRecordError(
                 f"purge left {len(corrupt)} corrupt record(s) in place: {corrupt}", key=corrupt[0]
@@ -404,6 +422,43 @@ class IdempotencyStore:
             raise error
         return purged
 
+    def _tombstone_and_delete(self, location: str, stored: Stored) -> bool:
+        """Turn the record judged purgeable into our tombstone by CAS from exactly the version judged,
+        then delete it. True when deleted; False when it changed meanwhile or we were too slow."""
+        tombstoned_at = self.clock()
+        tombstone = stored.record.next(
+            status=RecordStatus.PURGING, reservation_id=_new_id(), executor_id=self.executor_id,
+            heartbeat_at=tombstoned_at,
+        )  # fmt: skip
+        if self._cas(location, tombstone, stored.token) is None:
+            return False  # changed since we judged it: someone owns it now
+        if self.clock() - tombstoned_at > self.tombstone_grace / 2:
+            return False  # too slow to be sure nobody adopted it yet: leave it to the next purge
+        self._request(f"delete {location}", partial(self.adapter.delete, location))
+        return True
+
+    def _reindex(
+        self, slot: str, entries: tuple[Entry, ...], kept: Stored | None, before: datetime, stale: list[str]
+    ) -> None:
+        """Leave the slot of a record purge just read with at most the one entry its kept record's expiry
+        gives (a tombstone gets none: a tombstone is adopted whatever its expiry), writing it only when
+        missing and useful (expiry at or after ``before``); every other entry of the slot goes to
+        ``stale``."""
+        wanted, useful = None, False
+        if kept is not None and kept.record.status is not RecordStatus.PURGING:
+            wanted = self.layout.entry(slot, kept.record.expires_at)
+            useful = kept.record.expires_at >= before
+        listed = [entry.key for entry in entries]
+        stale.extend(key for key in listed if key != wanted)
+        if wanted is not None and useful and wanted not in listed:
+            self._request(f"write {wanted}", partial(self.adapter.write, wanted, b""))
+
+    def _delete_entries(self, keys: list[str]) -> None:
+        """Delete the index entries ``keys`` (batched) and empty the list."""
+        if keys:
+            self._request(f"delete {len(keys)} index entries", partial(self.adapter.delete_many, list(keys)))
+            keys.clear()
+
     def _purgeable(self, record: IdempotencyRecord, before: datetime) -> bool:
         now = self.clock()
         if record.status is RecordStatus.PURGING:
@@ -411,10 +466,6 @@ class IdempotencyStore:
         if record.expires_at >= before:
             return False
         return record.status is not RecordStatus.IN_PROGRESS or self.is_lease_stale(record)
-
-
-def _digest(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:40]
 
 
 def _new_id() -> str:

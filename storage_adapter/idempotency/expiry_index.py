@@ -1,0 +1,176 @@
+"""Where an IdempotencyStore keeps things, and the purge's expiry index (the one definition of both).
+
+Under the store's prefix::
+
+    records/<slot>.json            the record of (realm, key): written by reserve and the transitions
+    expiry/<slot>/<expires_at>     an index entry (empty): written and deleted by ``purge_expired`` only
+
+``<slot>`` is ``<sha256(realm)[:40]>/<sha256(key)[:40]>`` and ``<expires_at>`` the record's expiry in UTC
+as ``YYYYMMDDTHHMMSS.ffffffZ``. Every part is fixed width, so key order and S3 servers' segment-by-segment
+order agree: a slot's records and entries come out of their listings in the same slot order, and
+:func:`joined` pairs them while holding one page of each.
+
+An entry only ever lets purge skip a read; it never decides anything about a record. Why skipping is
+sound is in ``IdempotencyStore.purge_expired`` and docs/idempotency.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from storage_adapter.types import ObjectInfo
+
+_HEX40 = "[0-9a-f]{40}"
+_RECORD_TAIL = re.compile(rf"({_HEX40}/{_HEX40})\.json")
+_ENTRY_TAIL = re.compile(
+    rf"({_HEX40}/{_HEX40})/([0-9]{{4}})([0-9]{{2}})([0-9]{{2}})T([0-9]{{2}})([0-9]{{2}})([0-9]{{2}})"
+    r"\.([0-9]{6})Z"
+)
+_ENTRY_SLOT = re.compile(rf"({_HEX40}/{_HEX40})/[^/]+")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A listed index entry. ``slot`` is None when the key names no record location, ``expires_at`` None
+    when it carries no valid expiry: such an entry is garbage and never lets a read be skipped."""
+
+    key: str
+    slot: str | None
+    expires_at: datetime | None
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The object keys of a store under ``prefix``."""
+
+    prefix: str
+
+    @property
+    def records(self) -> str:
+        """The prefix every record is under."""
+        return f"{self.prefix}/records"
+
+    @property
+    def index(self) -> str:
+        """The prefix every index entry is under."""
+        return f"{self.prefix}/expiry"
+
+    def record(self, realm: str, key: str) -> str:
+        """The record's object key. Realm and key are hashed: any realm or key format is a safe object key,
+        and the realm is part of the location so realms never share a record."""
+        return f"{self.records}/{_digest(realm)}/{_digest(key)}.json"
+
+    def entry(self, slot: str, expires_at: datetime) -> str | None:
+        """The index entry saying the record in ``slot`` expires at ``expires_at``; None when the expiry
+        has no UTC stamp (within an offset of the ends of year 1 and year 9999)."""
+        try:
+            utc = expires_at.astimezone(UTC)
+        except OverflowError:
+            return None
+        return (
+            f"{self.index}/{slot}/{utc.year:04d}{utc.month:02d}{utc.day:02d}T{utc.hour:02d}{utc.minute:02d}"
+            f"{utc.second:02d}.{utc.microsecond:06d}Z"
+        )
+
+    def slot(self, record_key: str) -> str | None:
+        """The slot of a record's object key; None for any other key found under the records prefix."""
+        match = _RECORD_TAIL.fullmatch(_tail(record_key, self.records))
+        return None if match is None else match[1]
+
+    def parse_entry(self, entry_key: str) -> Entry:
+        """What an object found under the index prefix says. Never raises: an unparseable key is an
+        Entry without a slot, or with a slot but no expiry (it then stands for no knowledge at all)."""
+        tail = _tail(entry_key, self.index)
+        match = _ENTRY_TAIL.fullmatch(tail)
+        if match is None:
+            slotted = _ENTRY_SLOT.fullmatch(tail)
+            return Entry(entry_key, None if slotted is None else slotted[1], None)
+        year, month, day, hour, minute, second, micro = (int(part) for part in match.groups()[1:])
+        try:
+            expires_at = datetime(year, month, day, hour, minute, second, micro, tzinfo=UTC)
+        except ValueError:  # month 13, February 30th, ...
+            expires_at = None
+        return Entry(entry_key, match[1], expires_at)
+
+
+@dataclass(frozen=True)
+class Listed:
+    """A listed record and the index entries listed for its slot. ``slot`` is None when the listings could
+    not be paired for it (a key not of this layout, or a listing out of slot order): its entries are then
+    unknown, and purge reads it and leaves the index alone."""
+
+    info: ObjectInfo
+    slot: str | None
+    entries: tuple[Entry, ...] = ()
+
+    def expiry(self) -> datetime | None:
+        """The earliest expiry its entries claim; None when there is no entry or one carries no expiry."""
+        claimed = [entry.expires_at for entry in self.entries]
+        if not claimed or None in claimed:
+            return None
+        return min(moment for moment in claimed if moment is not None)
+
+
+def joined(
+    layout: Layout, records: Iterable[ObjectInfo], index: Iterable[ObjectInfo], garbage: list[str]
+) -> Iterator[Listed]:
+    """Each listed record with its entries, from two listings in slot order, holding one page of each.
+
+    Appends to ``garbage`` the key of every entry whose slot no listed record has (deleting an entry is
+    always safe: it costs the next purge one read at most). Should either listing step back in slot order
+    (no known server does), pairing stops there: every later record comes with ``slot=None``, and no later
+    entry is called garbage."""
+    entries = _ordered((layout.parse_entry(info.key) for info in index), garbage)
+    pending = next(entries, None)
+    previous = ""
+    paired = True
+    for info in records:
+        slot = layout.slot(info.key)
+        if (
+            paired
+            and slot is not None
+            and (slot <= previous or (pending is not None and pending.slot is None))
+        ):
+            paired = False  # a step back in either listing
+        if not paired or slot is None:
+            yield Listed(info, None)
+            continue
+        previous = slot
+        found: list[Entry] = []
+        while pending is not None and pending.slot is not None and pending.slot <= slot:
+            if pending.slot == slot:
+                found.append(pending)
+            else:
+                garbage.append(pending.key)
+            pending = next(entries, None)
+        yield Listed(info, slot, tuple(found))
+    while paired and pending is not None and pending.slot is not None:
+        garbage.append(pending.key)
+        pending = next(entries, None)
+
+
+def _ordered(entries: Iterator[Entry], garbage: list[str]) -> Iterator[Entry]:
+    """The entries that name a slot, in order; the others go to ``garbage``. A step back in slot order ends
+    the stream with one Entry whose slot is None: the sign on which :func:`joined` stops pairing."""
+    previous = ""
+    for entry in entries:
+        if entry.slot is None:
+            garbage.append(entry.key)
+            continue
+        if entry.slot < previous:
+            yield Entry(entry.key, None, None)
+            return
+        previous = entry.slot
+        yield entry
+
+
+def _tail(key: str, prefix: str) -> str:
+    return key[len(prefix) + 1 :] if key.startswith(f"{prefix}/") else ""
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:40]
