@@ -14,14 +14,13 @@ is older than that (an entry still claimed belongs to a commit in flight and is 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 
-from storage_adapter.engine import layout
+from storage_adapter.engine import codec, layout
 from storage_adapter.engine.key_ledger import KeyEntry, KeyState
 from storage_adapter.engine.manifest import Manifest, ManifestStore
 from storage_adapter.engine.tables import TableVersionStore
 from storage_adapter.protocol import StorageAdapter
-from storage_adapter.types import ObjectInfo
 
 
 @dataclass(frozen=True)
@@ -76,17 +75,6 @@ def _parse(key: str) -> tuple[str, str, int | None] | None:
     return None
 
 
-def _age_cutoff(grace_s: float) -> datetime:
-    return datetime.now(UTC) - timedelta(seconds=grace_s)
-
-
-def _older(info: ObjectInfo, cutoff: datetime) -> bool:
-    modified = info.last_modified
-    if modified.tzinfo is None:
-        modified = modified.replace(tzinfo=UTC)
-    return modified < cutoff
-
-
 def vacuum(
     adapter: StorageAdapter, versions: TableVersionStore, grace_s: float, dry_run: bool = False,
     key_window_s: float | None = None,
@@ -101,7 +89,7 @@ def vacuum(
         (info, parsed) for info in adapter.iter_list(layout.TABLES_PREFIX) if (parsed := _parse(info.key))
     ]
     manifest = ManifestStore(adapter).load().manifest
-    cutoff = _age_cutoff(grace_s)
+    cutoff = codec.age_cutoff(grace_s)
     keep = retained_versions(manifest)
     for _, (table, kind, number) in listing:
         entry = manifest.tables.get(table)
@@ -114,7 +102,7 @@ def vacuum(
     for info, (table, kind, number) in listing:
         if (kind != "data" and (table, number) in keep) or (kind == "data" and info.key in referenced):
             kept_referenced += 1
-        elif not _older(info, cutoff):
+        elif not codec.written_before(info, cutoff):
             kept_young += 1
         else:
             deleted.append(info.key)
@@ -123,7 +111,7 @@ def vacuum(
         adapter.delete_many(deleted)
         staging_removed = adapter.remove_orphans(min_age_s=grace_s)
         if key_window_s is not None:
-            keys_expired = _expire_keys(adapter, _age_cutoff(key_window_s))
+            keys_expired = _expire_keys(adapter, codec.age_cutoff(key_window_s))
     return VacuumReport(tuple(deleted), kept_referenced, kept_young, dry_run, staging_removed, keys_expired)
 
 
@@ -133,7 +121,7 @@ def _expire_keys(adapter: StorageAdapter, cutoff: datetime) -> int:
     expired = [
         info.key
         for info in adapter.iter_list(layout.KEYS_PREFIX)
-        if _older(info, cutoff)
+        if codec.written_before(info, cutoff)
         and (raw := adapter.read_if_exists(info.key)) is not None
         and KeyEntry.decode(raw, info.key).state is KeyState.PUBLISHED
     ]
