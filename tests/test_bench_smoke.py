@@ -57,7 +57,16 @@ def test_scaling_curves_quick_on_memory(tmp_path: Path) -> None:
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     data = json.loads(out.with_suffix(".json").read_text())
-    assert set(data["curves"]) == {"history", "key_lookup", "tables", "fragments", "orphans", "records"}
+    assert set(data["curves"]) == {
+        "history",
+        "key_lookup",
+        "tables",
+        "fragments",
+        "orphans",
+        "records",
+        "writers",
+        "writers_shared",
+    }
     for entry in data["curves"].values():
         assert entry["goal"] and len(entry["backends"]["memory"]["points"]) == 3
     assert out.with_suffix(".png").stat().st_size > 0
