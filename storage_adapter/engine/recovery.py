@@ -123,9 +123,10 @@ class Recovery:
         has returned (its commit failed, or its sidecar delete did). A writer sets its lease to end one lease
         after each write of its sidecar, so such a sidecar names a lease that has not expired (for writers
         with this engine's ``lease_s``): the sidecars of the w writers in flight cost nothing, and a
-        commit's heal GETs only sidecars whose writers stopped renewing. The price is promptness only: a same-host writer killed (pid gone), a writer with a
-        shorter lease than this engine's, or a recovery that crashed after rewriting a sidecar, is
-        recovered by a light heal once the sidecar is ``lease_s`` old (by a full heal at once).
+        commit's heal GETs only sidecars whose writers stopped renewing. The price is promptness only: a
+        same-host writer killed (pid gone), a writer with a shorter lease than this engine's, or a
+        recovery that crashed after rewriting a sidecar, is recovered by a light heal once the sidecar is
+        ``lease_s`` old (by a full heal at once).
 
         In both modes a sidecar is only ever recovered from a fresh read (the writer's liveness judged on
         it, never on the listing). The listing's time only decides whether to read, and is compared with
@@ -135,7 +136,9 @@ class Recovery:
         Raises the listing's error (never skips recovery silently), CorruptSidecarError for a sidecar that
         cannot be decoded (kept for inspection), RecoveryInvariantError for an impossible state.
         """
-        returned = LIVE.returned(self._root)  # before the listing: one that returned later may be missed
+        # taken before the listing, so that one it does not show is gone for good and can be forgotten (an
+        # operation returning meanwhile is read by the next heal)
+        returned = LIVE.returned(self._root)
         listed = self._sidecars.list_pending()
         LIVE.forget(self._root, returned - {layout.operation_id_from_key(key) for key in listed})
         with self._alive_lock:  # forget sidecars that are gone: the memo never outgrows one listing
