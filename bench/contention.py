@@ -153,10 +153,8 @@ def _engine_loop(engine: Any, counting: Any, table: str, deadline: float) -> tup
     return done, exhausted, counting.total
 
 
-def _engine_worker(url: str, table: str, duration_s: float, barrier: Any, results: Any) -> None:
-    from storage_adapter import open_adapter
-
-    engine, counting = _open_writer(open_adapter(url), table)
+def _engine_worker(adapter: Any, table: str, duration_s: float, barrier: Any, results: Any) -> None:
+    engine, counting = _open_writer(adapter, table)
     barrier.wait()
     results.put(_engine_loop(engine, counting, table, time.monotonic() + duration_s))
 
@@ -164,56 +162,66 @@ def _engine_worker(url: str, table: str, duration_s: float, barrier: Any, result
 def run_engine_contention(
     backend: str, writers: int, same_table: bool, duration_s: float
 ) -> EngineContentionResult:
-    """Commits per second and retry exhaustions of ``writers`` engines appending on a fresh root: threads
-    of one process on ``memory`` (memory stores are per process), spawned processes on ``local``."""
-    import threading
-
-    import pyarrow as pa
-
+    """:func:`engine_contention` on a fresh root of ``backend`` (``memory`` or ``local``)."""
     from storage_adapter import open_adapter
-    from storage_adapter.engine import Engine
 
-    tables = ["t0"] * writers if same_table else [f"t{i}" for i in range(writers)]
     with tempfile.TemporaryDirectory(prefix="bench-engine-") as root:
         url = (
             f"file://{root}"
             if backend == "local"
             else f"memory://bench-engine-{os.getpid()}-{time.time_ns()}"
         )
-        adapter = open_adapter(url)
-        setup = Engine.open(adapter)
-        for name in sorted(set(tables)):
-            setup.create_table(name, pa.schema([("n", pa.int64())]))
-        if backend == "memory":
-            outcomes: list[tuple[int, int, int]] = []
-            start = threading.Barrier(writers)
+        return engine_contention(open_adapter(url), writers, same_table, duration_s)
 
-            def run(table: str) -> None:
-                engine, counting = _open_writer(adapter, table)
-                start.wait()
-                outcomes.append(_engine_loop(engine, counting, table, time.monotonic() + duration_s))
 
-            threads = [threading.Thread(target=run, args=(t,)) for t in tables]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-        else:
-            barrier, results = SPAWN.Barrier(writers), SPAWN.Queue()
-            procs = [SPAWN.Process(target=_engine_worker, args=(url, t, duration_s, barrier, results))
-                     for t in tables]  # fmt: skip
-            for p in procs:
-                p.start()
-            outcomes = [results.get(timeout=duration_s + 300) for _ in procs]
-            for p in procs:
-                p.join(timeout=30)
-        landed = sum(setup.read(t).num_rows for t in set(tables)) - writers  # less the warm-up commits
-        commits = sum(o[0] for o in outcomes)
-        if landed != commits:
-            raise RuntimeError(f"engine {backend}: {landed} rows visible != {commits} acknowledged commits")
-        return EngineContentionResult(backend, writers, same_table, commits, sum(o[1] for o in outcomes),
-                                      tuple(sorted(o[0] for o in outcomes)), sum(o[2] for o in outcomes),
-                                      duration_s)  # fmt: skip
+def engine_contention(
+    adapter: Any, writers: int, same_table: bool, duration_s: float
+) -> EngineContentionResult:
+    """Commits per second and retry exhaustions of ``writers`` engines appending on the empty root
+    ``adapter``: threads of this process where its store is per process (memory), else spawned
+    processes, each unpickling the adapter (its URL and options)."""
+    import threading
+
+    import pyarrow as pa
+
+    from storage_adapter.engine import Engine
+
+    tables = ["t0"] * writers if same_table else [f"t{i}" for i in range(writers)]
+    setup = Engine.open(adapter)
+    for name in sorted(set(tables)):
+        setup.create_table(name, pa.schema([("n", pa.int64())]))
+    if not adapter.capabilities.shared_across_processes:
+        outcomes: list[tuple[int, int, int]] = []
+        start = threading.Barrier(writers)
+
+        def run(table: str) -> None:
+            engine, counting = _open_writer(adapter, table)
+            start.wait()
+            outcomes.append(_engine_loop(engine, counting, table, time.monotonic() + duration_s))
+
+        threads = [threading.Thread(target=run, args=(t,)) for t in tables]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    else:
+        barrier, results = SPAWN.Barrier(writers), SPAWN.Queue()
+        procs = [SPAWN.Process(target=_engine_worker, args=(adapter, t, duration_s, barrier, results))
+                 for t in tables]  # fmt: skip
+        for p in procs:
+            p.start()
+        outcomes = [results.get(timeout=duration_s + 300) for _ in procs]
+        for p in procs:
+            p.join(timeout=30)
+    landed = sum(setup.read(t).num_rows for t in set(tables)) - writers  # less the warm-up commits
+    commits = sum(o[0] for o in outcomes)
+    if landed != commits:
+        raise RuntimeError(
+            f"engine {adapter.backend}: {landed} rows visible != {commits} acknowledged commits"
+        )
+    return EngineContentionResult(adapter.backend, writers, same_table, commits, sum(o[1] for o in outcomes),
+                                  tuple(sorted(o[0] for o in outcomes)), sum(o[2] for o in outcomes),
+                                  duration_s)  # fmt: skip
 
 
 def main() -> None:

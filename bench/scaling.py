@@ -8,7 +8,8 @@ Each curve is a list of points ``{x, requests, seconds, bytes}``; requests come 
 (deterministic), seconds are wall time (noisy on a shared machine), bytes are metadata bytes written.
 Writes ``<out>.json`` and, where matplotlib is installed, ``<out>.png`` (one panel per curve, one line
 per backend). ``s3-model`` is memory with a modeled 20 ms round trip per request: it shows what
-overlapping requests buys where latency, not this machine's CPU, is the cost. The writers curve is bench/contention.py's; the append-bytes curve is bench/table_log.py's.
+overlapping requests buys where latency, not this machine's CPU, is the cost. The append-bytes curve is
+bench/table_log.py's.
 
 Curves and goals:
 
@@ -24,6 +25,11 @@ Curves and goals:
 * ``records``: ``purge_expired`` among r live records and r/100 expired ones, after a first purge (which
   reads every record and indexes it; its cost is the point's ``first_requests``): requests; goal:
   O(expired), plus two listings of r/1,000 pages (docs/idempotency.md).
+* ``writers`` / ``writers_shared``: w writers (w = 1 .. 8) appending one-row commits for
+  ``WRITERS_SECONDS``, one table each / all on one table (bench/contention.py's run: threads on memory,
+  processes elsewhere): requests per commit, with commits per second and CommitRetriesExhaustedError in
+  each point; goal: no exhausted retries, requests per commit bounded, and (one table each) commits per
+  second non-decreasing from 1 to 4 writers.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from bench.contention import engine_contention
 from contract_tests.counting import CountingAdapter
 from storage_adapter.adapter import open_adapter
 from storage_adapter.engine import Engine, EngineSettings
@@ -186,26 +193,38 @@ def second_purge(counting: CountingAdapter, live: int) -> dict[str, float]:
     }
 
 
+def writers(root: StorageAdapter, marks: tuple[int, ...], same_table: bool) -> list[dict[str, float]]:
+    points = []
+    for w in marks:
+        result = engine_contention(root.child(f"w{w}"), w, same_table, WRITERS_SECONDS)
+        points.append({"x": w, "requests": result.requests_per_commit, "commits_per_s": result.commits_per_s,
+                       "exhausted": result.exhausted})  # fmt: skip
+    return points
+
+
+WRITERS_SECONDS = 2.0  # per point: 4 points of both writers curves in about half a minute on memory
 CURVES: dict[str, tuple[Callable[[StorageAdapter, tuple[int, ...]], list[dict[str, float]]], str, str]] = {
     "history": (history, "requests", "the 2,000th keyed commit costs <= 2x the 50th"),
     "key_lookup": (key_lookup, "requests", "find_commit answers in O(1) requests whatever the history"),
     "tables": (tables, "seconds", "a k-table commit takes <= ~2x a 1-table commit up to k = 100"),
-    "catalog": (
-        catalog,
-        "bytes",
-        "a 1-table commit's manifest bytes do not grow with the tables not touched",
-    ),
+    "catalog": (catalog, "bytes", "a 1-table commit's manifest bytes do not grow with the tables not touched"),
     "fragments": (fragments, "seconds", "10x the fragments read in <= 10x the time"),
     "orphans": (orphans, "requests", "vacuum costs O(garbage / 1,000) requests"),
     "records": (records, "requests", "purge costs O(expired) requests (+ 2 listings of r/1,000 pages)"),
-}
+    "writers": (partial(writers, same_table=False), "requests",
+                "w writers, one table each: 0 exhausted, requests/commit bounded, commits/s non-decreasing to w=4"),
+    "writers_shared": (partial(writers, same_table=True), "requests",
+                       "w writers on one table: 0 exhausted retries, requests/commit bounded"),
+}  # fmt: skip
 MARKS = {
     "history": (50, 500, 2000), "key_lookup": (50, 500, 2000), "tables": (1, 10, 100), "catalog": (10, 100, 1000),
     "fragments": (100, 1000, 10000), "orphans": (100, 1000, 10000), "records": (100, 1000, 10000),
+    "writers": (1, 2, 4, 8), "writers_shared": (1, 2, 4, 8),
 }  # fmt: skip
 QUICK = {
     "history": (10, 50, 200), "key_lookup": (10, 50, 200), "tables": (1, 5, 20), "catalog": (5, 20, 60),
     "fragments": (10, 100, 300), "orphans": (10, 100, 300), "records": (10, 100, 300),
+    "writers": (1, 2, 4), "writers_shared": (1, 2, 4),
 }  # fmt: skip
 
 
@@ -273,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     drawn = plot(results, out.with_suffix(".png"))
     for name, entry in results["curves"].items():
         ratios = {b: round(d["last_over_first"], 2) for b, d in entry["backends"].items()}
-        print(f"{name:<11} {entry['measure']:<9} last/first {ratios}   goal: {entry['goal']}")
+        print(f"{name:<14} {entry['measure']:<9} last/first {ratios}   goal: {entry['goal']}")
     print(f"wrote {out.with_suffix('.json')}" + (f" and {out.with_suffix('.png')}" if drawn else ""))
     return 0
 

@@ -65,6 +65,8 @@ def test_scaling_curves_quick_on_memory(tmp_path: Path) -> None:
         "fragments",
         "orphans",
         "records",
+        "writers",
+        "writers_shared",
     }
     for entry in data["curves"].values():
         assert entry["goal"] and len(entry["backends"]["memory"]["points"]) == 3

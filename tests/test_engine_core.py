@@ -362,6 +362,53 @@ def test_heal_reads_a_live_foreign_sidecar_once_and_rechecks_it_when_its_writer_
         sleeper.wait()
 
 
+STEADY_COMMIT = {"list": 1, "read_versioned": 1, "write_if_absent": 2, "write": 1, "write_if_match": 1,
+                 "delete": 1}  # fmt: skip
+
+
+def test_a_commits_heal_reads_no_sidecar_written_within_the_lease(adapter):
+    """Issue 17: the heal before a commit costs one LIST however many writers elsewhere have a commit in
+    flight (their sidecars were written within the lease, so their leases run). A killed same-host writer
+    is recovered by an explicit heal at once, and by a commit's heal once its sidecar is a lease old."""
+    engine = Engine.open(adapter)
+    engine.create_table("a", SCHEMA)
+    engine.create_table("b", SCHEMA)
+    counting = CountingAdapter(adapter)
+    writer = Engine.open(counting)
+    writer.commit({"b": rows(0, 1)})  # caches b's base version
+    aged = Engine.open(adapter, settings=EngineSettings(lease_s=2.0))
+    sleepers = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) for _ in range(2)]
+    try:
+        in_flight = []
+        for n in (1, 7):
+            in_flight += [_foreign_sidecar(adapter, "elsewhere", 1, 3600) for _ in range(n)]
+            counting.reset()
+            writer.commit({"b": rows(n, 1)})
+            assert dict(counting.counts) == STEADY_COMMIT  # not one GET of the sidecars in flight
+            assert sorted(writer.last_heal.deferred) == sorted(in_flight)
+        # same-host writers killed mid-commit: their pid is gone, their lease runs
+        first = _foreign_sidecar(adapter, HOST, sleepers[0].pid, 3600)
+        sleepers[0].kill()
+        sleepers[0].wait()
+        writer.commit({"b": rows(10, 1)})
+        aged.commit({"b": rows(11, 1)})
+        assert writer.last_heal.recovered == aged.last_heal.recovered == ()  # written within the lease
+        time.sleep(2.0)
+        second = _foreign_sidecar(adapter, HOST, sleepers[1].pid, 3600)
+        sleepers[1].kill()
+        sleepers[1].wait()
+        aged.commit({"b": rows(12, 1)})
+        assert [r.operation_id for r in aged.last_heal.recovered] == [first]  # a lease old: read, dead
+        assert sorted(aged.last_heal.deferred) == sorted([*in_flight, second])  # alive, or unread
+        writer.commit({"b": rows(13, 1)})
+        assert writer.last_heal.recovered == ()
+        assert [r.operation_id for r in writer.heal().recovered] == [second]  # a full heal: at once
+    finally:
+        for sleeper in sleepers:
+            sleeper.kill()
+            sleeper.wait()
+
+
 def test_no_lost_update_check_catches_a_planted_unconditional_publish(engine, adapter, monkeypatch):
     def planted_publish(self, current, new):  # ignores the token: last writer wins
         adapter.write(MANIFEST_KEY, new.encode())

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 import pyarrow as pa
 import pytest
@@ -16,6 +17,7 @@ from engine_crash_worker import assert_converged, batch, check_all_or_nothing
 from storage_adapter.engine import (
     CorruptSidecarError,
     Engine,
+    EngineSettings,
     RecoveryInvariantError,
     RecoveryOutcome,
 )
@@ -112,12 +114,16 @@ def test_row3_listing_failure_is_loud_everywhere(engine, adapter):
 ], ids=["truncated", "garbage", "unknown-version"])  # fmt: skip
 def test_row4_corrupt_sidecar_refused_and_kept(engine, adapter, body):
     key = f"{RECOVERY_PREFIX}/01JCORRUPT0000000000000000.json"
+    brief = Engine.open(adapter, settings=EngineSettings(lease_s=0.2))
     adapter.write(key, body)
     with pytest.raises(CorruptSidecarError) as info:
-        engine.commit(pair())
+        engine.heal()  # a full heal reads it at once
     assert info.value.key == key
     with pytest.raises(CorruptSidecarError):
         Engine.open(adapter)
+    time.sleep(0.2)
+    with pytest.raises(CorruptSidecarError):
+        brief.commit(pair())  # a commit's light heal, once the sidecar is a lease old
     assert adapter.read_bytes(key) == body
     assert Engine.open(adapter, read_only=True).read("a").num_rows == 1
     assert visible_counts(engine) == (0, 0)

@@ -8,11 +8,12 @@ that could not be read back. Bodies are canonical (sorted keys), so equal conten
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from storage_adapter import stored_json
 from storage_adapter.engine.errors import CorruptMetadataError
+from storage_adapter.types import ObjectInfo
 
 
 def encode(format_name: str, format_version: int, body: dict[str, Any]) -> bytes:
@@ -50,3 +51,16 @@ def now_iso() -> str:
 
 def parse_iso(text: str) -> datetime:
     return datetime.fromisoformat(text)
+
+
+def age_cutoff(seconds: float) -> datetime:
+    """The moment ``seconds`` ago, on this host's clock."""
+    return datetime.now(UTC) - timedelta(seconds=seconds)
+
+
+def written_before(info: ObjectInfo, cutoff: datetime) -> bool:
+    """Whether the store last wrote the listed object before ``cutoff`` (a naive time counts as UTC)."""
+    modified = info.last_modified
+    if modified.tzinfo is None:
+        modified = modified.replace(tzinfo=UTC)
+    return modified < cutoff

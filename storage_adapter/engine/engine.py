@@ -101,7 +101,7 @@ class Engine:
         self._versions = TableVersionStore(adapter, checkpoint_interval=settings.checkpoint_interval)
         self._ledger = KeyLedger(adapter)
         self._recovery = Recovery(
-            adapter, self._root, recovered_by(actor), settings.max_attempts, self._versions
+            adapter, self._root, recovered_by(actor), settings.max_attempts, self._versions, settings.lease_s
         )
         self._schemas: dict[str, pa.Schema] = {}  # tables are never dropped nor re-schemaed: cache for good
         self.last_heal: HealReport | None = None
@@ -234,10 +234,12 @@ class Engine:
         return vacuum(self._adapter, self._versions, self._settings.grace_s if grace_s is None else grace_s,
                       dry_run, key_window_s=self._settings.key_window_s)  # fmt: skip
 
-    def heal(self) -> HealReport:
-        """Recover pending sidecars of dead writers now (what every write entry point does first)."""
+    def heal(self, *, full: bool = True) -> HealReport:
+        """Recover pending sidecars of dead writers now. Full by default (a killed same-host writer is
+        recovered at once); every commit first runs a light one, which leaves sidecars written within the
+        last lease unread (see Recovery.heal)."""
         self._check_writable()
-        self.last_heal = self._recovery.heal()
+        self.last_heal = self._recovery.heal(full=full)
         return self.last_heal
 
     # -- reads ----------------------------------------------------------------------------------------
@@ -296,8 +298,9 @@ class Engine:
             raise ReadOnlyEngineError(f"engine at {self._root} was opened read-only", key=self._root)
 
     def _begin_write(self) -> ManifestState:
-        """Every write entry: heal, then read the manifest the operation builds on."""
-        self.heal()
+        """Every write entry: a light heal (its cost does not grow with the writers in flight), then read
+        the manifest the operation builds on."""
+        self.heal(full=False)
         return self._manifests.load()
 
     def _operation(self) -> CommitOperation:

@@ -94,10 +94,11 @@ class Recovery:
     """Recovery for one engine root. ``root`` identifies the root in the in-process live registry."""
 
     def __init__(self, adapter: StorageAdapter, root: str, recovered_by: str, max_attempts: int,
-                 versions: TableVersionStore) -> None:  # fmt: skip
+                 versions: TableVersionStore, lease_s: float) -> None:  # fmt: skip
         self._root = root
         self._recovered_by = recovered_by
         self._max_attempts = max_attempts
+        self._lease_s = lease_s
         self._manifests = ManifestStore(adapter)
         self._versions = versions
         self._sidecars = SidecarStore(adapter)
@@ -109,30 +110,52 @@ class Recovery:
         self._alive_lock = threading.Lock()
 
     # -- heal -----------------------------------------------------------------------------------------
-    def heal(self) -> HealReport:
-        """Recover every pending sidecar whose writer is dead. One LIST when there is none, and one LIST
-        when every pending sidecar is one this engine already read and judged alive, unchanged since.
+    def heal(self, *, full: bool = True) -> HealReport:
+        """Recover every pending sidecar whose writer is dead: one LIST, plus one GET per sidecar read.
 
-        A sidecar is read (one GET) when it is new to this engine, when it changed since it was read (its
-        token in the listing differs: the writer renewed its lease or moved a pin), or when the copy read
-        before now says its writer is dead (lease expired, same-host pid gone): a sidecar is only ever
-        recovered from a fresh read. Raises the listing's error (never skips recovery silently),
-        CorruptSidecarError for a sidecar that cannot be decoded (kept for inspection),
-        RecoveryInvariantError for an impossible state.
+        Full (the default: ``Engine.heal``, open, vacuum, a commit waiting on a dead key holder): a sidecar
+        is read when it is new to this engine, when it changed since it was read (its token in the listing
+        differs: the writer renewed its lease or moved a pin), or when the copy read before now says its
+        writer is dead (lease expired, same-host pid gone). So a killed same-host writer is recovered at
+        once, and a heal with every pending sidecar read before, alive and unchanged, costs one LIST.
+
+        Light (``full=False``, the heal at the start of every commit): as full, except that a sidecar the
+        store last wrote less than ``lease_s`` ago is not read, unless its writer ran in this process and
+        has returned (its commit failed, or its sidecar delete did). A writer sets its lease to end one lease
+        after each write of its sidecar, so such a sidecar names a lease that has not expired (for writers
+        with this engine's ``lease_s``): the sidecars of the w writers in flight cost nothing, and a
+        commit's heal GETs only sidecars whose writers stopped renewing. The price is promptness only: a
+        same-host writer killed (pid gone), a writer with a shorter lease than this engine's, or a
+        recovery that crashed after rewriting a sidecar, is recovered by a light heal once the sidecar is
+        ``lease_s`` old (by a full heal at once).
+
+        In both modes a sidecar is only ever recovered from a fresh read (the writer's liveness judged on
+        it, never on the listing). The listing's time only decides whether to read, and is compared with
+        this host's clock: a clock behind the store's makes sidecars look younger (recovery delayed by the
+        skew), one ahead makes them look older (more reads); neither recovers a live writer's commit.
+
+        Raises the listing's error (never skips recovery silently), CorruptSidecarError for a sidecar that
+        cannot be decoded (kept for inspection), RecoveryInvariantError for an impossible state.
         """
-        listed = self._sidecars.list_tokens()
+        # taken before the listing, so that one it does not show is gone for good and can be forgotten (an
+        # operation returning meanwhile is read by the next heal)
+        returned = LIVE.returned(self._root)
+        listed = self._sidecars.list_pending()
+        LIVE.forget(self._root, returned - {layout.operation_id_from_key(key) for key in listed})
         with self._alive_lock:  # forget sidecars that are gone: the memo never outgrows one listing
             self._alive = {k: v for k, v in self._alive.items() if k in listed}
+        young = None if full else codec.age_cutoff(self._lease_s)
         recovered: list[AuditRecord] = []
         deferred: list[str] = []
         vanished = 0
-        for key, token in listed.items():
+        for key, info in listed.items():
             operation_id = layout.operation_id_from_key(key)
             if not LIVE.claim(self._root, operation_id):
                 deferred.append(operation_id)  # its writer (or another healer) is running in this process
                 continue
             try:
-                if self._still_alive(key, token):
+                in_lease = young is not None and not codec.written_before(info, young)
+                if (in_lease and operation_id not in returned) or self._still_alive(key, info.token):
                     deferred.append(operation_id)
                     continue
                 sidecar = self._sidecars.read(key)
@@ -140,7 +163,7 @@ class Recovery:
                     vanished += 1
                 elif writer_alive(sidecar, self._root):
                     with self._alive_lock:
-                        self._alive[key] = (token, sidecar)
+                        self._alive[key] = (info.token, sidecar)
                     deferred.append(operation_id)
                 else:
                     recovered.append(self.resolve(sidecar))

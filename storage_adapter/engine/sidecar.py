@@ -18,6 +18,7 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
@@ -27,6 +28,7 @@ from storage_adapter.engine.failpoints import failpoint
 from storage_adapter.protocol import StorageAdapter
 from storage_adapter.stored_json import StoredJSONError, timestamp
 from storage_adapter.stored_json import field as json_field
+from storage_adapter.types import ObjectInfo
 
 SIDECAR_FORMAT = "storage-adapter-engine/recovery-sidecar"
 SIDECAR_SCHEMA_VERSIONS = (1,)
@@ -125,12 +127,17 @@ def lease_deadline(lease_s: float) -> str:
 
 class LiveOperations:
     """Operations whose writer is running in this process, per engine root. Heal skips them, which is
-    what serializes in-process heal with in-process writers."""
+    what serializes in-process heal with in-process writers.
+
+    Also the operations whose writer in this process has returned (:meth:`returned`): a sidecar of one
+    that is still pending (its commit failed, or its Phase D did) has a dead writer whatever its lease
+    says, so heal reads it at once even where it skips recently written sidecars."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._live: dict[str, set[str]] = {}
         self._claimed: dict[str, set[str]] = {}
+        self._returned: dict[str, set[str]] = {}
 
     def register(self, root: str, operation_id: str) -> None:
         with self._lock:
@@ -139,6 +146,18 @@ class LiveOperations:
     def unregister(self, root: str, operation_id: str) -> None:
         with self._lock:
             self._live.get(root, set()).discard(operation_id)
+            self._returned.setdefault(root, set()).add(operation_id)
+
+    def returned(self, root: str) -> frozenset[str]:
+        """Operations whose writer in this process has returned and that no heal has forgotten yet."""
+        with self._lock:
+            return frozenset(self._returned.get(root, ()))
+
+    def forget(self, root: str, operation_ids: Iterable[str]) -> None:
+        """Drop returned operations whose sidecar a listing taken after they returned no longer shows (a
+        sidecar never comes back once deleted): the set never outgrows the writes between two heals."""
+        with self._lock:
+            self._returned.get(root, set()).difference_update(operation_ids)
 
     def is_live(self, root: str, operation_id: str) -> bool:
         with self._lock:
@@ -195,12 +214,13 @@ class SidecarStore:
         failpoint("recovery.sidecar_delete")
         self._adapter.delete(layout.sidecar_key(operation_id))
 
-    def list_tokens(self) -> dict[str, str]:
-        """Key -> token of every pending sidecar: one LIST request. A sidecar's token changes whenever it
-        is rewritten (lease renewal, new pin). Failures raise: heal never skips silently."""
+    def list_pending(self) -> dict[str, ObjectInfo]:
+        """Key -> listing entry of every pending sidecar: one LIST request. A sidecar's ``token`` changes
+        whenever it is rewritten (lease renewal, new pin) and its ``last_modified`` is the store's time of
+        that write. Failures raise: heal never skips silently."""
         failpoint("recovery.sidecar_list")
         return {
-            info.key: info.token
+            info.key: info
             for info in self._adapter.list(layout.RECOVERY_PREFIX)
             if info.key.endswith(".json")
         }

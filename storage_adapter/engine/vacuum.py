@@ -16,15 +16,14 @@ is older than that (an entry still claimed belongs to a commit in flight and is 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 
-from storage_adapter.engine import layout
+from storage_adapter.engine import codec, layout
 from storage_adapter.engine.history import CommitRecord
 from storage_adapter.engine.key_ledger import KeyEntry, KeyState
 from storage_adapter.engine.manifest import Manifest, ManifestStore
 from storage_adapter.engine.tables import TableVersionStore
 from storage_adapter.protocol import StorageAdapter
-from storage_adapter.types import ObjectInfo
 
 
 @dataclass(frozen=True)
@@ -81,17 +80,6 @@ def _parse(key: str) -> tuple[str, str, int | None] | None:
     return None
 
 
-def _age_cutoff(grace_s: float) -> datetime:
-    return datetime.now(UTC) - timedelta(seconds=grace_s)
-
-
-def _older(info: ObjectInfo, cutoff: datetime) -> bool:
-    modified = info.last_modified
-    if modified.tzinfo is None:
-        modified = modified.replace(tzinfo=UTC)
-    return modified < cutoff
-
-
 def vacuum(
     adapter: StorageAdapter, versions: TableVersionStore, grace_s: float, dry_run: bool = False,
     key_window_s: float | None = None,
@@ -107,7 +95,7 @@ def vacuum(
     ]
     manifests = ManifestStore(adapter)
     manifest = manifests.load().manifest
-    cutoff = _age_cutoff(grace_s)
+    cutoff = codec.age_cutoff(grace_s)
     keep = retained_versions(manifest, manifests.records_after(manifest, manifest.history_floor))
     for _, (table, kind, number) in listing:
         entry = manifest.tables.get(table)
@@ -120,7 +108,7 @@ def vacuum(
     for info, (table, kind, number) in listing:
         if (kind != "data" and (table, number) in keep) or (kind == "data" and info.key in referenced):
             kept_referenced += 1
-        elif not _older(info, cutoff):
+        elif not codec.written_before(info, cutoff):
             kept_young += 1
         else:
             deleted.append(info.key)
@@ -132,7 +120,7 @@ def vacuum(
     old_maps = [  # a reader of an older manifest may still be fetching its map: the grace covers it
         info.key
         for info in adapter.iter_list(layout.TABLE_MAPS_PREFIX)
-        if info.key != current_map and _older(info, cutoff)
+        if info.key != current_map and codec.written_before(info, cutoff)
     ]
     if not dry_run:
         adapter.delete_many(deleted)
@@ -140,7 +128,7 @@ def vacuum(
         adapter.delete_many(old_maps)
         staging_removed = adapter.remove_orphans(min_age_s=grace_s)
         if key_window_s is not None:
-            keys_expired = _expire_keys(adapter, _age_cutoff(key_window_s))
+            keys_expired = _expire_keys(adapter, codec.age_cutoff(key_window_s))
     return VacuumReport(tuple(deleted), kept_referenced, kept_young, dry_run, staging_removed, keys_expired,
                         len(expired_history), len(old_maps))  # fmt: skip
 
@@ -151,7 +139,7 @@ def _expire_keys(adapter: StorageAdapter, cutoff: datetime) -> int:
     expired = [
         info.key
         for info in adapter.iter_list(layout.KEYS_PREFIX)
-        if _older(info, cutoff)
+        if codec.written_before(info, cutoff)
         and (raw := adapter.read_if_exists(info.key)) is not None
         and KeyEntry.decode(raw, info.key).state is KeyState.PUBLISHED
     ]
