@@ -57,6 +57,15 @@ def make_store(adapter: Any, clock: Clock, **options: Any) -> IdempotencyStore:
     return IdempotencyStore(adapter, clock=clock, **{**defaults, **options})
 
 
+def finalized(store: IdempotencyStore, key: str) -> Owned:
+    """Reserve ``key`` in realm "r" and finalize it (200): the ownership it was reserved with."""
+    owned = store.reserve("r", key, **BINDING)
+    assert isinstance(owned, Owned) and isinstance(
+        store.finalize(owned, http_status=200, summary=None), Finalized
+    )
+    return owned
+
+
 def test_concurrent_reservers_exactly_one_owner(adapter: Any) -> None:
     store = make_store(adapter, Clock())
     key = new_key()
@@ -499,10 +508,7 @@ def test_a_stale_entry_never_makes_purge_skip_or_delete_wrongly(adapter: Any) ->
     clock = Clock()
     store = make_store(adapter, clock)  # lifetime 1 h
     key, gone = new_key(), new_key()
-    owned = store.reserve("r", key, **BINDING)
-    assert isinstance(owned, Owned) and isinstance(
-        store.finalize(owned, http_status=200, summary=None), Finalized
-    )
+    owned = finalized(store, key)
     expires_at = owned.record.expires_at
     early = entry_of(
         store, key, expires_at - timedelta(minutes=30)
@@ -532,10 +538,7 @@ def test_an_entry_claiming_a_later_expiry_delays_the_purge_until_it_passes(adapt
     clock = Clock()
     store = make_store(adapter, clock)
     key = new_key()
-    owned = store.reserve("r", key, **BINDING)
-    assert isinstance(owned, Owned) and isinstance(
-        store.finalize(owned, http_status=200, summary=None), Finalized
-    )
+    owned = finalized(store, key)
     adapter.write(entry_of(store, key, owned.record.expires_at + timedelta(days=1)), b"")
     clock.advance(hours=2)
     assert store.purge_expired(clock.now) == 0  # skipped on the entry's word
@@ -548,10 +551,7 @@ def test_unparseable_index_keys_never_skip_a_read_and_never_raise(adapter: Any) 
     clock = Clock()
     store = make_store(adapter, clock)
     key = new_key()
-    owned = store.reserve("r", key, **BINDING)
-    assert isinstance(owned, Owned) and isinstance(
-        store.finalize(owned, http_status=200, summary=None), Finalized
-    )
+    owned = finalized(store, key)
     slot = store.layout.slot(store.location("r", key))
     far = entry_of(store, key, owned.record.expires_at + timedelta(days=365))  # would skip it on its own
     planted = [
@@ -572,10 +572,7 @@ def test_a_tombstone_is_never_indexed_and_is_adopted_past_its_indexed_expiry(ada
     clock = Clock()
     store = make_store(adapter, clock, lifetime=timedelta(minutes=10), tombstone_grace=timedelta(minutes=10))
     key = new_key()
-    owned = store.reserve("r", key, **BINDING)
-    assert isinstance(owned, Owned) and isinstance(
-        store.finalize(owned, http_status=200, summary=None), Finalized
-    )
+    owned = finalized(store, key)
     assert store.purge_expired(clock.now) == 0
     assert index_keys(adapter, store) == [entry_of(store, key, owned.record.expires_at)]
     location = store.location("r", key)
