@@ -171,11 +171,10 @@ def _endpoint_problem(endpoint: str) -> str:
         port = parts.port
     except ValueError:
         return "has a malformed host or port"
-    host = parts.netloc.rpartition(":")[0] if port is not None else parts.netloc
-    if not _HOST.fullmatch(host):
-        return "has a malformed host"
     if port == 0 or parts.netloc.endswith(":"):
         return "has a malformed port"
+    if not _HOST.fullmatch(parts.netloc.rpartition(":")[0] if port is not None else parts.netloc):
+        return "has a malformed host"
     if parts.query or parts.fragment or "?" in endpoint or "#" in endpoint:
         return "must not have a query or fragment"
     if not _PATH.fullmatch(parts.path):

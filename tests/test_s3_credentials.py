@@ -92,3 +92,48 @@ def test_a_named_profile_that_does_not_exist_is_a_configuration_error(aws_home: 
     with pytest.raises(ConfigurationError, match="profile 'missing'") as info:
         open_adapter("s3://bucket", endpoint="http://127.0.0.1:9", allow_http=True, profile="missing")
     assert "s3://bucket" in str(info.value)
+
+
+def store_of(adapter: object) -> object:
+    return adapter._backend._store  # type: ignore[attr-defined]
+
+
+def test_without_keys_or_profile_object_store_resolves_the_rest_of_the_chain(
+    aws_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Web identity (or container, or instance metadata) is object_store's, read from the environment
+    when the first request needs credentials: the store is built signed, with neither keys nor a provider
+    of ours, and web identity comes before the shared files' default profile."""
+    (aws_home / "credentials").write_text("[default]\naws_access_key_id = A\naws_secret_access_key = B\n")
+    monkeypatch.setenv("AWS_WEB_IDENTITY_TOKEN_FILE", str(aws_home / "token"))
+    monkeypatch.setenv("AWS_ROLE_ARN", "arn:aws:iam::123456789012:role/test")
+    store = store_of(open_adapter("s3://bucket"))
+    config = store.config  # type: ignore[attr-defined]
+    assert config["skip_signature"] == "false" and "access_key_id" not in config  # obstore reports text
+    assert store.credential_provider is None  # type: ignore[attr-defined]
+
+
+def test_anonymous_from_the_environment_is_an_explicit_ask(
+    aws_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AWS_SKIP_SIGNATURE", "true")
+    assert store_of(open_adapter("s3://bucket")).config["skip_signature"] == "true"  # type: ignore[attr-defined]
+    monkeypatch.delenv("AWS_SKIP_SIGNATURE")
+    assert store_of(open_adapter("s3://bucket")).config["skip_signature"] == "false"  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("credentials", "fragment"),
+    [
+        ("[ci]\naws_access_key_id = A\n", "needs aws_access_key_id and aws_secret_access_key"),
+        ("[ci]\naws_access_key_id = A\naws_secret_access_key = Pl4nted\x01x\n", "control characters"),
+        ("[ci\naws_secret_access_key = Pl4nted-in-a-broken-file\n", "is not valid INI"),
+    ],
+)
+def test_a_broken_profile_is_a_configuration_error_that_quotes_no_value(
+    aws_home: Path, credentials: str, fragment: str
+) -> None:
+    (aws_home / "credentials").write_text(credentials)
+    with pytest.raises(ConfigurationError, match=fragment) as info:
+        open_adapter("s3://bucket", profile="ci")
+    assert "Pl4nted" not in str(info.value) and info.value.__context__ is None
