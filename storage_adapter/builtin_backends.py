@@ -7,6 +7,7 @@ nowhere else. Imported (and so registered) by ``storage_adapter/__init__``.
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 import uuid
 from collections.abc import Iterator, Mapping
@@ -14,7 +15,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
-from urllib.parse import SplitResult
+from urllib.parse import SplitResult, urlsplit
 
 from storage_adapter.config import AdapterConfig, url_path
 from storage_adapter.errors import ConfigurationError, InvalidKeyError
@@ -117,18 +118,27 @@ LOCAL = register_backend(
 
 # -- s3 --------------------------------------------------------------------------------------------------
 # Bounded by default: an unreachable endpoint must fail in seconds, not after object_store's 3 minutes.
+# With no keys, the standard AWS chain signs the requests (storage_adapter.aws_profile); unsigned requests
+# only with anonymous=True. Every option is checked here, before obstore sees it: obstore panics on a
+# malformed endpoint and overflows on an out-of-range number.
 S3_OPTIONS: Mapping[str, Option] = MappingProxyType(
     {
         "endpoint": Option(str, env=("AWS_ENDPOINT_URL",)),
         "access_key_id": Option(str, env=("AWS_ACCESS_KEY_ID",)),
         "secret_access_key": Option(str, env=("AWS_SECRET_ACCESS_KEY",), secret=True),
         "session_token": Option(str, env=("AWS_SESSION_TOKEN",), secret=True),
+        "profile": Option(str, env=("AWS_PROFILE", "AWS_DEFAULT_PROFILE")),
+        "anonymous": Option(bool, env=("AWS_SKIP_SIGNATURE",), default=False),
         "region": Option(str, env=("AWS_REGION", "AWS_DEFAULT_REGION"), default="us-east-1"),
+        "virtual_hosted_style": Option(bool, env=("AWS_VIRTUAL_HOSTED_STYLE_REQUEST",), default=False),
+        "conditional_put": Option(str, env=("AWS_CONDITIONAL_PUT",), default="etag"),
         "allow_http": Option(bool, env=("AWS_ALLOW_HTTP",), default=False),
         "connect_timeout_s": Option(float, default=5.0),
         "request_timeout_s": Option(float, default=60.0),
         "max_retries": Option(int, default=3),
         "retry_timeout_s": Option(float, default=15.0),
+        "init_backoff_s": Option(float, default=0.1),
+        "max_backoff_s": Option(float, default=15.0),
         # Compatibility mode for Ceph RGW before its 2025 fix, which answers 412 to an If-Match carrying
         # the quoted ETag it returned itself: send the ETag unquoted. CAS against CAS is then exact, but a
         # CAS racing a plain write or delete is still not atomic there (docs/ceph.md).
@@ -136,25 +146,62 @@ S3_OPTIONS: Mapping[str, Option] = MappingProxyType(
     }
 )
 UNQUOTED_IF_MATCH = "unquoted-if-match"
+# object_store's conditional-put modes: "etag" (If-None-Match / If-Match) or "disabled" (conditional
+# writes refused, declared unsupported in the capabilities).
+CONDITIONAL_PUT_MODES = ("etag", "disabled")
 
 
 # What object_store can represent (its durations and retry count), with room to spare.
 _S3_LIMITS = {"max_retries": 100, "connect_timeout_s": 86400.0, "request_timeout_s": 86400.0,
-               "retry_timeout_s": 86400.0}  # fmt: skip
+               "retry_timeout_s": 86400.0, "init_backoff_s": 86400.0, "max_backoff_s": 86400.0}  # fmt: skip
+# A zero duration would make every request (or the first retry) fail at once.
+_POSITIVE = ("connect_timeout_s", "request_timeout_s", "init_backoff_s", "max_backoff_s")
+# An endpoint's host: a name or IPv4 address, or an IPv6 address in brackets (what the URI parser under
+# object_store accepts; anything else panics there on the first request).
+_HOST = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\]")
+_PATH = re.compile(r"(?:/[A-Za-z0-9._~!$&'()*+,;=:@%-]*)*")
+
+
+def _endpoint_problem(endpoint: str) -> str:
+    """Why ``endpoint`` is not a well-formed ``http(s)://host[:port][/path]`` URL; empty when it is."""
+    if not endpoint.startswith(("http://", "https://")):
+        return "must start with http:// or https://"
+    try:
+        parts = urlsplit(endpoint)
+        port = parts.port
+    except ValueError:
+        return "has a malformed host or port"
+    if port == 0 or parts.netloc.endswith(":"):
+        return "has a malformed port"
+    if not _HOST.fullmatch(parts.netloc.rpartition(":")[0] if port is not None else parts.netloc):
+        return "has a malformed host"
+    if parts.query or parts.fragment or "?" in endpoint or "#" in endpoint:
+        return "must not have a query or fragment"
+    if not _PATH.fullmatch(parts.path):
+        return "has characters a URL path cannot hold"
+    return ""
 
 
 def _check_s3_options(options: Mapping[str, Any], url: str) -> None:
     endpoint = options.get("endpoint")
     if endpoint is not None:
         reject_userinfo(endpoint)  # credentials belong in their options
-        if not endpoint.startswith(("http://", "https://")):
-            raise ConfigurationError(
-                f"S3 endpoint {endpoint!r} for {url} must start with http:// or https://"
-            )
+        problem = _endpoint_problem(endpoint)
+        if problem:
+            raise ConfigurationError(f"S3 endpoint {endpoint!r} for {url} {problem}", key=url)
     if bool(options.get("access_key_id")) != bool(options.get("secret_access_key")):
         raise ConfigurationError(f"S3 options for {url}: access_key_id and secret_access_key go together")
     if options.get("session_token") and not options.get("access_key_id"):
         raise ConfigurationError(f"S3 options for {url}: a session_token needs access_key_id")
+    if options["conditional_put"] not in CONDITIONAL_PUT_MODES:
+        raise ConfigurationError(
+            f"option conditional_put={options['conditional_put']!r} for {url} must be one of "
+            + ", ".join(CONDITIONAL_PUT_MODES),
+            key=url,
+        )
+    for name in _POSITIVE:
+        if options[name] <= 0:
+            raise ConfigurationError(f"option {name}={options[name]!r} for {url} must be positive", key=url)
     for name, limit in _S3_LIMITS.items():
         if options[name] > limit:
             raise ConfigurationError(f"option {name}={options[name]!r} for {url} is over {limit}", key=url)
@@ -180,10 +227,17 @@ def _s3_driver(config: AdapterConfig) -> Driver:
 
 
 def _s3_configured(declared: Capabilities, config: AdapterConfig) -> Capabilities:
-    """The compatibility modes an S3 configuration turns on, declared (never silent)."""
-    return replace(
+    """The compatibility modes an S3 configuration turns on, and the conditional writes it turns off,
+    declared (never silent)."""
+    configured = replace(
         declared, compatibility_modes=(UNQUOTED_IF_MATCH,) if config.option("unquoted_if_match") else ()
     )
+    if config.option("conditional_put") == "disabled":
+        # object_store then refuses every conditional put: never emulated behind the caller's back.
+        configured = replace(
+            configured, write_if_absent=Support.UNSUPPORTED, write_if_match=Support.UNSUPPORTED
+        )
+    return configured
 
 
 def _fsspec_s3(config: AdapterConfig) -> tuple[Any, str]:
@@ -195,13 +249,15 @@ def _fsspec_s3(config: AdapterConfig) -> tuple[Any, str]:
         key=opts.get("access_key_id"),
         secret=opts.get("secret_access_key"),
         token=opts.get("session_token"),
-        anon=not opts.get("access_key_id"),
+        anon=bool(opts["anonymous"]),  # otherwise botocore's credential chain, as the adapter's
+        profile=None if opts.get("access_key_id") else opts.get("profile"),
         endpoint_url=opts.get("endpoint"),
         client_kwargs={"region_name": opts["region"]},
         config_kwargs={
             "connect_timeout": opts["connect_timeout_s"],
             "read_timeout": opts["request_timeout_s"],
             "retries": retries,
+            "s3": {"addressing_style": "virtual" if opts["virtual_hosted_style"] else "path"},
         },
     )
     return fs, f"{config.location}/{config.prefix}" if config.prefix else config.location

@@ -31,6 +31,7 @@ from obstore.exceptions import (
 from obstore.exceptions import PermissionDeniedError as ObstorePermissionDenied
 from obstore.store import MemoryStore, S3Store
 
+from storage_adapter.aws_profile import BotocoreCredentials, StaticKeys, profile_source
 from storage_adapter.batch import DELETE_BATCH, LIST_PAGE, chunked, delete_each
 from storage_adapter.config import AdapterConfig
 from storage_adapter.errors import (
@@ -47,7 +48,7 @@ from storage_adapter.keys import join_key
 from storage_adapter.types import ObjectInfo
 
 if TYPE_CHECKING:  # only in obstore's type stubs
-    from obstore.store import S3Config
+    from obstore.store import S3Config, S3CredentialProvider
 
 # obstore 0.12 exposes no status attribute: an error's text ends with object_store's error in Rust's
 # pretty Debug form, after this marker. Inside it every string (server body, URL) is escaped onto one
@@ -80,16 +81,41 @@ def memory_store(config: AdapterConfig) -> Any:
     return _memory_store(config.location)
 
 
+def _credentials(opts: dict[str, Any], s3_config: dict[str, Any], url: str) -> BotocoreCredentials | None:
+    """Put the keys that sign the store into ``s3_config``: the options' own, else a static profile's.
+    Returns the credential provider for any other profile (botocore's), or None: object_store's own chain
+    (web identity, container, instance metadata) then signs."""
+    if opts.get("access_key_id"):
+        source: StaticKeys | BotocoreCredentials | None = StaticKeys(
+            opts["access_key_id"], opts["secret_access_key"], opts.get("session_token")
+        )
+    else:
+        source = profile_source(opts.get("profile"), url)
+    if not isinstance(source, StaticKeys):
+        return source
+    s3_config.update(access_key_id=source.access_key_id, secret_access_key=source.secret_access_key)
+    if source.session_token:
+        s3_config["session_token"] = source.session_token
+    return None
+
+
 def s3_store(config: AdapterConfig) -> Any:
-    """An S3Store for the bucket ``config.location`` with the resolved S3 options."""
+    """An S3Store for the bucket ``config.location`` with the resolved (and already validated) S3 options.
+
+    Signed by the keys in the options, else by the standard AWS chain (:mod:`storage_adapter.aws_profile`
+    resolves its profiles, object_store the rest); unsigned only with ``anonymous``. Every setting
+    object_store would otherwise take from the environment is given explicitly, so the options decide.
+    """
     opts = dict(config.options)
-    s3_config: dict[str, Any] = {"region": opts["region"], "virtual_hosted_style_request": False}
-    for name in ("endpoint", "access_key_id", "secret_access_key", "session_token"):
-        if opts.get(name):
-            s3_config[name] = opts[name]
-    if not opts.get("access_key_id"):
-        # Anonymous access must be asked for explicitly, or object_store probes instance metadata.
-        s3_config["skip_signature"] = True
+    s3_config: dict[str, Any] = {
+        "region": opts["region"],
+        "virtual_hosted_style_request": opts["virtual_hosted_style"],
+        "conditional_put": opts["conditional_put"],
+        "skip_signature": opts["anonymous"],
+    }
+    if opts.get("endpoint"):
+        s3_config["endpoint"] = opts["endpoint"]
+    provider = None if opts["anonymous"] else _credentials(opts, s3_config, config.url)
     return S3Store(
         config.location,
         config=cast("S3Config", s3_config),
@@ -101,7 +127,12 @@ def s3_store(config: AdapterConfig) -> Any:
         retry_config={
             "max_retries": opts["max_retries"],
             "retry_timeout": timedelta(seconds=opts["retry_timeout_s"]),
+            "backoff": {
+                "init_backoff": timedelta(seconds=opts["init_backoff_s"]),
+                "max_backoff": timedelta(seconds=opts["max_backoff_s"]),
+            },
         },
+        credential_provider=cast("S3CredentialProvider | None", provider),
     )
 
 
@@ -288,8 +319,15 @@ class ObstoreBackend:
         self._batch_delete_refused = False  # set once the server refused POST ?delete; never reset
         try:
             self._store = build_store(config)
-        except BaseError as exc:
-            raise StorageError(f"cannot open {config.url} ({self.name}): {_first_line(exc)}") from exc
+        except BaseException as exc:
+            # obstore's errors and its panics (a BaseException) alike; ours and interrupts pass unchanged.
+            if not isinstance(exc, BaseError) and not _is_panic(exc):
+                raise
+            raise StorageError(
+                f"cannot open {config.url} ({self.name}): {_first_line(exc)}",
+                key=config.url,
+                backend=self.name,
+            ) from exc
 
     def path(self, key: str) -> str:
         return join_key(self._prefix, key)

@@ -103,3 +103,53 @@ def test_memory_stores_are_shared_by_name_within_a_process() -> None:
     open_adapter("memory://shared-name").write("k", b"v")
     assert open_adapter("memory://shared-name").read_bytes("k") == b"v"
     assert open_adapter("memory://another-name").read_if_exists("k") is None
+
+
+@pytest.mark.parametrize(
+    ("options", "fragment"),
+    [
+        # Each of these endpoints made obstore panic on the first request (pyo3's PanicException).
+        ({"endpoint": "http://exa mple:9000"}, "malformed host"),
+        ({"endpoint": "http://[::1"}, "malformed host or port"),
+        ({"endpoint": "http://"}, "malformed host"),
+        ({"endpoint": "http://127.0.0.1:99999"}, "malformed host or port"),
+        ({"endpoint": "http://127.0.0.1:"}, "malformed port"),
+        ({"endpoint": "http://host/a b"}, "URL path"),
+        ({"endpoint": "http://host/?x=1"}, "query or fragment"),
+        ({"endpoint": "http://host\n/"}, "control characters"),
+        ({"access_key_id": "AK\nID", "secret_access_key": SECRET}, "access_key_id must be UTF-8 text"),
+        ({"access_key_id": "AKID", "secret_access_key": SECRET + "\n"}, "secret_access_key must be"),
+        ({"max_retries": -1}, "max_retries=-1 must be a finite, non-negative number"),
+        ({"max_retries": 2**70}, "is over 100"),
+        ({"max_retries": 1.5}, "max_retries must be int"),
+        ({"connect_timeout_s": 0}, "connect_timeout_s=0.0 for s3://bucket must be positive"),
+        ({"request_timeout_s": float("nan")}, "finite"),
+        ({"init_backoff_s": -0.1}, "init_backoff_s"),
+        ({"conditional_put": "dynamo:table"}, "must be one of etag, disabled"),
+        ({"virtual_hosted_style": "sometimes"}, "is not a boolean"),
+        ({"anonymous": 1}, "anonymous must be bool"),
+        ({"profile": "ci\n"}, "profile must be UTF-8 text"),
+    ],
+)
+def test_s3_options_are_checked_before_obstore_sees_them(options: dict[str, object], fragment: str) -> None:
+    """Every bad option is a ConfigurationError (a ValueError) at open, naming the option, never a
+    secret's value: nothing reaches obstore to panic or overflow there."""
+    with pytest.raises(ConfigurationError) as info:
+        open_adapter("s3://bucket", allow_http=True, **options)
+    assert fragment in str(info.value) and "s3://bucket" in str(info.value)
+    assert SECRET not in str(info.value) and info.value.__context__ is None
+
+
+def test_well_formed_endpoints_are_accepted() -> None:
+    for endpoint in ("http://127.0.0.1:9000", "https://s3.eu-west-3.amazonaws.com", "http://[::1]:9000",
+                     "https://bucket.s3.example/", "http://minio.local:9000/base/path"):  # fmt: skip
+        assert open_adapter("s3://bucket", endpoint=endpoint, anonymous=True).config.option("endpoint")
+
+
+def test_conditional_put_disabled_is_declared_unsupported() -> None:
+    from storage_adapter.types import Support
+
+    adapter = open_adapter("s3://bucket", conditional_put="disabled", anonymous=True)
+    caps = adapter.capabilities
+    assert (caps.write_if_absent, caps.write_if_match) == (Support.UNSUPPORTED, Support.UNSUPPORTED)
+    assert open_adapter("s3://bucket", anonymous=True).capabilities.write_if_absent is Support.NATIVE

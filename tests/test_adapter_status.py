@@ -169,3 +169,17 @@ def test_the_documented_table_is_the_classifier() -> None:
             key=lambda line: line.index(str(status)),
         )
         assert f"`{expected.__name__}`" in row, (status, row)
+
+
+def test_a_rust_panic_while_building_a_store_becomes_a_typed_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Opening is covered too: a panic in the store's constructor is a StorageError naming the URL."""
+    import storage_adapter.obstore_backend as boundary
+
+    def panic(*args: object, **kwargs: object) -> None:
+        raise PanicException("request must be valid: InvalidUri")
+
+    monkeypatch.setattr(boundary, "S3Store", panic)
+    with pytest.raises(StorageError) as info:
+        open_adapter("s3://bucket/p", anonymous=True)
+    assert type(info.value) is StorageError and isinstance(info.value.__cause__, PanicException)
+    assert "s3://bucket/p" in str(info.value) and info.value.backend == "s3"

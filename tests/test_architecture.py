@@ -30,7 +30,9 @@ ALLOWED = {
 }
 # Third-party packages each layer may import, beyond the standard library (lazily imported ones included).
 THIRD_PARTY = {
-    "core": {"obstore", "fsspec", "s3fs"},  # fsspec and s3fs only inside the peers' filesystem builders
+    # fsspec and s3fs only inside the peers' filesystem builders; botocore only for AWS profiles that are
+    # not static keys (storage_adapter.aws_profile)
+    "core": {"obstore", "fsspec", "s3fs", "botocore"},
     "engine": {"obstore", "pyarrow", "ulid"},
     "idempotency": {"ulid"},
     "spark": {"pyarrow", "pyspark", "ulid"},

@@ -160,6 +160,26 @@ def test_wrong_secret_and_denied_write_errors_are_secret_free(guarded: S3Endpoin
     assert isinstance(raised_by(lambda: reader.write("k", b"v")), PermissionDeniedError)
 
 
+def test_a_profiles_wrong_secret_is_never_printed(
+    guarded: S3Endpoint, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A secret read from the shared credentials file (never an option, so no Redactor knows it) is
+    quoted by no repr and no error: nothing in the signing path echoes it."""
+    for name in [name for name in os.environ if name.startswith("AWS_")]:
+        monkeypatch.delenv(name)
+    (tmp_path / "credentials").write_text(
+        f"[sweep]\naws_access_key_id = {ADMIN.access_key_id}\naws_secret_access_key = {SECRET}\n"
+        f"aws_session_token = {TOKEN}\n"
+    )
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "credentials"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
+    monkeypatch.setenv("AWS_PROFILE", "sweep")
+    wrong = open_adapter(guarded.url("sweep"), endpoint=guarded.endpoint, allow_http=True, max_retries=0)
+    assert_clean(repr(wrong) + repr(wrong.config) + repr(pickle.loads(pickle.dumps(wrong))), "reprs")
+    for call in (lambda: wrong.write("k", b"v"), lambda: wrong.read_bytes("k"), lambda: wrong.list()):
+        assert isinstance(raised_by(call), PermissionDeniedError)
+
+
 # -- the boundary scrubs whatever a driver says --------------------------------------------------------------------
 class _EchoingDriver:
     """A careless third-party driver: every failure quotes its password, in the message and the cause."""

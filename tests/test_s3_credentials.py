@@ -1,0 +1,139 @@
+"""The S3 credential chain (issue 20, item 4): with no keys given, requests are signed with what the
+standard AWS sources provide (a named profile here, against a SeaweedFS that denies anonymous requests);
+unsigned requests go out only when ``anonymous=True`` asks for them."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from backends.seaweedfs import S3Identity, SeaweedFS
+from backends.server import S3Endpoint
+from storage_adapter import ConfigurationError, open_adapter
+from storage_adapter.errors import PermissionDeniedError
+
+OWNER = S3Identity("PROFILEKEY", "profile-secret-value")
+
+
+@pytest.fixture(scope="module")
+def guarded() -> Iterator[S3Endpoint]:
+    with SeaweedFS(identities=(OWNER,)) as endpoint:
+        yield endpoint
+
+
+@pytest.fixture
+def aws_home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """An environment whose only AWS settings are shared files in ``tmp_path`` (empty until written)."""
+    import os
+
+    for name in list(os.environ):
+        if name.startswith("AWS_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "credentials"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
+    return tmp_path
+
+
+def endpoint_only(endpoint: S3Endpoint) -> dict[str, object]:
+    return {"endpoint": endpoint.endpoint, "allow_http": True, "max_retries": 0}
+
+
+def round_trip(endpoint: S3Endpoint, prefix: str, **options: object) -> None:
+    adapter = open_adapter(endpoint.url(prefix), **endpoint_only(endpoint), **options)
+    adapter.write("k", b"signed")
+    assert adapter.read_bytes("k") == b"signed"
+    adapter.delete("k")
+
+
+def test_a_named_profile_signs_requests(
+    guarded: S3Endpoint, aws_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (aws_home / "credentials").write_text(
+        f"[ci]\naws_access_key_id = {OWNER.access_key_id}\naws_secret_access_key = {OWNER.secret_access_key}\n"
+    )
+    monkeypatch.setenv("AWS_PROFILE", "ci")
+    round_trip(guarded, "profile")
+
+
+def test_a_profile_in_the_config_file_with_a_credential_process_signs_requests(
+    guarded: S3Endpoint, aws_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A profile that is not static keys (here credential_process) is resolved by botocore."""
+    answer = {"Version": 1, "AccessKeyId": OWNER.access_key_id, "SecretAccessKey": OWNER.secret_access_key}
+    script = aws_home / "process.py"
+    script.write_text(f"print({json.dumps(json.dumps(answer))})\n")
+    (aws_home / "config").write_text(f"[profile proc]\ncredential_process = {sys.executable} {script}\n")
+    round_trip(guarded, "process", profile="proc")
+
+
+def test_the_default_profile_is_part_of_the_chain(guarded: S3Endpoint, aws_home: Path) -> None:
+    (aws_home / "credentials").write_text(
+        f"[default]\naws_access_key_id = {OWNER.access_key_id}\n"
+        f"aws_secret_access_key = {OWNER.secret_access_key}\n"
+    )
+    round_trip(guarded, "default")
+
+
+def test_unsigned_requests_only_when_asked(guarded: S3Endpoint, aws_home: Path) -> None:
+    (aws_home / "credentials").write_text(
+        f"[default]\naws_access_key_id = {OWNER.access_key_id}\n"
+        f"aws_secret_access_key = {OWNER.secret_access_key}\n"
+    )
+    anonymous = open_adapter(guarded.url("anon"), **endpoint_only(guarded), anonymous=True)
+    with pytest.raises(PermissionDeniedError):
+        anonymous.write("k", b"unsigned")  # the server denies anonymous writes: this one went unsigned
+
+
+def test_a_named_profile_that_does_not_exist_is_a_configuration_error(aws_home: Path) -> None:
+    with pytest.raises(ConfigurationError, match="profile 'missing'") as info:
+        open_adapter("s3://bucket", endpoint="http://127.0.0.1:9", allow_http=True, profile="missing")
+    assert "s3://bucket" in str(info.value)
+
+
+def store_of(adapter: object) -> object:
+    return adapter._backend._store  # type: ignore[attr-defined]
+
+
+def test_without_keys_or_profile_object_store_resolves_the_rest_of_the_chain(
+    aws_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Web identity (or container, or instance metadata) is object_store's, read from the environment
+    when the first request needs credentials: the store is built signed, with neither keys nor a provider
+    of ours, and web identity comes before the shared files' default profile."""
+    (aws_home / "credentials").write_text("[default]\naws_access_key_id = A\naws_secret_access_key = B\n")
+    monkeypatch.setenv("AWS_WEB_IDENTITY_TOKEN_FILE", str(aws_home / "token"))
+    monkeypatch.setenv("AWS_ROLE_ARN", "arn:aws:iam::123456789012:role/test")
+    store = store_of(open_adapter("s3://bucket"))
+    config = store.config  # type: ignore[attr-defined]
+    assert config["skip_signature"] == "false" and "access_key_id" not in config  # obstore reports text
+    assert store.credential_provider is None  # type: ignore[attr-defined]
+
+
+def test_anonymous_from_the_environment_is_an_explicit_ask(
+    aws_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AWS_SKIP_SIGNATURE", "true")
+    assert store_of(open_adapter("s3://bucket")).config["skip_signature"] == "true"  # type: ignore[attr-defined]
+    monkeypatch.delenv("AWS_SKIP_SIGNATURE")
+    assert store_of(open_adapter("s3://bucket")).config["skip_signature"] == "false"  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("credentials", "fragment"),
+    [
+        ("[ci]\naws_access_key_id = A\n", "needs aws_access_key_id and aws_secret_access_key"),
+        ("[ci]\naws_access_key_id = A\naws_secret_access_key = Pl4nted\x01x\n", "control characters"),
+        ("[ci\naws_secret_access_key = Pl4nted-in-a-broken-file\n", "is not valid INI"),
+    ],
+)
+def test_a_broken_profile_is_a_configuration_error_that_quotes_no_value(
+    aws_home: Path, credentials: str, fragment: str
+) -> None:
+    (aws_home / "credentials").write_text(credentials)
+    with pytest.raises(ConfigurationError, match=fragment) as info:
+        open_adapter("s3://bucket", profile="ci")
+    assert "Pl4nted" not in str(info.value) and info.value.__context__ is None
