@@ -7,8 +7,10 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler
 
 import pytest
+from loopback_http import serving
 
 from backends.seaweedfs import S3Identity, SeaweedFS
 from backends.server import S3Endpoint
@@ -53,8 +55,26 @@ def test_the_owner_passes_the_preflight(guarded: S3Endpoint) -> None:
     adapter.delete("k")
 
 
+class _NoInstanceCredentials(BaseHTTPRequestHandler):
+    """The instance metadata service of a machine that has no role: every request refused."""
+
+    def _refuse(self) -> None:
+        self.send_response(403)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    do_GET = do_PUT = _refuse
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
 def test_missing_credentials(guarded: S3Endpoint) -> None:
-    line = one_clear_line(check(guarded))
+    """No source of the chain configured: the last one, instance metadata, is asked (here a stand-in
+    that refuses, so the outcome does not depend on what this machine's network does with 169.254.169.254)
+    and the check names the missing credentials; nothing is sent unsigned."""
+    with serving(_NoInstanceCredentials) as metadata:
+        line = one_clear_line(check(guarded, AWS_METADATA_ENDPOINT=metadata))
     assert "PermissionDeniedError" in line and "no credentials" in line and "guarded" in line
 
 
