@@ -249,8 +249,7 @@ class Engine:
         manifest's inline tail (``manifest.TAIL`` versions), concurrent."""
         manifest = self._manifests.load().manifest
         version = manifest.version if version is None else version
-        stored = self._manifests.history.read(manifest.stored_record_versions(version))
-        pins = manifest.pins_at(version, tuple(stored))
+        pins = manifest.pins_at(version, self._manifests.records_after(manifest, version))
         return Snapshot(version, pins, {n: manifest.tables[n].schema for n in pins})
 
     def read(self, table: str, snapshot_or_version: Snapshot | int | None = None) -> pa.Table:

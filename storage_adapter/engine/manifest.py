@@ -127,18 +127,16 @@ class Manifest:
         """The inline record carrying ``idempotency_key`` (the key ledger is the exact answer)."""
         return next((r for r in reversed(self.commits) if r.idempotency_key == idempotency_key), None)
 
-    def pins_at(self, version: int, stored: tuple[CommitRecord, ...] = ()) -> dict[str, int]:
-        """Table pins as of manifest ``version``, rebuilt by undoing the records after it, newest first:
-        ``stored`` are those of :meth:`stored_record_versions` (``version``), read from the history."""
+    def pins_at(self, version: int, records: tuple[CommitRecord, ...]) -> dict[str, int]:
+        """Table pins as of manifest ``version``, rebuilt by undoing ``records`` newest first: the records
+        of every version after it (``ManifestStore.records_after``); ValueError for any other list."""
         self.check_retained(version)
-        if [r.version for r in stored] != list(self.stored_record_versions(version)):
+        if [r.version for r in records] != list(range(version + 1, self.version + 1)):
             raise ValueError(
-                f"pins_at({version}) needs the stored records {self.stored_record_versions(version)}"
+                f"pins_at({version}) needs the records of versions {version + 1}..{self.version}"
             )
         pins = {name: entry.version for name, entry in self.tables.items()}
-        for record in reversed((*stored, *self.commits)):
-            if record.version <= version:
-                break
+        for record in reversed(records):
             for change in record.changes:
                 if change.from_version is None:
                     pins.pop(change.table, None)
@@ -178,9 +176,11 @@ class Manifest:
         return tuple(reversed(kept))
 
     @property
-    def writes_table_map(self) -> bool:
-        """Whether this manifest's publisher writes its table map (it is the version the map is of)."""
-        return self.table_map is not None and self.table_map.version == self.version
+    def new_table_map(self) -> TableMapRef | None:
+        """The table map this manifest's publisher writes: its own, when it is the version the map is of."""
+        return (
+            self.table_map if self.table_map is not None and self.table_map.version == self.version else None
+        )
 
     def encode(self) -> bytes:
         def entry(name: str) -> dict[str, Any]:
@@ -219,7 +219,7 @@ class Manifest:
                 table_map = TableMapRef(json_field(ref, "version", int), json_field(ref, "operation_id", str))
             if table_map is not None and load_table_map is None:
                 raise ValueError(f"{key} builds on table map {table_map.key}: decode it with load_table_map")
-            tables = {} if table_map is None else dict(load_table_map(table_map))  # type: ignore[misc]
+            tables = {} if table_map is None or load_table_map is None else dict(load_table_map(table_map))
             created = set()
             for name, entry in json_field(doc, "tables", dict).items():
                 schema = json_field(entry, "schema", str, optional=True)
@@ -361,21 +361,19 @@ class ManifestStore:
         First, so that no manifest ever lacks a retained record or names a missing map: the records ``new``
         drops from the tail are stored in the history (one write_if_absent each: usually one), and the
         table map ``new`` builds on is written when ``new`` is the version it is of (every
-        ``CHANGED_LIMIT`` distinct tables changed), all concurrently; over a format 1 manifest (the upgrade) its keyed records are entered
-        in the key ledger (one write_if_absent each, once)."""
+        ``CHANGED_LIMIT`` distinct tables changed), all concurrently; over a format 1 manifest (the
+        upgrade) its keyed records are entered in the key ledger (one write_if_absent each, once)."""
         kept = {record.version for record in new.commits}
         objects = [
             self.history.stored_object(r)
             for r in current.manifest.commits
             if r.version not in kept and r.version > new.history_floor
         ]
-        if new.writes_table_map:
-            assert new.table_map is not None
-            objects.append((new.table_map.key, new.encode_table_map()))  # a unique key: never taken
+        if (table_map := new.new_table_map) is not None:
+            objects.append((table_map.key, new.encode_table_map()))  # a unique key: never taken
         map_bounded(lambda stored: self._adapter.write_if_absent(*stored), objects)
-        if new.writes_table_map:
-            assert new.table_map is not None
-            _TABLE_MAPS.put(self._adapter.url, new.table_map.key, new.tables)  # the next load needs no GET
+        if table_map is not None:
+            _TABLE_MAPS.put(self._adapter.url, table_map.key, new.tables)  # the next load needs no GET
         if current.manifest.format_version == 1:
             _enter_legacy_keys(KeyLedger(self._adapter), current.manifest.commits)
         failpoint("publish.before_cas")
