@@ -21,6 +21,7 @@ No message quotes a value read from these files: they hold secrets.
 from __future__ import annotations
 
 import configparser
+import importlib.util
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -28,7 +29,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from storage_adapter.errors import ConfigurationError
+from storage_adapter.errors import ConfigurationError, PermissionDeniedError
 from storage_adapter.keys import is_plain_text
 
 # Settings that make a profile more than static keys: botocore must resolve it.
@@ -52,10 +53,12 @@ class StaticKeys:
 
 class BotocoreCredentials:
     """An obstore S3 credential provider over botocore's resolution of one profile (assumed roles, SSO,
-    ``credential_process``, web identity): each call returns botocore's current credentials, to be
-    reused for a few minutes."""
+    ``credential_process``, web identity) or, with ``profile`` None, of web identity from the environment:
+    each call returns botocore's current credentials, to be reused for a few minutes."""
 
-    def __init__(self, profile: str, url: str) -> None:
+    def __init__(self, profile: str | None, url: str) -> None:
+        self._source = "AWS web identity" if profile is None else f"AWS profile {profile!r}"
+        self._url = url
         try:
             import botocore.session
         except ImportError:
@@ -64,7 +67,7 @@ class BotocoreCredentials:
             botocore_missing = False
         if botocore_missing:
             raise ConfigurationError(
-                f"AWS profile {profile!r} for {url} is not static keys: resolving it needs botocore "
+                f"{self._source} for {url} is not static keys: resolving it needs botocore "
                 "(pip install storage-adapter[aws])",
                 key=url,
             )
@@ -76,16 +79,25 @@ class BotocoreCredentials:
         if failure or self._credentials is None:
             # Raised outside the handler: botocore's message may quote the profile's settings.
             raise ConfigurationError(
-                f"AWS profile {profile!r} for {url} gave no credentials{f' ({failure})' if failure else ''}",
+                f"{self._source} for {url} gave no credentials{f' ({failure})' if failure else ''}",
                 key=url,
             )
 
     def __call__(self) -> dict[str, Any]:
-        frozen = self._credentials.get_frozen_credentials()
+        failure = ""
+        try:
+            # Temporary credentials (web identity, assumed roles) are fetched here, on first use.
+            frozen = self._credentials.get_frozen_credentials()
+        except Exception as exc:  # as above: the type only, never botocore's message
+            failure = type(exc).__name__
+        if failure:
+            raise PermissionDeniedError(
+                f"{self._source} for {self._url} gave no credentials ({failure})", key=self._url
+            )
         return {
             "access_key_id": frozen.access_key,
             "secret_access_key": frozen.secret_key,
-            "token": frozen.token,
+            "token": frozen.token or None,  # an empty token must not become an empty header
             "expires_at": datetime.now(UTC) + _REUSE,
         }
 
@@ -114,6 +126,22 @@ def _sections(environ: Mapping[str, str], url: str) -> tuple[dict[str, dict[str,
     return profiles, " and ".join(str(path) for path, _ in files)
 
 
+def _web_identity(env: Mapping[str, str], url: str) -> BotocoreCredentials | None:
+    """Web identity: botocore's when installed (it honours ``AWS_ENDPOINT_URL_STS`` and regional STS
+    endpoints, and refreshes the role's credentials), else object_store's (global
+    ``https://sts.{region}.amazonaws.com`` only). An STS endpoint set without botocore is refused rather
+    than silently ignored."""
+    if importlib.util.find_spec("botocore") is not None:
+        return BotocoreCredentials(None, url)
+    if env.get("AWS_ENDPOINT_URL_STS"):
+        raise ConfigurationError(
+            f"AWS_ENDPOINT_URL_STS is set for {url}, but only botocore honours it for web identity "
+            "(pip install storage-adapter[aws])",
+            key=url,
+        )
+    return None
+
+
 def profile_source(
     named: str | None, url: str, environ: Mapping[str, str] | None = None
 ) -> StaticKeys | BotocoreCredentials | None:
@@ -123,7 +151,7 @@ def profile_source(
     ConfigurationError naming the profile and ``url``, never a value."""
     env = os.environ if environ is None else environ
     if named is None and env.get("AWS_WEB_IDENTITY_TOKEN_FILE"):
-        return None
+        return _web_identity(env, url)
     profiles, files = _sections(env, url)
     name = named or "default"
     settings = profiles.get(name)

@@ -123,7 +123,9 @@ LOCAL = register_backend(
 # malformed endpoint and overflows on an out-of-range number.
 S3_OPTIONS: Mapping[str, Option] = MappingProxyType(
     {
-        "endpoint": Option(str, env=("AWS_ENDPOINT_URL",)),
+        "endpoint": Option(
+            str, env=("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
+        ),  # the service-specific one wins
         "access_key_id": Option(str, env=("AWS_ACCESS_KEY_ID",)),
         "secret_access_key": Option(str, env=("AWS_SECRET_ACCESS_KEY",), secret=True),
         "session_token": Option(str, env=("AWS_SESSION_TOKEN",), secret=True),

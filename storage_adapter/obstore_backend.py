@@ -114,7 +114,9 @@ def s3_store(config: AdapterConfig) -> Any:
         "skip_signature": opts["anonymous"],
     }
     if opts.get("endpoint"):
-        s3_config["endpoint"] = opts["endpoint"]
+        # object_store lets AWS_ENDPOINT_URL_S3 from its own environment beat "endpoint"; under its own
+        # key the option wins (the variable already fed the option when no endpoint was given).
+        s3_config["endpoint"] = s3_config["aws_endpoint_url_s3"] = opts["endpoint"]
     provider = None if opts["anonymous"] else _credentials(opts, s3_config, config.url)
     return S3Store(
         config.location,
