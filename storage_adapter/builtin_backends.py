@@ -22,7 +22,7 @@ from storage_adapter.errors import ConfigurationError, InvalidKeyError
 from storage_adapter.keys import validate_prefix
 from storage_adapter.local_backend import LocalBackend
 from storage_adapter.obstore_backend import ObstoreBackend, memory_store, s3_store
-from storage_adapter.redaction import reject_userinfo
+from storage_adapter.redaction import redact_url, reject_userinfo
 from storage_adapter.registry import Backend, Driver, FsspecPeer, Option, register_backend
 from storage_adapter.types import Capabilities, Support
 
@@ -141,6 +141,12 @@ S3_OPTIONS: Mapping[str, Option] = MappingProxyType(
         "retry_timeout_s": Option(float, default=15.0),
         "init_backoff_s": Option(float, default=0.1),
         "max_backoff_s": Option(float, default=15.0),
+        # HTTP client: a forward proxy (and hosts that bypass it), TLS verification, the connection pool.
+        "proxy_url": Option(str),
+        "proxy_excludes": Option(str),
+        "allow_invalid_certificates": Option(bool, default=False),
+        "pool_max_idle_per_host": Option(int, default=None),
+        "pool_idle_timeout_s": Option(float, default=None),
         # Compatibility mode for Ceph RGW before its 2025 fix, which answers 412 to an If-Match carrying
         # the quoted ETag it returned itself: send the ETag unquoted. CAS against CAS is then exact, but a
         # CAS racing a plain write or delete is still not atomic there (docs/ceph.md).
@@ -155,9 +161,16 @@ CONDITIONAL_PUT_MODES = ("etag", "disabled")
 
 # What object_store can represent (its durations and retry count), with room to spare.
 _S3_LIMITS = {"max_retries": 100, "connect_timeout_s": 86400.0, "request_timeout_s": 86400.0,
+               "pool_max_idle_per_host": 100_000, "pool_idle_timeout_s": 86400.0,
                "retry_timeout_s": 86400.0, "init_backoff_s": 86400.0, "max_backoff_s": 86400.0}  # fmt: skip
 # A zero duration would make every request (or the first retry) fail at once.
-_POSITIVE = ("connect_timeout_s", "request_timeout_s", "init_backoff_s", "max_backoff_s")
+_POSITIVE = (
+    "connect_timeout_s",
+    "request_timeout_s",
+    "init_backoff_s",
+    "max_backoff_s",
+    "pool_idle_timeout_s",
+)
 # An endpoint's host: a name or IPv4 address, or an IPv6 address in brackets (what the URI parser under
 # object_store accepts; anything else panics there on the first request).
 _HOST = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\]")
@@ -201,11 +214,27 @@ def _check_s3_options(options: Mapping[str, Any], url: str) -> None:
             + ", ".join(CONDITIONAL_PUT_MODES),
             key=url,
         )
+    proxy = options.get("proxy_url")
+    if proxy is not None:
+        if redact_url(proxy) != proxy:  # proxy credentials are not supported: never carried in a URL
+            raise ConfigurationError(
+                f"S3 proxy_url {redact_url(proxy)!r} for {url} carries credentials (user:password@), "
+                "which are not supported",
+                key=url,
+            )
+        problem = _endpoint_problem(proxy)
+        if problem:
+            raise ConfigurationError(f"S3 proxy_url {proxy!r} for {url} {problem}", key=url)
+    excludes = options.get("proxy_excludes")
+    if excludes is not None and not all(_HOST.fullmatch(h.strip().lstrip(".")) for h in excludes.split(",")):
+        raise ConfigurationError(
+            f"option proxy_excludes={excludes!r} for {url} must be comma-separated host names", key=url
+        )
     for name in _POSITIVE:
-        if options[name] <= 0:
+        if options.get(name) is not None and options[name] <= 0:
             raise ConfigurationError(f"option {name}={options[name]!r} for {url} must be positive", key=url)
     for name, limit in _S3_LIMITS.items():
-        if options[name] > limit:
+        if options.get(name) is not None and options[name] > limit:
             raise ConfigurationError(f"option {name}={options[name]!r} for {url} is over {limit}", key=url)
 
 

@@ -99,6 +99,25 @@ def _credentials(opts: dict[str, Any], s3_config: dict[str, Any], url: str) -> B
     return None
 
 
+def _client_options(opts: dict[str, Any]) -> Any:
+    """object_store's HTTP client options from the (validated) S3 options; unset ones keep its defaults."""
+    client: dict[str, Any] = {
+        "allow_http": bool(opts["allow_http"]),
+        "allow_invalid_certificates": bool(opts["allow_invalid_certificates"]),
+        "connect_timeout": timedelta(seconds=opts["connect_timeout_s"]),
+        "timeout": timedelta(seconds=opts["request_timeout_s"]),
+    }
+    if opts.get("proxy_url"):
+        client["proxy_url"] = opts["proxy_url"]
+    if opts.get("proxy_excludes"):
+        client["proxy_excludes"] = opts["proxy_excludes"]
+    if opts.get("pool_max_idle_per_host") is not None:
+        client["pool_max_idle_per_host"] = str(opts["pool_max_idle_per_host"])  # obstore takes text
+    if opts.get("pool_idle_timeout_s") is not None:
+        client["pool_idle_timeout"] = timedelta(seconds=opts["pool_idle_timeout_s"])
+    return client
+
+
 def s3_store(config: AdapterConfig) -> Any:
     """An S3Store for the bucket ``config.location`` with the resolved (and already validated) S3 options.
 
@@ -121,11 +140,7 @@ def s3_store(config: AdapterConfig) -> Any:
     return S3Store(
         config.location,
         config=cast("S3Config", s3_config),
-        client_options={
-            "allow_http": bool(opts["allow_http"]),
-            "connect_timeout": timedelta(seconds=opts["connect_timeout_s"]),
-            "timeout": timedelta(seconds=opts["request_timeout_s"]),
-        },
+        client_options=_client_options(opts),
         retry_config={
             "max_retries": opts["max_retries"],
             "retry_timeout": timedelta(seconds=opts["retry_timeout_s"]),

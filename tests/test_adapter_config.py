@@ -129,6 +129,12 @@ def test_memory_stores_are_shared_by_name_within_a_process() -> None:
         ({"virtual_hosted_style": "sometimes"}, "is not a boolean"),
         ({"anonymous": 1}, "anonymous must be bool"),
         ({"profile": "ci\n"}, "profile must be UTF-8 text"),
+        ({"proxy_url": "proxy:3128"}, "proxy_url 'proxy:3128' for s3://bucket must start with http://"),
+        ({"proxy_url": "http://u:p@proxy:3128"}, "carries credentials"),
+        ({"proxy_excludes": "a.example, b/c"}, "proxy_excludes"),
+        ({"pool_max_idle_per_host": -1}, "pool_max_idle_per_host=-1"),
+        ({"pool_idle_timeout_s": 0}, "pool_idle_timeout_s=0.0 for s3://bucket must be positive"),
+        ({"allow_invalid_certificates": "yes please"}, "allow_invalid_certificates"),
     ],
 )
 def test_s3_options_are_checked_before_obstore_sees_them(options: dict[str, object], fragment: str) -> None:
