@@ -10,14 +10,18 @@ from storage_adapter.adapter import ObjectStorageAdapter, open_adapter
 from storage_adapter.errors import (
     BackendUnavailableError,
     ConfigurationError,
+    InvalidBodyError,
     InvalidKeyError,
+    InvalidRangeError,
     NotFoundError,
+    ObjectChangedError,
     PermissionDeniedError,
     StorageError,
     UnsupportedOperationError,
 )
 from storage_adapter.protocol import StorageAdapter
 from storage_adapter.registry import Backend, backend_named, register_backend
+from storage_adapter.streams import Body, ObjectReader
 from storage_adapter.types import Capabilities, DirListing, ObjectInfo, Support, Versioned
 
 del _builtin_backends
@@ -25,12 +29,17 @@ del _builtin_backends
 __all__ = [
     "Backend",
     "BackendUnavailableError",
+    "Body",
     "Capabilities",
     "ConfigurationError",
     "DirListing",
+    "InvalidBodyError",
     "InvalidKeyError",
+    "InvalidRangeError",
     "NotFoundError",
+    "ObjectChangedError",
     "ObjectInfo",
+    "ObjectReader",
     "ObjectStorageAdapter",
     "PermissionDeniedError",
     "StorageAdapter",

@@ -3,24 +3,17 @@
 from __future__ import annotations
 
 import builtins
-from collections.abc import Generator, Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from typing import Any
 
 from storage_adapter.config import AdapterConfig, parse_url
 from storage_adapter.derived import DerivedOperations
-from storage_adapter.errors import NotFoundError
+from storage_adapter.errors import NotFoundError, UnsupportedOperationError
 from storage_adapter.keys import validate_key, validate_prefix
 from storage_adapter.redaction import Redactor
 from storage_adapter.registry import Driver
-from storage_adapter.types import Capabilities, DirListing, ObjectInfo, Versioned
-
-
-def _as_bytes(data: bytes | str, key: str) -> bytes:
-    if isinstance(data, str):
-        return data.encode("utf-8")
-    if isinstance(data, (bytes, bytearray, memoryview)):
-        return bytes(data)
-    raise TypeError(f"data for {key!r} must be bytes or str, not {type(data).__name__}")
+from storage_adapter.streams import Body, BytesLike, ObjectReader, body_of, check_ranges
+from storage_adapter.types import Capabilities, DirListing, ObjectInfo, Support, Versioned
 
 
 class ObjectStorageAdapter(DerivedOperations):
@@ -98,6 +91,30 @@ class ObjectStorageAdapter(DerivedOperations):
             data, token = self._backend.get_versioned(key)
         return Versioned(data=data, token=token)
 
+    def read_range(self, key: str, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` (``end`` clipped to the object); InvalidRangeError before any I/O for a
+        bad range, and naming the size for a start past the end. One ranged GET on S3."""
+        return self.read_ranges(key, [(start, end)])[0]
+
+    def read_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> builtins.list[bytes]:
+        """Each range's bytes, all from one version of the object (ObjectChangedError otherwise)."""
+        key = self._key(key)
+        checked = check_ranges(ranges, key, self.backend)
+        with self._scrubbed:
+            return self._backend.get_ranges(key, checked)
+
+    def open_reader(self, key: str) -> ObjectReader:
+        """A seekable reader over the object's current version, read lazily by range."""
+        key = self._key(key)
+        with self._scrubbed:
+            return ObjectReader(self._backend.open_source(key))
+
+    def read_buffer(self, key: str) -> memoryview:
+        """The object's bytes as a read-only memoryview, without a copy into ``bytes``."""
+        key = self._key(key)
+        with self._scrubbed:
+            return self._backend.get_buffer(key)
+
     def exists(self, key: str) -> bool:
         key = self._key(key)
         try:
@@ -145,34 +162,57 @@ class ObjectStorageAdapter(DerivedOperations):
         )
 
     # -- mutations ------------------------------------------------------------------------------------
-    def write(self, key: str, data: bytes | str) -> str:
-        """Atomically replace (or create) the object; return its new token."""
-        key = self._key(key)
-        body = _as_bytes(data, key)
-        with self._scrubbed:
-            return self._backend.put(key, body)
+    def _conditional_stream(self, key: str, data: object, method: str) -> bytes | Iterator[BytesLike]:
+        """The body of a conditional write; a stream is refused before any I/O where the backend declares
+        streamed conditional writes unsupported."""
+        body = body_of(data, key, self.backend)
+        if (
+            not isinstance(body, bytes)
+            and self._capabilities.streamed_conditional_write is Support.UNSUPPORTED
+        ):
+            raise UnsupportedOperationError(
+                f"{method} of {key!r} on {self.backend}: a streamed body cannot be written conditionally "
+                "here (capabilities.streamed_conditional_write); pass bytes",
+                key=key,
+                backend=self.backend,
+            )
+        return body
 
-    def write_if_absent(self, key: str, data: bytes | str) -> str | None:
+    def write(self, key: str, data: Body) -> str:
+        """Atomically replace (or create) the object; return its new token. ``data``: bytes, str, a binary
+        file object or an iterable of chunks (streamed: visible only complete, nothing if it fails)."""
+        key = self._key(key)
+        body = body_of(data, key, self.backend)
+        with self._scrubbed:
+            if isinstance(body, bytes):
+                return self._backend.put(key, body)
+            return self._backend.put_stream(key, body)
+
+    def write_if_absent(self, key: str, data: Body) -> str | None:
         """Create the object only if absent. Exactly one of any number of concurrent callers wins and gets
         the new object's token (as ``write`` returns it); the winner's bytes are fully readable when it
-        returns; losers get None and change nothing."""
+        returns; losers get None and change nothing. Streams: see ``capabilities.streamed_conditional_write``."""
         key = self._key(key)
-        body = _as_bytes(data, key)
+        body = self._conditional_stream(key, data, "write_if_absent")
         with self._scrubbed:
-            return self._backend.put_if_absent(key, body)
+            if isinstance(body, bytes):
+                return self._backend.put_if_absent(key, body)
+            return self._backend.put_stream_if_absent(key, body)
 
-    def write_if_match(self, key: str, data: bytes | str, token: str) -> str | None:
+    def write_if_match(self, key: str, data: Body, token: str) -> str | None:
         """Compare-and-swap: replace the object only if its current token is ``token``.
 
         Returns the new token, or None when the object changed since ``token`` or is absent (nothing is
         written then). Linearizable with every other mutation of the key on every backend.
         """
         key = self._key(key)
-        body = _as_bytes(data, key)
         if not isinstance(token, str) or not token:
             raise TypeError(f"token for {key!r} must be a non-empty str from read_versioned/write")
+        body = self._conditional_stream(key, data, "write_if_match")
         with self._scrubbed:
-            return self._backend.put_if_match(key, body, token)
+            if isinstance(body, bytes):
+                return self._backend.put_if_match(key, body, token)
+            return self._backend.put_stream_if_match(key, body, token)
 
     def delete(self, key: str) -> None:
         """Delete the object. Idempotent: deleting an absent key is not an error."""
