@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Generator, Iterable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from storage_adapter.config import AdapterConfig, parse_url
 from storage_adapter.derived import DerivedOperations
@@ -14,6 +14,9 @@ from storage_adapter.redaction import Redactor
 from storage_adapter.registry import Driver
 from storage_adapter.streams import Body, BytesLike, ObjectReader, body_of, check_ranges
 from storage_adapter.types import Capabilities, DirListing, ObjectInfo, Support, Versioned
+
+if TYPE_CHECKING:
+    from storage_adapter.fsspec_filesystem import AdapterFileSystem
 
 
 class ObjectStorageAdapter(DerivedOperations):
@@ -60,6 +63,13 @@ class ObjectStorageAdapter(DerivedOperations):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (ObjectStorageAdapter, (self._config,))
+
+    def to_fsspec(self, block_size: int | None = None) -> AdapterFileSystem:
+        """This adapter as an fsspec filesystem (paths are its keys; needs fsspec, the ``peers`` extra),
+        for pyarrow, pandas, DuckDB and the like: see :mod:`storage_adapter.fsspec_filesystem`."""
+        from storage_adapter.fsspec_filesystem import AdapterFileSystem
+
+        return AdapterFileSystem(self, block_size=block_size)
 
     def _identity(self) -> tuple[str, tuple[tuple[str, Any], ...]]:
         # The URL, not the config: file:///r with child "p" and file:///r/p address the same objects.

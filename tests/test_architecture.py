@@ -30,7 +30,8 @@ ALLOWED = {
 }
 # Third-party packages each layer may import, beyond the standard library (lazily imported ones included).
 THIRD_PARTY = {
-    # fsspec and s3fs only inside the peers' filesystem builders; botocore only for AWS profiles that are
+    # fsspec and s3fs only inside the peers' filesystem builders and the fsspec filesystem over an adapter
+    # (storage_adapter/fsspec_filesystem.py, imported by nothing in the core); botocore only for AWS profiles that are
     # not static keys (storage_adapter.aws_profile)
     "core": {"obstore", "fsspec", "s3fs", "botocore"},
     "engine": {"obstore", "pyarrow", "ulid"},

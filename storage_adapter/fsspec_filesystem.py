@@ -1,0 +1,380 @@
+"""AdapterFileSystem: an fsspec filesystem over a storage adapter, so pyarrow, pandas and DuckDB read
+(and write) through it with the adapter's key rules and guarantees.
+
+An edge module: nothing in the core imports it (``ObjectStorageAdapter.to_fsspec`` imports it lazily),
+and it needs fsspec (the ``peers`` extra). Importing it registers the protocols ``sa`` and
+``storage-adapter`` with fsspec; an installed package also declares them as ``fsspec.specs`` entry
+points, so ``fsspec.filesystem("sa", root="file:///data")`` finds the class without an import.
+
+Paths are keys relative to the adapter's root, with or without the protocol (``sa://tables/t/x.parquet``
+and ``tables/t/x.parquet`` are the same object); ``""`` is the root. Every path goes through the
+adapter's key rules before any I/O: a bad one (``../x``, ``/x``, a NUL) raises
+:class:`~storage_adapter.errors.InvalidKeyError` (a ValueError), so nothing outside the root is ever
+reached. A missing object is :class:`~storage_adapter.errors.NotFoundError` (a FileNotFoundError).
+Directories are key prefixes holding at least one object, as on every object store: ``mkdir`` and
+``makedirs`` create nothing, and a prefix disappears with its last object.
+"""
+
+from __future__ import annotations
+
+import io
+import tempfile
+from collections.abc import Mapping
+from datetime import datetime
+from functools import partial
+from types import TracebackType
+from typing import Any
+
+import fsspec
+from fsspec.spec import AbstractBufferedFile, AbstractFileSystem
+from fsspec.utils import stringify_path
+
+from storage_adapter.errors import InvalidRangeError, NotFoundError, UnsupportedOperationError
+from storage_adapter.keys import validate_key, validate_prefix
+from storage_adapter.protocol import StorageAdapter
+from storage_adapter.streams import READ_CHUNK, ObjectReader
+from storage_adapter.types import ObjectInfo
+
+PROTOCOLS = ("sa", "storage-adapter")
+
+
+class AdapterFileSystem(AbstractFileSystem):  # type: ignore[misc]  # fsspec is untyped
+    """An fsspec filesystem whose paths are the keys of one :class:`~storage_adapter.protocol.StorageAdapter`.
+
+    Build it from an adapter (``AdapterFileSystem(adapter)``, ``adapter.to_fsspec()``) or from what
+    ``open_adapter`` takes (``AdapterFileSystem(root="s3://bucket/prefix", options={...})``: the form
+    ``storage_options`` and ``fsspec.filesystem("sa", ...)`` use). Reads: ``cat_file`` with a range is one
+    ranged read; ``open(path, "rb")`` is a buffered file over one version of the object (``open_reader``:
+    its ranged reads never mix two versions). Writes: ``pipe_file`` and ``open(path, "wb")`` replace the
+    object atomically (a ``wb`` file is spooled, to disk past ``block_size``, and written as one stream on
+    ``close``: nothing is visible before, and a ``with`` block that raises writes nothing); ``mode="create"``
+    / ``"xb"`` is the adapter's ``write_if_absent`` (FileExistsError for the loser).
+
+    Instances are not cached by fsspec (``cachable = False``): its cache keys on the arguments' ``str``,
+    which for an adapter is its URL only, not its options. It pickles as its adapter.
+    """
+
+    protocol = PROTOCOLS
+    root_marker = ""
+    cachable = False
+    blocksize = READ_CHUNK
+
+    def __init__(
+        self,
+        adapter: StorageAdapter | None = None,
+        *,
+        root: str | None = None,
+        options: Mapping[str, Any] | None = None,
+        block_size: int | None = None,
+        **storage_options: Any,
+    ) -> None:
+        if (adapter is None) == (root is None):
+            raise TypeError("AdapterFileSystem takes an adapter or a root URL (with its options), not both")
+        if adapter is None:
+            from storage_adapter.adapter import open_adapter
+
+            adapter = open_adapter(str(root), **dict(options or {}))
+        elif options:
+            raise TypeError("options go with a root URL; an adapter is already configured")
+        super().__init__(**storage_options)
+        self.adapter = adapter
+        if block_size is not None:
+            self.blocksize = block_size
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (partial(AdapterFileSystem, block_size=self.blocksize), (self.adapter,))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, AdapterFileSystem) and other.adapter == self.adapter
+
+    def __hash__(self) -> int:
+        return hash(("AdapterFileSystem", self.adapter))
+
+    def __repr__(self) -> str:
+        return f"AdapterFileSystem({self.adapter!r})"
+
+    # -- paths ----------------------------------------------------------------------------------------
+    @classmethod
+    def _strip_protocol(cls, path: Any) -> Any:
+        """The key a path names: without ``sa://`` / ``storage-adapter://`` and trailing ``/``. Anything
+        else is left for the key rules to judge (a leading ``/`` stays, and is refused)."""
+        if isinstance(path, list):
+            return [cls._strip_protocol(p) for p in path]
+        path = stringify_path(path)
+        if not isinstance(path, str):
+            return path
+        for protocol in PROTOCOLS:
+            if path.startswith(protocol + "://"):
+                path = path[len(protocol) + 3 :]
+                break
+        return path.rstrip("/")
+
+    def _key(self, path: Any) -> str:
+        return validate_key(self._strip_protocol(path), self.adapter.backend)
+
+    def _prefix(self, path: Any) -> str:
+        return validate_prefix(self._strip_protocol(path), self.adapter.backend)
+
+    def _missing(self, key: str) -> NotFoundError:
+        return NotFoundError(
+            f"not found: {key!r} on {self.adapter.backend}", key=key, backend=self.adapter.backend
+        )
+
+    # -- metadata -------------------------------------------------------------------------------------
+    @staticmethod
+    def _file(info: ObjectInfo) -> dict[str, Any]:
+        return {"name": info.key, "size": info.size, "type": "file", "token": info.token,
+                "mtime": info.last_modified}  # fmt: skip
+
+    @staticmethod
+    def _directory(prefix: str) -> dict[str, Any]:
+        return {"name": prefix, "size": 0, "type": "directory"}
+
+    def _has_objects_below(self, prefix: str) -> bool:
+        """One listing page at most (one LIST on S3): is any object stored below ``prefix``?"""
+        pages = self.adapter.list_pages(prefix)
+        try:
+            return next(iter(pages), None) is not None
+        finally:
+            getattr(pages, "close", lambda: None)()
+
+    def info(self, path: Any, **kwargs: Any) -> dict[str, Any]:
+        """``name``, ``size``, ``type`` and, for an object, ``token`` (its version): an object's from
+        ``open_reader`` (one HEAD on S3), else a directory when objects are stored below the prefix (one
+        LIST page). The root is always a directory. NotFoundError otherwise."""
+        prefix = self._prefix(path)
+        if not prefix:
+            return self._directory("")
+        try:
+            with self.adapter.open_reader(prefix) as reader:
+                return {"name": prefix, "size": reader.size, "type": "file", "token": reader.token}
+        except NotFoundError:
+            pass
+        if self._has_objects_below(prefix):
+            return self._directory(prefix)
+        raise self._missing(prefix)
+
+    def exists(self, path: Any, **kwargs: Any) -> bool:
+        """True for an object or a prefix with objects below it. A bad path raises InvalidKeyError (it is
+        not merely absent)."""
+        prefix = self._prefix(path)
+        return not prefix or self.adapter.exists(prefix) or self._has_objects_below(prefix)
+
+    def ls(self, path: Any, detail: bool = True, **kwargs: Any) -> list[Any]:
+        """The objects and child directories directly under ``path`` (one ``list_dir``), sorted by name;
+        ``[info(path)]`` for an object. NotFoundError when there is nothing (the root lists empty)."""
+        prefix = self._prefix(path)
+        listing = self.adapter.list_dir(prefix)
+        entries = [self._file(o) for o in listing.objects] + [self._directory(p) for p in listing.prefixes]
+        if not entries and prefix:
+            entries = [self.info(prefix)]  # NotFoundError when it is no object either
+        entries.sort(key=lambda e: e["name"])
+        return entries if detail else [e["name"] for e in entries]
+
+    def find(
+        self,
+        path: Any,
+        maxdepth: int | None = None,
+        withdirs: bool = False,
+        detail: bool = False,
+        **kwargs: Any,
+    ) -> Any:
+        """Every object below ``path`` (the object itself when ``path`` is one), from one streamed listing
+        (``iter_list``) unless ``maxdepth`` asks for fsspec's walk; ``withdirs`` adds the directories."""
+        if maxdepth is not None:
+            return super().find(path, maxdepth=maxdepth, withdirs=withdirs, detail=detail, **kwargs)
+        prefix = self._prefix(path)
+        found: dict[str, dict[str, Any]] = {}
+        for info in self.adapter.iter_list(prefix):
+            found[info.key] = self._file(info)
+            if withdirs:
+                parts = info.key.split("/")
+                for depth in range(len(prefix.split("/")) if prefix else 1, len(parts)):
+                    directory = "/".join(parts[:depth])
+                    found.setdefault(directory, self._directory(directory))
+        if withdirs and found and prefix:
+            found[prefix] = self._directory(prefix)
+        if not found and prefix and self.adapter.exists(prefix):
+            found[prefix] = self.info(prefix)
+        ordered = dict(sorted(found.items()))
+        return ordered if detail else list(ordered)
+
+    def modified(self, path: Any) -> datetime:
+        """When the object was last written (the listing's time: one ``list_dir`` of its parent)."""
+        key = self._key(path)
+        parent = key.rpartition("/")[0]
+        for info in self.adapter.list_dir(parent).objects:
+            if info.key == key:
+                return info.last_modified
+        raise self._missing(key)
+
+    def created(self, path: Any) -> datetime:
+        """``modified``: an object store keeps only the time of the write that made the current version."""
+        return self.modified(path)
+
+    # -- reads ----------------------------------------------------------------------------------------
+    def cat_file(self, path: Any, start: int | None = None, end: int | None = None, **kwargs: Any) -> bytes:
+        """The object's bytes, or ``[start, end)`` of them in one ranged read (``read_range``). fsspec's
+        conventions: None is an open end, a negative offset counts from the end (the size comes from the
+        reader the range is then read through, so both are of one version), and a range past the end
+        reads ``b""``."""
+        key = self._key(path)
+        if start is None and end is None:
+            return self.adapter.read_bytes(key)
+        if (start or 0) < 0 or (end or 0) < 0:
+            with self.adapter.open_reader(key) as reader:
+                first, last = slice(start, end).indices(reader.size)[:2]
+                reader.seek(first)
+                return reader.read(max(last - first, 0)) or b""
+        first, last = start or 0, end if end is not None else 2**63 - 1
+        if last <= first:
+            return b""
+        try:
+            return self.adapter.read_range(key, first, last)
+        except InvalidRangeError as exc:
+            if exc.size is None:
+                raise
+            return b""  # starts past the end: fsspec reads nothing there, it is no error
+
+    def _open(
+        self,
+        path: Any,
+        mode: str = "rb",
+        block_size: int | None = None,
+        autocommit: bool = True,
+        cache_options: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        key = self._key(path)
+        if not autocommit:
+            raise UnsupportedOperationError(
+                f"open {key!r} on {self.adapter.backend}: fsspec transactions are not supported; each "
+                "file is written atomically on close",
+                key=key,
+                backend=self.adapter.backend,
+            )
+        if mode == "rb":
+            reader = self.adapter.open_reader(key)
+            return AdapterReadFile(self, key, reader, block_size or self.blocksize, cache_options)
+        if mode in ("wb", "xb"):
+            return AdapterWriteFile(
+                self.adapter, key, exclusive=mode == "xb", spool=block_size or self.blocksize
+            )
+        raise UnsupportedOperationError(
+            f"open {key!r} on {self.adapter.backend}: mode {mode!r} (objects are read with 'rb' and "
+            "written whole with 'wb' or 'xb')",
+            key=key,
+            backend=self.adapter.backend,
+        )
+
+    # -- writes ---------------------------------------------------------------------------------------
+    def pipe_file(self, path: Any, value: bytes, mode: str = "overwrite", **kwargs: Any) -> None:
+        """Write ``value`` atomically (``write``); with ``mode="create"`` only if absent
+        (``write_if_absent``): FileExistsError when an object is there."""
+        key = self._key(path)
+        if mode == "create":
+            if self.adapter.write_if_absent(key, value) is None:
+                raise FileExistsError(f"{key!r} exists on {self.adapter.backend}")
+        elif mode == "overwrite":
+            self.adapter.write(key, value)
+        else:
+            raise ValueError(f"pipe_file mode must be 'overwrite' or 'create', not {mode!r}")
+
+    def rm_file(self, path: Any) -> None:
+        """Delete the object (``delete``: deleting a missing one is no error)."""
+        self.adapter.delete(self._key(path))
+
+    def _rm(self, path: Any) -> None:
+        self.rm_file(path)
+
+    def mkdir(self, path: Any, create_parents: bool = True, **kwargs: Any) -> None:
+        """Nothing to create: a directory is a prefix with objects. The path is still validated."""
+        self._prefix(path)
+
+    def makedirs(self, path: Any, exist_ok: bool = False) -> None:
+        """Nothing to create, as ``mkdir``."""
+        self._prefix(path)
+
+    def rmdir(self, path: Any) -> None:
+        """Nothing to remove: a prefix goes with its last object."""
+        self._prefix(path)
+
+
+class AdapterReadFile(AbstractBufferedFile):  # type: ignore[misc]  # fsspec is untyped
+    """A buffered read-only file over one version of one object: fsspec's read-ahead cache over the
+    ranged reads of an :class:`~storage_adapter.streams.ObjectReader`."""
+
+    def __init__(
+        self,
+        fs: AdapterFileSystem,
+        key: str,
+        reader: ObjectReader,
+        block_size: int,
+        cache_options: dict[str, Any] | None,
+    ) -> None:
+        self._reader = reader
+        super().__init__(fs, key, mode="rb", block_size=block_size, cache_options=cache_options,
+                         size=reader.size)  # fmt: skip
+        self.details["token"] = reader.token
+
+    def _fetch_range(self, start: int, end: int) -> bytes:
+        self._reader.seek(start)
+        return self._reader.read(end - start) or b""
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self._reader.close()
+
+
+class AdapterWriteFile(io.RawIOBase):
+    """A write-only file that becomes the object, whole and at once, when closed: spooled in memory up
+    to ``spool`` bytes and on disk past that, then written as one stream (``write``; ``write_if_absent``
+    when ``exclusive``: FileExistsError if an object is there). ``discard()``, or leaving a ``with`` block
+    by an exception, writes nothing."""
+
+    def __init__(self, adapter: StorageAdapter, key: str, *, exclusive: bool, spool: int) -> None:
+        super().__init__()
+        self._adapter, self._key, self._exclusive = adapter, key, exclusive
+        self._spool = tempfile.SpooledTemporaryFile(max_size=spool)  # noqa: SIM115 (closed by close/discard)
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        self._checkClosed()
+        return self._spool.write(data)
+
+    def tell(self) -> int:
+        self._checkClosed()
+        return self._spool.tell()
+
+    def discard(self) -> None:
+        """Close without writing anything."""
+        self._spool.close()
+        super().close()
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        try:
+            self._spool.seek(0)
+            if not self._exclusive:
+                self._adapter.write(self._key, self._spool)
+            elif self._adapter.write_if_absent(self._key, self._spool) is None:
+                raise FileExistsError(f"{self._key!r} exists on {self._adapter.backend}")
+        finally:
+            self.discard()
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        if kind is None:
+            self.close()
+        else:
+            self.discard()
+
+
+for _protocol in PROTOCOLS:
+    fsspec.register_implementation(_protocol, AdapterFileSystem, clobber=True)
