@@ -165,13 +165,18 @@ class StorageAdapter(Protocol):
         """Create the object only if no object exists at ``key``. Among any number of concurrent callers
         exactly one wins and gets the token of the bytes it wrote (a non-empty str, the one
         ``read_versioned`` and ``list`` report for them, usable at once in ``write_if_match``); its bytes
-        are wholly readable when it returns. The others get None and change nothing."""
+        are wholly readable when it returns. The others get None and change nothing.
+
+        A streamed body (see ``write``) is honoured as ``capabilities.streamed_conditional_write`` says:
+        UNSUPPORTED refuses it with UnsupportedOperationError before any I/O; a stream longer than
+        ``capabilities.streamed_conditional_limit`` is refused the same way, writing nothing."""
         ...
 
-    def write_if_match(self, key: str, data: bytes | str, token: str) -> str | None:
+    def write_if_match(self, key: str, data: Body, token: str) -> str | None:
         """Compare-and-swap: replace the object only if its current token is ``token``; return the new
         token. Return None, writing nothing, when the object changed since ``token`` was read or does not
-        exist. Linearizable with every other mutation of the key: no update is ever lost."""
+        exist. Linearizable with every other mutation of the key: no update is ever lost. Streamed bodies
+        as for ``write_if_absent``."""
         ...
 
     def delete(self, key: str) -> None:
