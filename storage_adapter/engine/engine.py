@@ -151,10 +151,12 @@ class Engine:
         return self._operation().run(state, {name: write}, "create", expected_version=None,
                                      idempotency_key=None, actor=actor or self._actor)  # fmt: skip
 
-    def write_fragment(self, table: str, data: pa.Table) -> FragmentRef:
-        """Write ``data`` as one immutable Parquet file under the table's data prefix (write_if_absent on a
-        fresh ULID key) after checking its schema. Invisible until committed by ``commit_fragments``;
-        reclaimed by vacuum if never committed. Raises UnknownTableError, SchemaMismatchError.
+    def write_fragment(self, table: str, data: pa.Table | pa.RecordBatchReader) -> FragmentRef:
+        """Write ``data`` as one immutable Parquet file under the table's data prefix (a fresh ULID key)
+        after checking its schema, streamed one row group at a time: a ``RecordBatchReader`` of any size
+        is written in about a row group of memory (``tables.store_fragment``). Invisible until committed
+        by ``commit_fragments``; reclaimed by vacuum if never committed. Raises UnknownTableError,
+        SchemaMismatchError.
 
         Allowed on read-only engines: a fragment changes nothing visible, and executors of a bulk load
         should open ``read_only=True`` (no recovery sweep per task) and leave the commit to the driver."""

@@ -23,7 +23,7 @@ import hashlib
 import io
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +35,7 @@ from storage_adapter.engine.errors import CommitConflictError, CorruptMetadataEr
 from storage_adapter.engine.parallel import executor, in_pool_thread, settle
 from storage_adapter.protocol import StorageAdapter
 from storage_adapter.stored_json import StoredJSONError, expect, field
+from storage_adapter.types import Capabilities, Support
 
 VERSION_FORMAT = "storage-adapter-engine/table-version"
 CHECKPOINT_FORMAT = "storage-adapter-engine/table-checkpoint"
@@ -80,32 +81,171 @@ class FragmentRef:
     written_at: str  # ISO-8601 UTC, the writer's clock: commits refuse fragments older than the grace rule
 
 
-def write_fragment(adapter: StorageAdapter, table: str, data: pa.Table, fragment_id: str) -> FragmentRef:
-    """Write ``data`` as one Parquet file with write_if_absent (the id is a fresh ULID: never taken)."""
+# Rows are encoded one row group at a time, each about this many bytes of Arrow data (at most pyarrow's
+# default of 1Mi rows): a fragment's writer holds one row group, whatever the fragment's size.
+ROW_GROUP_BYTES = 16 * 1024 * 1024
+ROW_GROUP_ROWS = 1024 * 1024
+
+
+def write_fragment(
+    adapter: StorageAdapter, table: str, data: pa.Table | pa.RecordBatchReader, fragment_id: str
+) -> FragmentRef:
+    """Write ``data`` (a table, or a reader of record batches consumed once) as one Parquet file,
+    streamed one row group at a time (see ``store_fragment``); the id is a fresh ULID: never taken."""
     return store_fragment(adapter, table, data, encode_fragment(data), fragment_id)
 
 
-def encode_fragment(data: pa.Table) -> bytes:
-    """The Parquet body of a fragment of ``data`` (CPU only: callers encode on one thread and overlap
-    only the PUTs, since encoding in many threads contends for the GIL and costs more than it saves)."""
-    sink = io.BytesIO()
-    pq.write_table(data, sink)
-    return sink.getvalue()
+def _row_groups(data: pa.Table | pa.RecordBatchReader) -> Iterator[pa.Table]:
+    """``data`` in consecutive row groups of about ROW_GROUP_BYTES (a reader's batches are gathered up to
+    that size, or sliced down to it): zero-copy slices, one group in memory at a time."""
+    batches = data.to_batches() if isinstance(data, pa.Table) else data
+    pending: list[pa.RecordBatch] = []
+    size = 0
+    for batch in batches:
+        rows = max(1, min(ROW_GROUP_ROWS, batch.num_rows * ROW_GROUP_BYTES // max(batch.nbytes, 1)))
+        for offset in range(0, batch.num_rows, rows):
+            part = batch.slice(offset, rows)
+            pending.append(part)
+            size += part.nbytes
+            if size >= ROW_GROUP_BYTES or sum(p.num_rows for p in pending) >= ROW_GROUP_ROWS:
+                yield pa.Table.from_batches(pending, data.schema)
+                pending, size = [], 0
+    if pending:
+        yield pa.Table.from_batches(pending, data.schema)
+
+
+class _ChunkSink:
+    """The file a ParquetWriter writes to: it keeps what was written since it was last drained."""
+
+    closed = False
+
+    def __init__(self) -> None:
+        self._parts: list[bytes] = []
+        self._position = 0
+
+    def write(self, data: Any) -> int:
+        self._parts.append(bytes(data))
+        self._position += len(data)
+        return len(data)
+
+    def tell(self) -> int:
+        return self._position
+
+    def flush(self) -> None:
+        """Nothing buffered below the parts themselves."""
+
+    def close(self) -> None:
+        self.closed = True
+
+    def drain(self) -> list[bytes]:
+        """What was written since the last drain, in the pieces pyarrow wrote (pages: not joined, which
+        would copy a row group once more)."""
+        parts, self._parts = self._parts, []
+        return parts
+
+
+class EncodedFragment:
+    """A fragment's Parquet file, encoded as it is written. The first row group is encoded at once (by
+    ``encode_fragment``, on the caller's thread); when that was all of it, ``whole`` holds the file, else
+    ``chunks()`` yields the file one row group at a time, encoding each as it is asked for (one pass: a
+    reader is consumed once). ``rows`` and ``size`` count what has been encoded, so they are the
+    fragment's once the file was written."""
+
+    def __init__(self, data: pa.Table | pa.RecordBatchReader) -> None:
+        self.rows = 0
+        self.size = 0
+        self._finished = False
+        self._encoder = self._encode(data)
+        first = next(self._encoder)
+        self.whole = b"".join(first) if self._finished else None
+        self._head = [] if self._finished else [first]
+        if self.whole is not None:
+            self.size = len(self.whole)
+
+    def _encode(self, data: pa.Table | pa.RecordBatchReader) -> Iterator[list[bytes]]:
+        """The file's bytes, row group by row group (each as the pieces pyarrow wrote), the footer with
+        the last: ``_finished`` is set before the last one is yielded."""
+        sink = _ChunkSink()
+        writer = pq.ParquetWriter(sink, data.schema)
+        groups = _row_groups(data)
+        try:
+            group = next(groups, None)
+            while group is not None:
+                writer.write_table(group, row_group_size=group.num_rows)
+                self.rows += group.num_rows
+                # The next group is gathered before this one's pieces go (a last group is known as such,
+                # so a fragment of one row group is whole at once), but not before this one is dropped.
+                del group
+                group = next(groups, None)
+                if group is not None:
+                    yield sink.drain()
+        finally:
+            writer.close()
+        self._finished = True
+        yield sink.drain()
+
+    def chunks(self) -> Iterator[bytes]:
+        """The file's bytes in pieces, each dropped once taken (the body of a streamed write)."""
+        while self._head:
+            yield from self._pieces(self._head.pop(0))
+        for pieces in self._encoder:
+            yield from self._pieces(pieces)
+
+    def _pieces(self, pieces: list[bytes]) -> Iterator[bytes]:
+        while pieces:
+            piece = pieces.pop(0)
+            self.size += len(piece)
+            yield piece
+
+
+def encode_fragment(data: pa.Table | pa.RecordBatchReader) -> EncodedFragment:
+    """The Parquet body of a fragment of ``data``, its first row group encoded now (CPU only: callers
+    encode on one thread and overlap only the PUTs, since encoding in many threads contends for the GIL
+    and costs more than it saves), the rest as it is written."""
+    return EncodedFragment(data)
 
 
 def store_fragment(
-    adapter: StorageAdapter, table: str, data: pa.Table, body: bytes, fragment_id: str
-) -> FragmentRef:
-    """PUT ``body`` (``encode_fragment(data)``) as a fragment of ``table`` with write_if_absent."""
+    adapter: StorageAdapter, table: str, data: pa.Table | pa.RecordBatchReader, body: EncodedFragment,
+    fragment_id: str,
+) -> FragmentRef:  # fmt: skip
+    """Write ``body`` (``encode_fragment(data)``) as a fragment of ``table``, created only if absent.
+
+    A fragment of one row group is one ``write_if_absent`` of its bytes. A larger one is streamed (peak
+    memory: about a row group, whatever the fragment's size): with ``write_if_absent`` where the backend
+    creates from a stream of any length (local, memory), else with a plain streamed ``write`` (S3, where a
+    conditional stream is limited to one request: ``capabilities.streamed_conditional_limit``). Both are
+    the same here: the key holds a fresh ULID, so no other writer ever creates it, and what the engine
+    needs of the create (the object appears whole, once) a streamed ``write`` keeps."""
     key = layout.data_key(table, fragment_id)
-    if adapter.write_if_absent(key, body) is None:
+    if body.whole is not None:
+        created = adapter.write_if_absent(key, body.whole) is not None
+    elif _creates_streams(adapter.capabilities):
+        created = adapter.write_if_absent(key, body.chunks()) is not None
+    else:
+        adapter.write(key, body.chunks())
+        created = True
+    if not created:
         raise CorruptMetadataError(f"fragment {key} already exists: fragment ids must be fresh", key=key)
-    return FragmentRef(table, key, data.num_rows, len(body), schema_fingerprint(data.schema), codec.now_iso())
+    return FragmentRef(table, key, body.rows, body.size, schema_fingerprint(data.schema), codec.now_iso())
 
 
-def read_fragment(adapter: StorageAdapter, key: str) -> pa.Table:
-    # ParquetFile, not pq.read_table: the dataset machinery of read_table costs ~4x the CPU on small files
-    return pq.ParquetFile(io.BytesIO(adapter.read_bytes(key))).read()
+def _creates_streams(capabilities: Capabilities) -> bool:
+    return (
+        capabilities.streamed_conditional_write is not Support.UNSUPPORTED
+        and capabilities.streamed_conditional_limit is None
+    )
+
+
+def read_fragment(adapter: StorageAdapter, key: str, columns: Sequence[str] | None = None) -> pa.Table:
+    """The fragment's rows; only ``columns`` (in that order) when given. A whole fragment is one GET;
+    a projection reads through ``open_reader`` by range: the footer, then only the chunks of the columns
+    asked for (coalesced into few ranged reads), all of one version of the object."""
+    if columns is None:
+        # ParquetFile, not pq.read_table: the dataset machinery of read_table costs ~4x the CPU on small files
+        return pq.ParquetFile(io.BytesIO(adapter.read_bytes(key))).read()
+    with adapter.open_reader(key) as reader:
+        return pq.ParquetFile(reader, pre_buffer=True).read(columns=list(columns))
 
 
 @dataclass(frozen=True)
