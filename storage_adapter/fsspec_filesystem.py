@@ -84,6 +84,30 @@ class AdapterFileSystem(AbstractFileSystem):  # type: ignore[misc]  # fsspec is 
     def __reduce__(self) -> tuple[Any, ...]:
         return (partial(AdapterFileSystem, block_size=self.blocksize), (self.adapter,))
 
+    # fsspec records the constructor's arguments here after ``__init__`` (for its JSON form). They may
+    # carry credentials (``options``), so none is kept: the filesystem travels by pickle, as its adapter.
+    @property
+    def storage_args(self) -> tuple[Any, ...]:
+        return ()
+
+    @storage_args.setter
+    def storage_args(self, value: tuple[Any, ...]) -> None:
+        """Dropped: see above."""
+
+    @property
+    def storage_options(self) -> dict[str, Any]:
+        return {}
+
+    @storage_options.setter
+    def storage_options(self, value: dict[str, Any]) -> None:
+        """Dropped: see above."""
+
+    def to_dict(self, *, include_password: bool = True) -> dict[str, Any]:
+        raise TypeError(
+            f"AdapterFileSystem over {self.adapter.url} has no JSON form (it would carry the adapter's "
+            "credentials): pickle it, or rebuild it from its adapter"
+        )
+
     def __eq__(self, other: object) -> bool:
         return isinstance(other, AdapterFileSystem) and other.adapter == self.adapter
 

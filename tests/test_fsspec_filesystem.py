@@ -222,3 +222,21 @@ def test_the_core_does_not_import_fsspec() -> None:
     code = "import sys, storage_adapter; storage_adapter.open_adapter('memory://x'); print('fsspec' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     assert done.stdout.strip() == "False"
+
+
+def test_options_given_to_the_filesystem_are_never_echoed() -> None:
+    """Built from a root URL and options (as pandas' storage_options do), it keeps no copy of them: fsspec
+    would put them in ``storage_options`` and its JSON form. It serializes by pickle, as its adapter."""
+    secret = "wJalrXUtnFEMI-never-shown"
+    fs = fsspec.filesystem("sa", root="s3://bucket/prefix", options={
+        "endpoint": "http://127.0.0.1:9", "access_key_id": "AKIDEXAMPLE", "secret_access_key": secret,
+    })  # fmt: skip
+    assert fs.adapter.url == "s3://bucket/prefix"
+    assert (
+        secret not in repr(fs)
+        and secret not in repr(fs.storage_options)
+        and secret not in repr(fs.storage_args)
+    )
+    with pytest.raises(TypeError, match="pickle"):
+        fs.to_json()
+    assert pickle.loads(pickle.dumps(fs)) == fs
