@@ -64,12 +64,12 @@ class ObjectStorageAdapter(DerivedOperations):
     def __reduce__(self) -> tuple[Any, ...]:
         return (ObjectStorageAdapter, (self._config,))
 
-    def to_fsspec(self, block_size: int | None = None) -> AdapterFileSystem:
+    def to_fsspec(self, block_size: int | None = None, cache_type: str | None = None) -> AdapterFileSystem:
         """This adapter as an fsspec filesystem (paths are its keys; needs fsspec, the ``peers`` extra),
         for pyarrow, pandas, DuckDB and the like: see :mod:`storage_adapter.fsspec_filesystem`."""
         from storage_adapter.fsspec_filesystem import AdapterFileSystem
 
-        return AdapterFileSystem(self, block_size=block_size)
+        return AdapterFileSystem(self, block_size=block_size, cache_type=cache_type)
 
     def _identity(self) -> tuple[str, tuple[tuple[str, Any], ...]]:
         # The URL, not the config: file:///r with child "p" and file:///r/p address the same objects.

@@ -24,12 +24,12 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from counted_reads import CountedReads
 
 from storage_adapter import open_adapter
 from storage_adapter.engine import Engine, tables
 from storage_adapter.engine.errors import SchemaMismatchError
 from storage_adapter.protocol import StorageAdapter
-from storage_adapter.streams import ObjectReader
 from storage_adapter.types import Capabilities
 
 MIB = 1024 * 1024
@@ -165,40 +165,15 @@ def test_a_failed_stream_leaves_no_fragment(backend: str, tmp_path: Path, monkey
     assert engine.adapter.list("tables/t/data") == []
 
 
-class CountedSource:
-    """A RangeSource over an adapter's reader that adds up the bytes it reads."""
-
-    def __init__(self, reader: ObjectReader, read: list[int]) -> None:
-        self._reader, self._read = reader, read
-        self.size, self.token = reader.size, reader.token
-
-    def read_into(self, offset: int, buffer: memoryview) -> int:
-        self._reader.seek(offset)
-        got = self._reader.readinto(buffer)
-        self._read.append(got)
-        return got
-
-    def close(self) -> None:
-        self._reader.close()
-
-
 def test_a_projection_reads_only_the_chunks_of_its_columns(adapter: StorageAdapter) -> None:
     """On memory, local and SeaweedFS."""
     engine = Engine.open(adapter)
     engine.create_table("t", SCHEMA)
     data = pa.Table.from_batches(list(batches(4, rows=2000, width=1000)))
     ref = engine.write_fragment("t", data)
-    read: list[int] = []
-
-    class Counted:
-        def __getattr__(self, name: str) -> Any:
-            return getattr(adapter, name)
-
-        def open_reader(self, key: str) -> ObjectReader:
-            return ObjectReader(CountedSource(adapter.open_reader(key), read))
-
-    projected = tables.read_fragment(Counted(), ref.key, columns=["id"])  # type: ignore[arg-type]
+    counted = CountedReads(adapter)
+    projected = tables.read_fragment(counted, ref.key, columns=["id"])  # type: ignore[arg-type]
     assert projected.column_names == ["id"] and projected.column("id").equals(data.column("id"))
-    assert 0 < sum(read) < ref.bytes / 20, (sum(read), ref.bytes)
+    assert 0 < sum(counted.read) < ref.bytes / 20, (counted.read, ref.bytes)
     assert tables.read_fragment(adapter, ref.key).equals(data)
     assert tables.read_fragment(adapter, ref.key, ["payload", "id"]).column_names == ["payload", "id"]

@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
+from random import Random
 from typing import Any
 
 import duckdb
@@ -21,6 +22,7 @@ import pyarrow as pa
 import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 import pytest
+from counted_reads import CountedReads
 
 from storage_adapter import open_adapter
 from storage_adapter.engine import Engine
@@ -60,14 +62,40 @@ def test_pyarrow_pandas_and_duckdb_read_an_engine_fragment(adapter: StorageAdapt
     assert pads.dataset("tables/t/data", filesystem=fs, format="parquet").count_rows() == 1000
     frame = pd.read_parquet(f"sa://{key}", filesystem=fs, columns=["id", "score"])
     assert list(frame.columns) == ["id", "score"] and frame["id"].sum() == sum(range(1000))
-    connection = duckdb.connect()
-    connection.register_filesystem(fs)
-    assert connection.sql(f"select count(*), sum(id) from read_parquet('sa://{key}')").fetchall() == [
-        (1000, sum(range(1000)))
-    ]
-    assert connection.sql(
-        "select max(name) from read_parquet('sa://tables/t/data/*.parquet')"
-    ).fetchall() == [("n999",)]
+    with duckdb.connect() as connection:
+        connection.register_filesystem(fs)
+        assert connection.sql(f"select count(*), sum(id) from read_parquet('sa://{key}')").fetchall() == [
+            (1000, sum(range(1000)))
+        ]
+        assert connection.sql(
+            "select max(name) from read_parquet('sa://tables/t/data/*.parquet')"
+        ).fetchall() == [("n999",)]
+
+
+def test_a_projection_reads_little_more_than_its_column(plain: StorageAdapter) -> None:
+    """Each read of an open file is one ranged read, so pyarrow and DuckDB fetch the footer and the
+    column's chunks, not the payload beside them (a read-ahead cache is there when asked for)."""
+    payload = pa.table({"id": pa.array(range(20_000), pa.int64()),
+                        "payload": [Random(i).randbytes(500) for i in range(20_000)]})  # fmt: skip
+    sink = pa.BufferOutputStream()
+    pq.write_table(payload, sink, row_group_size=5000)
+    plain.write("f.parquet", sink.getvalue().to_pybytes())
+    size, counted = len(sink.getvalue()), CountedReads(plain)
+    fs = AdapterFileSystem(counted)  # type: ignore[arg-type]
+    assert pq.read_table("f.parquet", filesystem=fs, columns=["id"]).column("id").equals(payload.column("id"))
+    assert sum(counted.read) < size / 20, (counted.read, size)
+    counted.read.clear()
+    with duckdb.connect() as connection:
+        connection.register_filesystem(fs)
+        assert connection.sql("select sum(id) from read_parquet('sa://f.parquet')").fetchall() == [
+            (sum(range(20_000)),)
+        ]
+    assert sum(counted.read) < size / 20, (counted.read, size)
+    counted.read.clear()
+    readahead = AdapterFileSystem(counted, cache_type="readahead", block_size=1 << 20)  # type: ignore[arg-type]
+    with readahead.open("f.parquet") as f:
+        assert len(f.read(10)) == 10
+    assert counted.read == [10 + (1 << 20)]
 
 
 def test_pandas_opens_the_filesystem_from_storage_options(plain: StorageAdapter) -> None:
