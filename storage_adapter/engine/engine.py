@@ -41,9 +41,11 @@ from storage_adapter.engine.key_ledger import KeyLedger, KeyState, check_key, en
 from storage_adapter.engine.manifest import DEFAULT_RETENTION, ManifestState, ManifestStore
 from storage_adapter.engine.parallel import map_bounded
 from storage_adapter.engine.recovery import HealReport, Recovery, recovered_by
+from storage_adapter.engine.schema import PartitionFilter
 from storage_adapter.engine.snapshot import Snapshot
 from storage_adapter.engine.tables import (
     DEFAULT_CHECKPOINT_INTERVAL,
+    DataFile,
     FragmentRef,
     TableVersionStore,
     check_schema,
@@ -140,9 +142,17 @@ class Engine:
         return self._settings
 
     # -- writes ---------------------------------------------------------------------------------------
-    def create_table(self, name: str, schema: pa.Schema, actor: str | None = None) -> Commit:
-        """Create an empty table with ``schema``: one commit. TableExistsError if it exists (also when
-        created concurrently by another writer)."""
+    def create_table(self, name: str, schema: pa.Schema, actor: str | None = None, *,
+                     partition_by: Sequence[str] = ()) -> Commit:  # fmt: skip
+        """Create an empty table with ``schema`` (any Arrow schema; its metadata is dropped): one commit.
+        TableExistsError if it exists (also when created concurrently by another writer).
+
+        ``partition_by``: the partition columns, stored with the table for good; each must be in
+        ``schema`` with a string, integer, boolean or date type (SchemaMismatchError, a ValueError,
+        before any I/O otherwise). Fragments are then written one per partition value combination, under
+        ``<data prefix>/<col>=<quoted value>/...`` (see docs/engine.md, "Partitioned tables")."""
+        if partition_by:
+            raise NotImplementedError("partition_by: coming in the next commit")
         layout.check_table_name(name)
         state = self._begin_write()
         if name in state.manifest.tables:
@@ -150,6 +160,10 @@ class Engine:
         write = TableWrite(name, schema_to_text(schema), ())
         return self._operation().run(state, {name: write}, "create", expected_version=None,
                                      idempotency_key=None, actor=actor or self._actor)  # fmt: skip
+
+    def partition_by(self, table: str) -> tuple[str, ...]:
+        """The table's partition columns (empty for an unpartitioned table). UnknownTableError."""
+        raise NotImplementedError
 
     def write_fragment(self, table: str, data: pa.Table) -> FragmentRef:
         """Write ``data`` as one immutable Parquet file under the table's data prefix (write_if_absent on a
@@ -161,12 +175,26 @@ class Engine:
         check_schema(table, self._table_schema(table), data.schema)
         return write_fragment(self._adapter, table, data, str(ULID()))
 
+    def write_fragments(self, table: str, data: pa.Table) -> list[FragmentRef]:
+        """Write ``data`` (made to fit the table's schema by :func:`conform`, by column name) as immutable
+        Parquet fragments: one per partition value combination (one in all for an unpartitioned table;
+        none for no rows), each under its partition's key prefix with ``FragmentRef.partition`` set.
+        Invisible until committed by ``commit_fragments``; reclaimed by vacuum if never committed. Raises
+        UnknownTableError, SchemaMismatchError (before anything is written). Allowed on read-only
+        engines (executors of a bulk load)."""
+        raise NotImplementedError
+
     def commit_fragments(self, fragments: Mapping[str, Sequence[FragmentRef]], mode: str = "append",
                          expected_version: int | None = None, idempotency_key: str | None = None,
-                         actor: str | None = None, key_issued_at: datetime | None = None) -> Commit:  # fmt: skip
+                         actor: str | None = None, key_issued_at: datetime | None = None, *,
+                         replace_where: Mapping[str, PartitionFilter] | None = None,
+                         app_id: str | None = None, app_version: int | None = None) -> Commit:  # fmt: skip
         """Publish written fragments as one atomic commit over all named tables.
 
-        ``append`` adds them; ``overwrite`` replaces each named table's content with them. Appends that
+        ``append`` adds them; ``overwrite`` replaces each named table's content with them, or, for a
+        table named in ``replace_where``, only its fragments whose partition matches that table's filter
+        (Delta's replaceWhere: every new fragment must match it, and its columns must be partition
+        columns; SchemaMismatchError/ValueError before any I/O otherwise). Appends that
         lose the publish race to non-conflicting commits rebase and retry (``settings.max_attempts``).
         Raises, with nothing visible: CommitConflictError (``expected_version`` is not the manifest version,
         or an overwrite raced another commit to its table), UnknownTableError, SchemaMismatchError,
@@ -174,7 +202,14 @@ class Engine:
         commit (``replayed=True``) and writes nothing; KeyInFlightError while another commit holds it.
         ``key_issued_at`` (when the key was first used) lets the engine refuse a key whose ledger entry may
         already be gone (KeyWindowExpiredError, before any I/O; see docs/engine.md, "Idempotency keys").
+
+        ``app_id``/``app_version`` (both or neither; ``app_version`` an int >= 0): the application
+        watermark (Delta's txnAppId/txnVersion). When ``app_version(app_id)`` is already at or above
+        ``app_version`` the commit is a replay (``replayed=True``, nothing written); otherwise the
+        watermark is set to ``app_version`` in the same manifest publish as the commit. Never expires.
         """
+        if replace_where is not None or app_id is not None or app_version is not None:
+            raise NotImplementedError("replace_where / app watermark: coming in the next commits")
         self._check_key(idempotency_key, key_issued_at)
         state = self._begin_write()
         return self._commit(state, {t: tuple(refs) for t, refs in fragments.items()}, mode, expected_version,
@@ -182,9 +217,13 @@ class Engine:
 
     def commit(self, data: Mapping[str, pa.Table], mode: str = "append", expected_version: int | None = None,
                idempotency_key: str | None = None, actor: str | None = None,
-               key_issued_at: datetime | None = None) -> Commit:  # fmt: skip
-        """``write_fragment`` for each table's data, then ``commit_fragments``, with every check made
+               key_issued_at: datetime | None = None, *,
+               replace_where: Mapping[str, PartitionFilter] | None = None,
+               app_id: str | None = None, app_version: int | None = None) -> Commit:  # fmt: skip
+        """``write_fragments`` for each table's data, then ``commit_fragments``, with every check made
         before any data file is written. Same guarantees and errors as ``commit_fragments``."""
+        if replace_where is not None or app_id is not None or app_version is not None:
+            raise NotImplementedError("replace_where / app watermark: coming in the next commits")
         self._check_key(idempotency_key, key_issued_at)
         state = self._begin_write()
         if (
@@ -252,9 +291,19 @@ class Engine:
         pins = manifest.pins_at(version, self._manifests.records_after(manifest, version))
         return Snapshot(version, pins, {n: manifest.tables[n].schema for n in pins})
 
-    def read(self, table: str, snapshot_or_version: Snapshot | int | None = None) -> pa.Table:
+    def read(
+        self,
+        table: str,
+        snapshot_or_version: Snapshot | int | None = None,
+        *,
+        columns: Sequence[str] | None = None,
+        where: PartitionFilter | None = None,
+    ) -> pa.Table:
         """The table's rows as of the snapshot (a fresh one if None; a manifest version if an int).
-        Reads only immutable files named by that one snapshot."""
+        Reads only immutable files named by that one snapshot: with ``where``, only the fragments of the
+        matching partitions; with ``columns``, only those columns of each (in that order)."""
+        if columns is not None or where is not None:
+            raise NotImplementedError("columns / where: coming in the next commits")
         snap = (
             snapshot_or_version
             if isinstance(snapshot_or_version, Snapshot)
@@ -265,6 +314,24 @@ class Engine:
         if not parts:
             return snap.schema(table).empty_table()
         return pa.concat_tables(parts)
+
+    def files(
+        self,
+        table: str,
+        snapshot_or_version: Snapshot | int | None = None,
+        *,
+        where: PartitionFilter | None = None,
+    ) -> tuple[DataFile, ...]:
+        """Exactly the Parquet files of the table in one snapshot (a fresh one if None; a manifest
+        version if an int), in row order, pruned to the partitions ``where`` matches. The only correct
+        file list for outside readers: the table's data folder also holds overwritten, orphaned and
+        uncommitted files (docs/engine.md, "Reading with other engines")."""
+        raise NotImplementedError
+
+    def app_version(self, app_id: str) -> int | None:
+        """The application watermark of ``app_id`` (the highest ``app_version`` committed with it), or
+        None if it never committed. One GET of the manifest."""
+        raise NotImplementedError
 
     def history(self) -> list[CommitRecord]:
         """Retained commit records (the last ``retention`` versions), oldest first: the manifest's inline

@@ -78,6 +78,23 @@ class FragmentRef:
     bytes: int
     schema_fingerprint: str
     written_at: str  # ISO-8601 UTC, the writer's clock: commits refuse fragments older than the grace rule
+    partition: tuple[
+        tuple[str, str | None], ...
+    ] = ()  # (column, value text) per partition column; () if none
+
+
+@dataclass(frozen=True)
+class DataFile:
+    """One Parquet file of a table snapshot, for readers outside the engine (pyarrow.dataset, DuckDB,
+    Spark). ``key`` is relative to the engine's adapter root; ``url`` is the adapter's URL joined with it
+    (never a credential). ``partition``: (column, value text) per partition column, in ``partition_by``
+    order (text None for null). The Parquet file holds the partition columns too."""
+
+    key: str
+    url: str
+    rows: int
+    bytes: int
+    partition: tuple[tuple[str, str | None], ...] = ()
 
 
 def write_fragment(adapter: StorageAdapter, table: str, data: pa.Table, fragment_id: str) -> FragmentRef:
