@@ -323,3 +323,11 @@ def test_vacuum_reclaims_overwritten_and_orphaned_partition_fragments(engine, ad
     assert not any("region=us" in key for key in on_disk)  # the orphan in its partition folder is gone
     assert any("region=us" in key for key in report.deleted)
     assert ids_of(engine.read("ev")) == [2, 3]
+
+
+def test_precheck_validates_replace_where_before_a_job_runs(engine):
+    assert engine.precheck(["ev"], "overwrite", replace_where={"ev": {"day": [D1]}}) is None
+    with pytest.raises(SchemaMismatchError, match="not a partition"):
+        engine.precheck(["ev"], "overwrite", replace_where={"ev": {"id": [1]}})
+    with pytest.raises(ValueError, match="overwrite"):
+        engine.precheck(["ev"], "append", replace_where={"ev": {"day": [D1]}})

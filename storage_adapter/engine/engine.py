@@ -465,15 +465,23 @@ class Engine:
 
     def precheck(self, tables: Iterable[str], mode: str = "append", expected_version: int | None = None,
                  idempotency_key: str | None = None, key_issued_at: datetime | None = None, *,
+                 replace_where: Mapping[str, PartitionFilter] | None = None,
                  app_id: str | None = None, app_version: int | None = None) -> Commit | None:  # fmt: skip
         """The checks a commit makes before it writes any data, for writers that produce data elsewhere
         first (a Spark job): the landed commit (``replayed=True``) if ``idempotency_key`` already landed
         or the application watermark of ``app_id`` is at or above ``app_version``, else None. Raises
-        UnknownTableError, ValueError (mode, key, app), CommitConflictError (``expected_version``),
-        KeyWindowExpiredError. Heals first, like every write entry point. The commit itself checks again."""
+        UnknownTableError, ValueError (mode, key, app, ``replace_where``), SchemaMismatchError (a
+        ``replace_where`` filter on a non-partition column or with a value of the wrong type),
+        CommitConflictError (``expected_version``), KeyWindowExpiredError. Heals first, like every write
+        entry point. The commit itself checks again."""
         self._check_key(idempotency_key, key_issued_at)
         app = check_app(app_id, app_version)
-        return self._precheck(self._begin_write(), tables, mode, expected_version, idempotency_key, app)
+        names = list(tables)
+        state = self._begin_write()
+        replayed = self._precheck(state, names, mode, expected_version, idempotency_key, app)
+        if replayed is None:
+            self._replace_filters(state, names, mode, replace_where)
+        return replayed
 
     def _precheck(self, state: ManifestState, tables: Iterable[str], mode: str, expected_version: int | None,
                   idempotency_key: str | None, app: tuple[str, int] | None = None) -> Commit | None:  # fmt: skip
