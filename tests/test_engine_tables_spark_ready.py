@@ -74,6 +74,10 @@ def test_partition_columns_are_stored_and_fragments_laid_out_per_partition(engin
     engine.commit_fragments({"ev": refs})
     assert ids_of(engine.read("ev")) == [1, 2, 3, 4]
     assert [r.rows for r in engine.write_fragments("flat", data)] == [4]  # unpartitioned: one fragment
+    executor = Engine.open(adapter, read_only=True)  # executors write fragments; the driver commits
+    engine.commit_fragments({"ev": executor.write_fragments("ev", events([5], [D3], [None]))})
+    assert ids_of(engine.read("ev")) == [1, 2, 3, 4, 5]
+    assert engine.write_fragments("ev", EVENTS.empty_table()) == []  # no rows: no fragment
 
 
 def test_commit_writes_one_fragment_per_partition_and_reads_prune(engine):
