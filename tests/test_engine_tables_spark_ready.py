@@ -335,3 +335,19 @@ def test_precheck_validates_replace_where_before_a_job_runs(engine):
         engine.precheck(["ev"], "overwrite", replace_where={"ev": {"id": [1]}})
     with pytest.raises(ValueError, match="overwrite"):
         engine.precheck(["ev"], "append", replace_where={"ev": {"day": [D1]}})
+
+
+@pytest.mark.parametrize(
+    ("point", "visible"),
+    [("commit.after_sidecar", False), ("commit.after_table_version", True), ("commit.before_publish", True),
+     ("commit.after_publish", True)],
+)  # fmt: skip
+def test_crashed_partition_overwrite_is_all_or_nothing(engine, adapter, point, visible):
+    engine.commit({"ev": events([1, 2], [D1, D2], ["eu", "eu"])})
+    with fp.armed(point, "crash", times=1), pytest.raises(fp.SimulatedCrash):
+        engine.commit(
+            {"ev": events([9], [D1], ["eu"])}, mode="overwrite", replace_where={"ev": {"day": [D1]}}
+        )
+    reopened = Engine.open(adapter)  # heals: its one table version written = rolled forward
+    assert ids_of(reopened.read("ev")) == ([2, 9] if visible else [1, 2])
+    assert rows_of_files(reopened, reopened.files("ev")) == reopened.read("ev").num_rows
