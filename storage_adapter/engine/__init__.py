@@ -23,15 +23,16 @@ from storage_adapter.engine.errors import (
 )
 from storage_adapter.engine.history import CommitRecord, TableChange
 from storage_adapter.engine.recovery import HealReport
+from storage_adapter.engine.schema import PartitionFilter, conform
 from storage_adapter.engine.snapshot import Snapshot
-from storage_adapter.engine.tables import FragmentRef
+from storage_adapter.engine.tables import DataFile, FragmentRef
 from storage_adapter.engine.vacuum import VacuumReport
 
 __all__ = [
     "AuditRecord", "Commit", "CommitConflictError", "CommitRecord", "CommitRetriesExhaustedError",
-    "CorruptManifestError", "CorruptMetadataError", "CorruptSidecarError", "Engine", "EngineError",
+    "CorruptManifestError", "CorruptMetadataError", "CorruptSidecarError", "DataFile", "Engine", "EngineError",
     "EngineSettings", "FragmentRef", "HealReport", "HistoryExpiredError", "KeyInFlightError",
-    "KeyWindowExpiredError", "ReadOnlyEngineError",
+    "KeyWindowExpiredError", "PartitionFilter", "ReadOnlyEngineError",
     "RecoveryInvariantError", "RecoveryOutcome", "SchemaMismatchError", "Snapshot", "StaleFragmentError",
-    "TableChange", "TableExistsError", "UnknownTableError", "VacuumReport",
+    "TableChange", "TableExistsError", "UnknownTableError", "VacuumReport", "conform",
 ]  # fmt: skip

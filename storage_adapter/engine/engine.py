@@ -27,6 +27,8 @@ from storage_adapter.engine.commit import (
     CommitOperation,
     CommitPolicy,
     TableWrite,
+    app_replay,
+    check_app,
     check_expected_version,
 )
 from storage_adapter.engine.errors import (
@@ -41,17 +43,30 @@ from storage_adapter.engine.key_ledger import KeyLedger, KeyState, check_key, en
 from storage_adapter.engine.manifest import DEFAULT_RETENTION, ManifestState, ManifestStore
 from storage_adapter.engine.parallel import map_bounded
 from storage_adapter.engine.recovery import HealReport, Recovery, recovered_by
+from storage_adapter.engine.schema import (
+    Partition,
+    PartitionFilter,
+    check_in_filter,
+    check_partition_by,
+    conform,
+    filter_texts,
+    fragment_plan,
+    matches,
+    partition_of_key,
+    plan_fragments,
+    table_layout,
+    table_schema_text,
+)
 from storage_adapter.engine.snapshot import Snapshot
 from storage_adapter.engine.tables import (
     DEFAULT_CHECKPOINT_INTERVAL,
+    DataFile,
+    Fragment,
     FragmentRef,
     TableVersionStore,
-    check_schema,
     encode_fragment,
     read_fragment,
     schema_fingerprint,
-    schema_from_text,
-    schema_to_text,
     store_fragment,
     write_fragment,
 )
@@ -103,7 +118,7 @@ class Engine:
         self._recovery = Recovery(
             adapter, self._root, recovered_by(actor), settings.max_attempts, self._versions, settings.lease_s
         )
-        self._schemas: dict[str, pa.Schema] = {}  # tables are never dropped nor re-schemaed: cache for good
+        self._layouts: dict[str, tuple[pa.Schema, tuple[str, ...]]] = {}  # tables are never re-schemaed
         self.last_heal: HealReport | None = None
 
     @classmethod
@@ -140,35 +155,75 @@ class Engine:
         return self._settings
 
     # -- writes ---------------------------------------------------------------------------------------
-    def create_table(self, name: str, schema: pa.Schema, actor: str | None = None) -> Commit:
-        """Create an empty table with ``schema``: one commit. TableExistsError if it exists (also when
-        created concurrently by another writer)."""
+    def create_table(self, name: str, schema: pa.Schema, actor: str | None = None, *,
+                     partition_by: Sequence[str] = ()) -> Commit:  # fmt: skip
+        """Create an empty table with ``schema`` (any Arrow schema; its metadata is dropped): one commit.
+        TableExistsError if it exists (also when created concurrently by another writer).
+
+        ``partition_by``: the partition columns, stored with the table for good; each must be in
+        ``schema`` with a string, integer, boolean or date type (SchemaMismatchError, a ValueError,
+        before any I/O otherwise). Fragments are then written one per partition value combination, under
+        ``<data prefix>/<col>=<quoted value>/...`` (see docs/engine.md, "Partitioned tables")."""
         layout.check_table_name(name)
+        columns = check_partition_by(name, schema, partition_by)
         state = self._begin_write()
         if name in state.manifest.tables:
             raise TableExistsError(f"table {name!r} already exists", key=layout.table_prefix(name))
-        write = TableWrite(name, schema_to_text(schema), ())
+        write = TableWrite(name, table_schema_text(schema, columns), ())
         return self._operation().run(state, {name: write}, "create", expected_version=None,
                                      idempotency_key=None, actor=actor or self._actor)  # fmt: skip
 
+    def partition_by(self, table: str) -> tuple[str, ...]:
+        """The table's partition columns (empty for an unpartitioned table). UnknownTableError."""
+        return self._table_layout(table)[1]
+
     def write_fragment(self, table: str, data: pa.Table | pa.RecordBatchReader) -> FragmentRef:
         """Write ``data`` as one immutable Parquet file under the table's data prefix (a fresh ULID key)
-        after checking its schema, streamed one row group at a time: a ``RecordBatchReader`` of any size
-        is written in about a row group of memory (``tables.store_fragment``). Invisible until committed
-        by ``commit_fragments``; reclaimed by vacuum if never committed. Raises UnknownTableError,
-        SchemaMismatchError.
+        after making it fit the table's schema (:func:`conform`), streamed one row group at a time: a
+        ``RecordBatchReader`` of any size is written in about a row group of memory, each batch conformed
+        as it comes (its schema is checked before anything is written). Invisible until committed by
+        ``commit_fragments``; reclaimed by vacuum if never committed. Raises UnknownTableError,
+        SchemaMismatchError; unpartitioned tables only (``write_fragments`` splits by partition).
 
         Allowed on read-only engines: a fragment changes nothing visible, and executors of a bulk load
         should open ``read_only=True`` (no recovery sweep per task) and leave the commit to the driver."""
-        check_schema(table, self._table_schema(table), data.schema)
+        schema, partition_by = self._table_layout(table)
+        if partition_by:
+            raise SchemaMismatchError(
+                f"table {table!r} is partitioned by {list(partition_by)}: write its data with write_fragments",
+                key=layout.table_prefix(table),
+            )
+        if isinstance(data, pa.RecordBatchReader):
+            # The reader's schema is checked now; its batches are conformed one at a time, as written.
+            fitted = conform(table, schema, data.schema.empty_table()).schema
+            batches = (part for batch in data for part in conform(table, schema, batch).to_batches())
+            data = pa.RecordBatchReader.from_batches(fitted, batches)
+        else:
+            data = conform(table, schema, data)
         return write_fragment(self._adapter, table, data, str(ULID()))
+
+    def write_fragments(self, table: str, data: pa.Table) -> list[FragmentRef]:
+        """Write ``data`` (made to fit the table's schema by :func:`conform`, by column name) as immutable
+        Parquet fragments: one per partition value combination (one in all for an unpartitioned table;
+        none for no rows), each under its partition's key prefix with ``FragmentRef.partition`` set.
+        Invisible until committed by ``commit_fragments``; reclaimed by vacuum if never committed. Raises
+        UnknownTableError, SchemaMismatchError (before anything is written). Allowed on read-only
+        engines (executors of a bulk load)."""
+        schema, partition_by = self._table_layout(table)
+        planned = plan_fragments(table, conform(table, schema, data), partition_by)
+        return self._store(table, planned)
 
     def commit_fragments(self, fragments: Mapping[str, Sequence[FragmentRef]], mode: str = "append",
                          expected_version: int | None = None, idempotency_key: str | None = None,
-                         actor: str | None = None, key_issued_at: datetime | None = None) -> Commit:  # fmt: skip
+                         actor: str | None = None, key_issued_at: datetime | None = None, *,
+                         replace_where: Mapping[str, PartitionFilter] | None = None,
+                         app_id: str | None = None, app_version: int | None = None) -> Commit:  # fmt: skip
         """Publish written fragments as one atomic commit over all named tables.
 
-        ``append`` adds them; ``overwrite`` replaces each named table's content with them. Appends that
+        ``append`` adds them; ``overwrite`` replaces each named table's content with them, or, for a
+        table named in ``replace_where``, only its fragments whose partition matches that table's filter
+        (Delta's replaceWhere: every new fragment must match it, and its columns must be partition
+        columns; SchemaMismatchError/ValueError before any I/O otherwise). Appends that
         lose the publish race to non-conflicting commits rebase and retry (``settings.max_attempts``).
         Raises, with nothing visible: CommitConflictError (``expected_version`` is not the manifest version,
         or an overwrite raced another commit to its table), UnknownTableError, SchemaMismatchError,
@@ -176,34 +231,41 @@ class Engine:
         commit (``replayed=True``) and writes nothing; KeyInFlightError while another commit holds it.
         ``key_issued_at`` (when the key was first used) lets the engine refuse a key whose ledger entry may
         already be gone (KeyWindowExpiredError, before any I/O; see docs/engine.md, "Idempotency keys").
+
+        ``app_id``/``app_version`` (both or neither; ``app_version`` an int >= 0): the application
+        watermark (Delta's txnAppId/txnVersion). When ``app_version(app_id)`` is already at or above
+        ``app_version`` the commit is a replay (``replayed=True``, nothing written); otherwise the
+        watermark is set to ``app_version`` in the same manifest publish as the commit. Never expires.
         """
         self._check_key(idempotency_key, key_issued_at)
+        app = check_app(app_id, app_version)
         state = self._begin_write()
         return self._commit(state, {t: tuple(refs) for t, refs in fragments.items()}, mode, expected_version,
-                            idempotency_key, actor)  # fmt: skip
+                            idempotency_key, actor, replace_where, app)  # fmt: skip
 
     def commit(self, data: Mapping[str, pa.Table], mode: str = "append", expected_version: int | None = None,
                idempotency_key: str | None = None, actor: str | None = None,
-               key_issued_at: datetime | None = None) -> Commit:  # fmt: skip
-        """``write_fragment`` for each table's data, then ``commit_fragments``, with every check made
+               key_issued_at: datetime | None = None, *,
+               replace_where: Mapping[str, PartitionFilter] | None = None,
+               app_id: str | None = None, app_version: int | None = None) -> Commit:  # fmt: skip
+        """``write_fragments`` for each table's data, then ``commit_fragments``, with every check made
         before any data file is written. Same guarantees and errors as ``commit_fragments``."""
         self._check_key(idempotency_key, key_issued_at)
+        app = check_app(app_id, app_version)
         state = self._begin_write()
         if (
-            replayed := self._precheck(state, data.keys(), mode, expected_version, idempotency_key)
+            replayed := self._precheck(state, data.keys(), mode, expected_version, idempotency_key, app)
         ) is not None:
             return replayed
+        filters = self._replace_filters(state, data.keys(), mode, replace_where)
+        planned: dict[str, list[tuple[Partition, pa.Table, str]]] = {}
         for table, table_data in data.items():
-            check_schema(table, schema_from_text(state.manifest.tables[table].schema), table_data.schema)
-        names = list(
-            data
-        )  # one fragment per table: encoded here, PUT concurrently (a k-table commit's first wave)
-        bodies = {table: encode_fragment(data[table]) for table in names}
-        written = map_bounded(
-            lambda t: store_fragment(self._adapter, t, data[t], bodies[t], str(ULID())), names
-        )
-        refs: dict[str, tuple[FragmentRef, ...]] = {t: (ref,) for t, ref in zip(names, written, strict=True)}
-        return self._commit(state, refs, mode, expected_version, idempotency_key, actor)
+            schema, partition_by = table_layout(state.manifest.tables[table].schema)
+            planned[table] = plan_fragments(table, conform(table, schema, table_data), partition_by)
+            for partition, _, key in planned[table]:
+                check_in_filter(table, key, partition, filters.get(table))
+        refs = {table: tuple(self._store(table, parts)) for table, parts in planned.items()}
+        return self._commit(state, refs, mode, expected_version, idempotency_key, actor, replace_where, app)
 
     def compact(self, table: str, target_bytes: int = compaction.DEFAULT_TARGET_BYTES,
                 min_fragments: int = compaction.DEFAULT_MIN_FRAGMENTS, actor: str | None = None) -> Commit | None:  # fmt: skip
@@ -215,13 +277,19 @@ class Engine:
         (an overwrite, another compaction): nothing visible, its new fragments are left to vacuum."""
         state = self._begin_write()
         entry = state.manifest.entry(table)
-        schema = schema_from_text(entry.schema)
-        groups = compaction.plan(self._versions.fragments(table, entry.version), target_bytes, min_fragments)
+        schema, partition_by = table_layout(entry.schema)
+
+        def partition_of(key: str) -> Partition:
+            return partition_of_key(layout.data_prefix(table), key, partition_by)
+
+        groups = compaction.plan(
+            self._versions.fragments(table, entry.version), target_bytes, min_fragments, partition_of
+        )
         if not groups:
             return None
         replaced = compaction.rewrite(
             groups, schema, lambda key: read_fragment(self._adapter, key),
-            lambda data: write_fragment(self._adapter, table, data, str(ULID())),
+            lambda data, first: self._store(table, [fragment_plan(table, partition_of(first), data)])[0],
         )  # fmt: skip
         write = TableWrite(table, entry.schema, (), replaced)
         commit = self._operation().run(state, {table: write}, "compact", expected_version=None,
@@ -254,19 +322,57 @@ class Engine:
         pins = manifest.pins_at(version, self._manifests.records_after(manifest, version))
         return Snapshot(version, pins, {n: manifest.tables[n].schema for n in pins})
 
-    def read(self, table: str, snapshot_or_version: Snapshot | int | None = None) -> pa.Table:
+    def read(
+        self,
+        table: str,
+        snapshot_or_version: Snapshot | int | None = None,
+        *,
+        columns: Sequence[str] | None = None,
+        where: PartitionFilter | None = None,
+    ) -> pa.Table:
         """The table's rows as of the snapshot (a fresh one if None; a manifest version if an int).
-        Reads only immutable files named by that one snapshot."""
-        snap = (
-            snapshot_or_version
-            if isinstance(snapshot_or_version, Snapshot)
-            else self.snapshot(snapshot_or_version)
-        )
-        fragments = self._versions.fragments(table, snap.table_version(table))
-        parts = self._read_fragments([key for key, _, _ in fragments])
+        Reads only immutable files named by that one snapshot: with ``where``, only the fragments of the
+        matching partitions; with ``columns``, only those columns of each (in that order)."""
+        snap = self._snapshot_of(snapshot_or_version)
+        schema = snap.schema(table)
+        names = None if columns is None else list(columns)
+        if names is not None:
+            if isinstance(columns, str) or any(schema.get_field_index(c) < 0 for c in names):
+                raise SchemaMismatchError(
+                    f"table {table!r}: read columns {columns!r} must be a sequence of its columns "
+                    f"{schema.names}", key=layout.table_prefix(table),
+                )  # fmt: skip
+            schema = pa.schema([schema.field(c) for c in names])
+        keys = [key for (key, _, _), _ in self._pruned(table, snap, where)]
+        parts = self._read_fragments(keys, names)
         if not parts:
-            return snap.schema(table).empty_table()
+            return schema.empty_table()
         return pa.concat_tables(parts)
+
+    def files(
+        self,
+        table: str,
+        snapshot_or_version: Snapshot | int | None = None,
+        *,
+        where: PartitionFilter | None = None,
+    ) -> tuple[DataFile, ...]:
+        """Exactly the Parquet files of the table in one snapshot (a fresh one if None; a manifest
+        version if an int), in row order, pruned to the partitions ``where`` matches. The only correct
+        file list for outside readers: the table's data folder also holds overwritten, orphaned and
+        uncommitted files (docs/engine.md, "Reading with other engines")."""
+        snap = self._snapshot_of(snapshot_or_version)
+        root = self._adapter.url.rstrip("/")
+        return tuple(
+            DataFile(key, f"{root}/{key}", rows, size, partition)
+            for (key, rows, size), partition in self._pruned(table, snap, where)
+        )
+
+    def app_version(self, app_id: str) -> int | None:
+        """The application watermark of ``app_id`` (the highest ``app_version`` committed with it), or
+        None if it never committed. One GET of the manifest."""
+        check_app(app_id, 0)
+        mark = self._manifests.load().manifest.applications.get(app_id)
+        return None if mark is None else mark.version
 
     def history(self) -> list[CommitRecord]:
         """Retained commit records (the last ``retention`` versions), oldest first: the manifest's inline
@@ -288,11 +394,11 @@ class Engine:
         return AuditLog(self._adapter).records()
 
     # -- internals ------------------------------------------------------------------------------------
-    def _read_fragments(self, keys: list[str]) -> list[pa.Table]:
-        """Every fragment's rows, in the order of ``keys``: one GET each, concurrently (a table of n
-        fragments reads in about n / ``REQUESTS_IN_FLIGHT`` round trips, not n). The first failure
-        raises, and fragments not yet requested are not requested."""
-        return map_bounded(partial(read_fragment, self._adapter), keys)
+    def _read_fragments(self, keys: list[str], columns: list[str] | None = None) -> list[pa.Table]:
+        """Every fragment's rows (only ``columns`` when given, read by range), in the order of ``keys``:
+        one GET each (a projection: its footer and column chunks), concurrently (a table of n fragments reads in about n / ``REQUESTS_IN_FLIGHT`` round trips, not
+        n). The first failure raises, and fragments not yet requested are not requested."""
+        return map_bounded(partial(read_fragment, self._adapter, columns=columns), keys)
 
     def _check_writable(self) -> None:
         if self._read_only:
@@ -308,27 +414,88 @@ class Engine:
         policy = CommitPolicy(max_attempts=self._settings.max_attempts, lease_s=self._settings.lease_s)
         return CommitOperation(self._adapter, self._root, policy, self._versions, self._recovery)
 
-    def _table_schema(self, table: str) -> pa.Schema:
-        schema = self._schemas.get(table)
-        if schema is None:
-            schema = schema_from_text(self._manifests.load().manifest.entry(table).schema)
-            self._schemas[table] = schema
-        return schema
+    def _table_layout(self, table: str) -> tuple[pa.Schema, tuple[str, ...]]:
+        """The table's schema and partition columns (cached: tables are never re-schemaed)."""
+        found = self._layouts.get(table)
+        if found is None:
+            found = table_layout(self._manifests.load().manifest.entry(table).schema)
+            self._layouts[table] = found
+        return found
+
+    def _snapshot_of(self, snapshot_or_version: Snapshot | int | None) -> Snapshot:
+        if isinstance(snapshot_or_version, Snapshot):
+            return snapshot_or_version
+        return self.snapshot(snapshot_or_version)
+
+    def _pruned(
+        self, table: str, snap: Snapshot, where: PartitionFilter | None
+    ) -> list[tuple[Fragment, Partition]]:
+        """The fragments of ``table`` in ``snap``, in row order, with their partitions, those outside
+        ``where`` left out (the filter is checked before any fragment list is read)."""
+        version = snap.table_version(table)  # UnknownTableError
+        schema, partition_by = table_layout(snap.schemas[table])
+        allowed = None if where is None else filter_texts(table, schema, partition_by, where)
+        prefix = layout.data_prefix(table)
+        found = []
+        for fragment in self._versions.fragments(table, version):
+            partition = partition_of_key(prefix, fragment[0], partition_by)
+            if allowed is None or matches(partition, allowed):
+                found.append((fragment, partition))
+        return found
+
+    def _store(self, table: str, planned: Sequence[tuple[Partition, pa.Table, str]]) -> list[FragmentRef]:
+        """Write planned fragments (``plan_fragments``): encoded here on one thread, PUT concurrently."""
+        bodies = [encode_fragment(data) for _, data, _ in planned]
+        return map_bounded(
+            lambda i: store_fragment(
+                self._adapter, table, planned[i][1], bodies[i], planned[i][2], planned[i][0]
+            ),
+            range(len(planned)),
+        )
+
+    def _replace_filters(self, state: ManifestState, tables: Iterable[str], mode: str,
+                         replace_where: Mapping[str, PartitionFilter] | None) -> dict[str, dict[str, set[str | None]]]:  # fmt: skip
+        """``replace_where`` checked against the commit (overwrite mode, tables it writes, partition
+        columns, values of their types) as text sets per column. Before any I/O of the commit's own."""
+        if replace_where is None:
+            return {}
+        if mode != "overwrite":
+            raise ValueError(f"replace_where needs mode='overwrite', not {mode!r}")
+        names = set(tables)
+        filters: dict[str, dict[str, set[str | None]]] = {}
+        for table, where in replace_where.items():
+            if table not in names:
+                raise ValueError(f"replace_where names table {table!r}, which the commit does not write")
+            schema, partition_by = table_layout(state.manifest.entry(table).schema)
+            filters[table] = filter_texts(table, schema, partition_by, where)
+        return filters
 
     def precheck(self, tables: Iterable[str], mode: str = "append", expected_version: int | None = None,
-                 idempotency_key: str | None = None, key_issued_at: datetime | None = None) -> Commit | None:  # fmt: skip
+                 idempotency_key: str | None = None, key_issued_at: datetime | None = None, *,
+                 replace_where: Mapping[str, PartitionFilter] | None = None,
+                 app_id: str | None = None, app_version: int | None = None) -> Commit | None:  # fmt: skip
         """The checks a commit makes before it writes any data, for writers that produce data elsewhere
-        first (a Spark job): the landed commit (``replayed=True``) if ``idempotency_key`` already landed,
-        else None. Raises UnknownTableError, ValueError (mode, key), CommitConflictError
-        (``expected_version``), KeyWindowExpiredError. Heals first, like every write entry point. The
-        commit itself checks again."""
+        first (a Spark job): the landed commit (``replayed=True``) if ``idempotency_key`` already landed
+        or the application watermark of ``app_id`` is at or above ``app_version``, else None. Raises
+        UnknownTableError, ValueError (mode, key, app, ``replace_where``), SchemaMismatchError (a
+        ``replace_where`` filter on a non-partition column or with a value of the wrong type),
+        CommitConflictError (``expected_version``), KeyWindowExpiredError. Heals first, like every write
+        entry point. The commit itself checks again."""
         self._check_key(idempotency_key, key_issued_at)
-        return self._precheck(self._begin_write(), tables, mode, expected_version, idempotency_key)
+        app = check_app(app_id, app_version)
+        names = list(tables)
+        state = self._begin_write()
+        replayed = self._precheck(state, names, mode, expected_version, idempotency_key, app)
+        if replayed is None:
+            self._replace_filters(state, names, mode, replace_where)
+        return replayed
 
     def _precheck(self, state: ManifestState, tables: Iterable[str], mode: str, expected_version: int | None,
-                  idempotency_key: str | None) -> Commit | None:  # fmt: skip
+                  idempotency_key: str | None, app: tuple[str, int] | None = None) -> Commit | None:  # fmt: skip
         if idempotency_key is not None and (landed := self._landed(state, check_key(idempotency_key))):
             return Commit(landed.version, landed, 0, replayed=True)
+        if (replay := app_replay(self._manifests, state.manifest, app)) is not None:
+            return replay
         self._validate(state, tables, mode)
         check_expected_version(state, expected_version)
         return None
@@ -375,31 +542,53 @@ class Engine:
             state.manifest.entry(table)  # UnknownTableError
 
     def _commit(self, state: ManifestState, refs: dict[str, tuple[FragmentRef, ...]], mode: str,
-                expected_version: int | None, idempotency_key: str | None, actor: str | None) -> Commit:  # fmt: skip
+                expected_version: int | None, idempotency_key: str | None, actor: str | None,
+                replace_where: Mapping[str, PartitionFilter] | None = None,
+                app: tuple[str, int] | None = None) -> Commit:  # fmt: skip
         self._validate(state, refs.keys(), mode)
+        filters = self._replace_filters(state, refs.keys(), mode, replace_where)
         oldest_allowed = datetime.now(UTC) - timedelta(seconds=self._settings.grace_s / 2)
         writes: dict[str, TableWrite] = {}
         for table, table_refs in refs.items():
             schema_text = state.manifest.tables[table].schema
-            fingerprint = schema_fingerprint(schema_from_text(schema_text))
+            schema, partition_by = table_layout(schema_text)
+            fingerprint = schema_fingerprint(schema)
+            prefix = layout.data_prefix(table)
             for ref in table_refs:
-                if ref.table != table or not ref.key.startswith(layout.data_prefix(table) + "/"):
+                if ref.table != table or not ref.key.startswith(prefix + "/"):
                     raise SchemaMismatchError(f"fragment {ref.key} belongs to table {ref.table!r}, not {table!r}",
                                               key=ref.key)  # fmt: skip
                 if ref.schema_fingerprint != fingerprint:
                     raise SchemaMismatchError(f"fragment {ref.key} does not have table {table!r}'s schema",
                                               key=ref.key)  # fmt: skip
+                try:
+                    laid_out = partition_of_key(prefix, ref.key, partition_by)
+                except ValueError as exc:
+                    raise SchemaMismatchError(f"table {table!r}: {exc}", key=ref.key) from exc
+                if laid_out != tuple(ref.partition):
+                    raise SchemaMismatchError(
+                        f"fragment {ref.key} says partition {ref.partition!r} but lies in {laid_out!r}",
+                        key=ref.key,
+                    )
+                check_in_filter(table, ref.key, laid_out, filters.get(table))
                 if codec.parse_iso(ref.written_at) < oldest_allowed:
                     raise StaleFragmentError(
                         f"fragment {ref.key} was written at {ref.written_at}, more than half the grace period "
                         f"({self._settings.grace_s / 2:.0f} s) ago: vacuum may reclaim it; write it again",
                         key=ref.key,
                     )
-            writes[table] = TableWrite(
-                table, schema_text, tuple((r.key, r.rows, r.bytes) for r in table_refs)
-            )
+            added = tuple((r.key, r.rows, r.bytes) for r in table_refs)
+            if table in filters:  # a partition overwrite: the pinned content outside the filter, then ours
+                pinned = self._versions.fragments(table, state.manifest.tables[table].version)
+                kept = tuple(
+                    f
+                    for f in pinned
+                    if not matches(partition_of_key(prefix, f[0], partition_by), filters[table])
+                )
+                added = kept + added
+            writes[table] = TableWrite(table, schema_text, added)
         commit = self._operation().run(state, writes, mode, expected_version=expected_version,
-                                       idempotency_key=idempotency_key, actor=actor or self._actor)  # fmt: skip
+                                       idempotency_key=idempotency_key, actor=actor or self._actor, app=app)  # fmt: skip
         self._checkpoint(commit)
         return commit
 

@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from storage_adapter.engine import codec, layout
-from storage_adapter.engine.errors import CommitConflictError, CorruptMetadataError, SchemaMismatchError
+from storage_adapter.engine.errors import CommitConflictError, CorruptMetadataError
 from storage_adapter.engine.parallel import executor, in_pool_thread, settle
 from storage_adapter.protocol import StorageAdapter
 from storage_adapter.stored_json import StoredJSONError, expect, field
@@ -59,16 +59,6 @@ def schema_fingerprint(schema: pa.Schema) -> str:
     return hashlib.sha256(schema.remove_metadata().serialize().to_pybytes()).hexdigest()[:32]
 
 
-def check_schema(table: str, expected: pa.Schema, actual: pa.Schema) -> None:
-    """Raise SchemaMismatchError naming both schemas unless they are equal up to metadata."""
-    if schema_fingerprint(expected) != schema_fingerprint(actual):
-        raise SchemaMismatchError(
-            f"schema mismatch for table {table!r}: expected {expected.remove_metadata()} "
-            f"but got {actual.remove_metadata()}",
-            key=layout.table_prefix(table),
-        )
-
-
 @dataclass(frozen=True)
 class FragmentRef:
     """One immutable Parquet file of a table, written but not necessarily committed. Picklable."""
@@ -79,6 +69,23 @@ class FragmentRef:
     bytes: int
     schema_fingerprint: str
     written_at: str  # ISO-8601 UTC, the writer's clock: commits refuse fragments older than the grace rule
+    partition: tuple[
+        tuple[str, str | None], ...
+    ] = ()  # (column, value text) per partition column; () if none
+
+
+@dataclass(frozen=True)
+class DataFile:
+    """One Parquet file of a table snapshot, for readers outside the engine (pyarrow.dataset, DuckDB,
+    Spark). ``key`` is relative to the engine's adapter root; ``url`` is the adapter's URL joined with it
+    (never a credential). ``partition``: (column, value text) per partition column, in ``partition_by``
+    order (text None for null). The Parquet file holds the partition columns too."""
+
+    key: str
+    url: str
+    rows: int
+    bytes: int
+    partition: tuple[tuple[str, str | None], ...] = ()
 
 
 # Rows are encoded one row group at a time, each about this many bytes of Arrow data (at most pyarrow's
@@ -92,7 +99,7 @@ def write_fragment(
 ) -> FragmentRef:
     """Write ``data`` (a table, or a reader of record batches consumed once) as one Parquet file,
     streamed one row group at a time (see ``store_fragment``); the id is a fresh ULID: never taken."""
-    return store_fragment(adapter, table, data, encode_fragment(data), fragment_id)
+    return store_fragment(adapter, table, data, encode_fragment(data), layout.data_key(table, fragment_id))
 
 
 def _row_groups(data: pa.Table | pa.RecordBatchReader) -> Iterator[pa.Table]:
@@ -207,9 +214,10 @@ def encode_fragment(data: pa.Table | pa.RecordBatchReader) -> EncodedFragment:
 
 def store_fragment(
     adapter: StorageAdapter, table: str, data: pa.Table | pa.RecordBatchReader, body: EncodedFragment,
-    fragment_id: str,
+    key: str, partition: tuple[tuple[str, str | None], ...] = (),
 ) -> FragmentRef:  # fmt: skip
-    """Write ``body`` (``encode_fragment(data)``) as a fragment of ``table``, created only if absent.
+    """Write ``body`` (``encode_fragment(data)``) at ``key`` (a fresh ``layout.data_key``), created only
+    if absent; ``partition`` is the partition its key names.
 
     A fragment of one row group is one ``write_if_absent`` of its bytes. A larger one is streamed (peak
     memory: about a row group, whatever the fragment's size): with ``write_if_absent`` where the backend
@@ -217,7 +225,6 @@ def store_fragment(
     conditional stream is limited to one request: ``capabilities.streamed_conditional_limit``). Both are
     the same here: the key holds a fresh ULID, so no other writer ever creates it, and what the engine
     needs of the create (the object appears whole, once) a streamed ``write`` keeps."""
-    key = layout.data_key(table, fragment_id)
     if body.whole is not None:
         created = adapter.write_if_absent(key, body.whole) is not None
     elif _creates_streams(adapter.capabilities):
@@ -227,7 +234,8 @@ def store_fragment(
         created = True
     if not created:
         raise CorruptMetadataError(f"fragment {key} already exists: fragment ids must be fresh", key=key)
-    return FragmentRef(table, key, body.rows, body.size, schema_fingerprint(data.schema), codec.now_iso())
+    return FragmentRef(table, key, body.rows, body.size, schema_fingerprint(data.schema), codec.now_iso(),
+                       partition)  # fmt: skip
 
 
 def _creates_streams(capabilities: Capabilities) -> bool:

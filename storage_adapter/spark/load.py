@@ -32,7 +32,7 @@ from storage_adapter.errors import UnsupportedOperationError
 from storage_adapter.protocol import StorageAdapter
 
 # What each task returns to the driver: one row per fragment it wrote (FragmentRef's fields).
-_REF_FIELDS = [f.name for f in dataclasses.fields(FragmentRef)]
+_REF_FIELDS = [f.name for f in dataclasses.fields(FragmentRef) if f.name != "partition"]  # unpartitioned only
 _REF_SCHEMA = ", ".join(f"{name} {'long' if name in ('rows', 'bytes') else 'string'}" for name in _REF_FIELDS)
 
 
@@ -86,7 +86,7 @@ class _FragmentWriter:
     def _flush(self, parts: list[pa.Table]) -> pa.RecordBatch:
         ref = write_fragment(self.adapter, self.table, pa.concat_tables(parts), str(ULID()))
         failpoints.failpoint("spark_load.after_fragment")
-        return pa.RecordBatch.from_pylist([dataclasses.asdict(ref)])
+        return pa.RecordBatch.from_pylist([{name: getattr(ref, name) for name in _REF_FIELDS}])
 
 
 def bulk_load(
