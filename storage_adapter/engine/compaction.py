@@ -14,7 +14,7 @@ version that lists them; vacuum reclaims them once no retained version does.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 
 import pyarrow as pa
 
@@ -24,9 +24,11 @@ DEFAULT_TARGET_BYTES = 64 * 1024 * 1024
 DEFAULT_MIN_FRAGMENTS = 16
 
 
-def plan(fragments: Sequence[Fragment], target_bytes: int, min_fragments: int) -> list[list[Fragment]]:
+def plan(fragments: Sequence[Fragment], target_bytes: int, min_fragments: int,
+         partition_of: Callable[[str], Hashable] = lambda key: ()) -> list[list[Fragment]]:  # fmt: skip
     """The groups of consecutive small fragments to rewrite as one fragment each (see the module
-    docstring); empty when the policy does not call for a compaction. ValueError for bounds below 1 or 2."""
+    docstring); empty when the policy does not call for a compaction. ValueError for bounds below 1 or 2.
+    A group never spans two partitions (``partition_of`` a fragment key): a fragment holds one partition."""
     if target_bytes < 1 or min_fragments < 2:
         raise ValueError(
             f"need target_bytes >= 1 and min_fragments >= 2, not {target_bytes!r}, {min_fragments!r}"
@@ -38,7 +40,8 @@ def plan(fragments: Sequence[Fragment], target_bytes: int, min_fragments: int) -
     size = 0
     for fragment in fragments:
         small = fragment[2] < target_bytes
-        if current and (not small or size + fragment[2] > target_bytes):
+        moved = bool(current) and partition_of(current[-1][0]) != partition_of(fragment[0])
+        if current and (not small or moved or size + fragment[2] > target_bytes):
             groups.append(current)
             current, size = [], 0
         if small:
@@ -50,12 +53,13 @@ def plan(fragments: Sequence[Fragment], target_bytes: int, min_fragments: int) -
 
 
 def rewrite(groups: list[list[Fragment]], schema: pa.Schema, read: Callable[[str], pa.Table],
-            write: Callable[[pa.Table], FragmentRef]) -> tuple[Replacement, ...]:  # fmt: skip
-    """Write one fragment per group with the group's rows, in order, cast to the table's ``schema``;
+            write: Callable[[pa.Table, str], FragmentRef]) -> tuple[Replacement, ...]:  # fmt: skip
+    """Write one fragment per group with the group's rows, in order, cast to the table's ``schema``
+    (``write(data, key of the group's first fragment)``: the new fragment goes to that one's partition);
     return the replacements a compact commit publishes. The new fragments are invisible until then."""
     replaced: list[Replacement] = []
     for group in groups:
         data = pa.concat_tables([read(key).cast(schema) for key, _, _ in group])
-        ref = write(data)
+        ref = write(data, group[0][0])
         replaced.append((tuple(key for key, _, _ in group), (ref.key, ref.rows, ref.bytes)))
     return tuple(replaced)

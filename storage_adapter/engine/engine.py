@@ -41,19 +41,30 @@ from storage_adapter.engine.key_ledger import KeyLedger, KeyState, check_key, en
 from storage_adapter.engine.manifest import DEFAULT_RETENTION, ManifestState, ManifestStore
 from storage_adapter.engine.parallel import map_bounded
 from storage_adapter.engine.recovery import HealReport, Recovery, recovered_by
-from storage_adapter.engine.schema import PartitionFilter
+from storage_adapter.engine.schema import (
+    Partition,
+    PartitionFilter,
+    check_in_filter,
+    check_partition_by,
+    conform,
+    filter_texts,
+    fragment_plan,
+    matches,
+    partition_of_key,
+    plan_fragments,
+    table_layout,
+    table_schema_text,
+)
 from storage_adapter.engine.snapshot import Snapshot
 from storage_adapter.engine.tables import (
     DEFAULT_CHECKPOINT_INTERVAL,
     DataFile,
+    Fragment,
     FragmentRef,
     TableVersionStore,
-    check_schema,
     encode_fragment,
     read_fragment,
     schema_fingerprint,
-    schema_from_text,
-    schema_to_text,
     store_fragment,
     write_fragment,
 )
@@ -105,7 +116,7 @@ class Engine:
         self._recovery = Recovery(
             adapter, self._root, recovered_by(actor), settings.max_attempts, self._versions, settings.lease_s
         )
-        self._schemas: dict[str, pa.Schema] = {}  # tables are never dropped nor re-schemaed: cache for good
+        self._layouts: dict[str, tuple[pa.Schema, tuple[str, ...]]] = {}  # tables are never re-schemaed
         self.last_heal: HealReport | None = None
 
     @classmethod
@@ -151,19 +162,18 @@ class Engine:
         ``schema`` with a string, integer, boolean or date type (SchemaMismatchError, a ValueError,
         before any I/O otherwise). Fragments are then written one per partition value combination, under
         ``<data prefix>/<col>=<quoted value>/...`` (see docs/engine.md, "Partitioned tables")."""
-        if partition_by:
-            raise NotImplementedError("partition_by: coming in the next commit")
         layout.check_table_name(name)
+        columns = check_partition_by(name, schema, partition_by)
         state = self._begin_write()
         if name in state.manifest.tables:
             raise TableExistsError(f"table {name!r} already exists", key=layout.table_prefix(name))
-        write = TableWrite(name, schema_to_text(schema), ())
+        write = TableWrite(name, table_schema_text(schema, columns), ())
         return self._operation().run(state, {name: write}, "create", expected_version=None,
                                      idempotency_key=None, actor=actor or self._actor)  # fmt: skip
 
     def partition_by(self, table: str) -> tuple[str, ...]:
         """The table's partition columns (empty for an unpartitioned table). UnknownTableError."""
-        raise NotImplementedError
+        return self._table_layout(table)[1]
 
     def write_fragment(self, table: str, data: pa.Table) -> FragmentRef:
         """Write ``data`` as one immutable Parquet file under the table's data prefix (write_if_absent on a
@@ -172,8 +182,13 @@ class Engine:
 
         Allowed on read-only engines: a fragment changes nothing visible, and executors of a bulk load
         should open ``read_only=True`` (no recovery sweep per task) and leave the commit to the driver."""
-        check_schema(table, self._table_schema(table), data.schema)
-        return write_fragment(self._adapter, table, data, str(ULID()))
+        schema, partition_by = self._table_layout(table)
+        if partition_by:
+            raise SchemaMismatchError(
+                f"table {table!r} is partitioned by {list(partition_by)}: write its data with write_fragments",
+                key=layout.table_prefix(table),
+            )
+        return write_fragment(self._adapter, table, conform(table, schema, data), str(ULID()))
 
     def write_fragments(self, table: str, data: pa.Table) -> list[FragmentRef]:
         """Write ``data`` (made to fit the table's schema by :func:`conform`, by column name) as immutable
@@ -182,7 +197,9 @@ class Engine:
         Invisible until committed by ``commit_fragments``; reclaimed by vacuum if never committed. Raises
         UnknownTableError, SchemaMismatchError (before anything is written). Allowed on read-only
         engines (executors of a bulk load)."""
-        raise NotImplementedError
+        schema, partition_by = self._table_layout(table)
+        planned = plan_fragments(table, conform(table, schema, data), partition_by)
+        return self._store(table, planned)
 
     def commit_fragments(self, fragments: Mapping[str, Sequence[FragmentRef]], mode: str = "append",
                          expected_version: int | None = None, idempotency_key: str | None = None,
@@ -208,12 +225,12 @@ class Engine:
         ``app_version`` the commit is a replay (``replayed=True``, nothing written); otherwise the
         watermark is set to ``app_version`` in the same manifest publish as the commit. Never expires.
         """
-        if replace_where is not None or app_id is not None or app_version is not None:
-            raise NotImplementedError("replace_where / app watermark: coming in the next commits")
+        if app_id is not None or app_version is not None:
+            raise NotImplementedError("app watermark: coming in the next commit")
         self._check_key(idempotency_key, key_issued_at)
         state = self._begin_write()
         return self._commit(state, {t: tuple(refs) for t, refs in fragments.items()}, mode, expected_version,
-                            idempotency_key, actor)  # fmt: skip
+                            idempotency_key, actor, replace_where)  # fmt: skip
 
     def commit(self, data: Mapping[str, pa.Table], mode: str = "append", expected_version: int | None = None,
                idempotency_key: str | None = None, actor: str | None = None,
@@ -222,25 +239,23 @@ class Engine:
                app_id: str | None = None, app_version: int | None = None) -> Commit:  # fmt: skip
         """``write_fragments`` for each table's data, then ``commit_fragments``, with every check made
         before any data file is written. Same guarantees and errors as ``commit_fragments``."""
-        if replace_where is not None or app_id is not None or app_version is not None:
-            raise NotImplementedError("replace_where / app watermark: coming in the next commits")
+        if app_id is not None or app_version is not None:
+            raise NotImplementedError("app watermark: coming in the next commit")
         self._check_key(idempotency_key, key_issued_at)
         state = self._begin_write()
         if (
             replayed := self._precheck(state, data.keys(), mode, expected_version, idempotency_key)
         ) is not None:
             return replayed
+        filters = self._replace_filters(state, data.keys(), mode, replace_where)
+        planned: dict[str, list[tuple[Partition, pa.Table, str]]] = {}
         for table, table_data in data.items():
-            check_schema(table, schema_from_text(state.manifest.tables[table].schema), table_data.schema)
-        names = list(
-            data
-        )  # one fragment per table: encoded here, PUT concurrently (a k-table commit's first wave)
-        bodies = {table: encode_fragment(data[table]) for table in names}
-        written = map_bounded(
-            lambda t: store_fragment(self._adapter, t, data[t], bodies[t], str(ULID())), names
-        )
-        refs: dict[str, tuple[FragmentRef, ...]] = {t: (ref,) for t, ref in zip(names, written, strict=True)}
-        return self._commit(state, refs, mode, expected_version, idempotency_key, actor)
+            schema, partition_by = table_layout(state.manifest.tables[table].schema)
+            planned[table] = plan_fragments(table, conform(table, schema, table_data), partition_by)
+            for partition, _, key in planned[table]:
+                check_in_filter(table, key, partition, filters.get(table))
+        refs = {table: tuple(self._store(table, parts)) for table, parts in planned.items()}
+        return self._commit(state, refs, mode, expected_version, idempotency_key, actor, replace_where)
 
     def compact(self, table: str, target_bytes: int = compaction.DEFAULT_TARGET_BYTES,
                 min_fragments: int = compaction.DEFAULT_MIN_FRAGMENTS, actor: str | None = None) -> Commit | None:  # fmt: skip
@@ -252,13 +267,19 @@ class Engine:
         (an overwrite, another compaction): nothing visible, its new fragments are left to vacuum."""
         state = self._begin_write()
         entry = state.manifest.entry(table)
-        schema = schema_from_text(entry.schema)
-        groups = compaction.plan(self._versions.fragments(table, entry.version), target_bytes, min_fragments)
+        schema, partition_by = table_layout(entry.schema)
+
+        def partition_of(key: str) -> Partition:
+            return partition_of_key(layout.data_prefix(table), key, partition_by)
+
+        groups = compaction.plan(
+            self._versions.fragments(table, entry.version), target_bytes, min_fragments, partition_of
+        )
         if not groups:
             return None
         replaced = compaction.rewrite(
             groups, schema, lambda key: read_fragment(self._adapter, key),
-            lambda data: write_fragment(self._adapter, table, data, str(ULID())),
+            lambda data, first: self._store(table, [fragment_plan(table, partition_of(first), data)])[0],
         )  # fmt: skip
         write = TableWrite(table, entry.schema, (), replaced)
         commit = self._operation().run(state, {table: write}, "compact", expected_version=None,
@@ -302,17 +323,22 @@ class Engine:
         """The table's rows as of the snapshot (a fresh one if None; a manifest version if an int).
         Reads only immutable files named by that one snapshot: with ``where``, only the fragments of the
         matching partitions; with ``columns``, only those columns of each (in that order)."""
-        if columns is not None or where is not None:
-            raise NotImplementedError("columns / where: coming in the next commits")
-        snap = (
-            snapshot_or_version
-            if isinstance(snapshot_or_version, Snapshot)
-            else self.snapshot(snapshot_or_version)
+        snap = self._snapshot_of(snapshot_or_version)
+        schema = snap.schema(table)
+        if columns is not None:
+            names = list(columns)
+            if isinstance(columns, str) or any(schema.get_field_index(c) < 0 for c in names):
+                raise SchemaMismatchError(
+                    f"table {table!r}: read columns {columns!r} must be a sequence of its columns "
+                    f"{schema.names}", key=layout.table_prefix(table),
+                )  # fmt: skip
+            schema = pa.schema([schema.field(c) for c in names])
+        keys = [key for (key, _, _), _ in self._pruned(table, snap, where)]
+        parts = map_bounded(
+            partial(read_fragment, self._adapter, columns=None if columns is None else names), keys
         )
-        fragments = self._versions.fragments(table, snap.table_version(table))
-        parts = self._read_fragments([key for key, _, _ in fragments])
         if not parts:
-            return snap.schema(table).empty_table()
+            return schema.empty_table()
         return pa.concat_tables(parts)
 
     def files(
@@ -326,7 +352,12 @@ class Engine:
         version if an int), in row order, pruned to the partitions ``where`` matches. The only correct
         file list for outside readers: the table's data folder also holds overwritten, orphaned and
         uncommitted files (docs/engine.md, "Reading with other engines")."""
-        raise NotImplementedError
+        snap = self._snapshot_of(snapshot_or_version)
+        root = self._adapter.url.rstrip("/")
+        return tuple(
+            DataFile(key, f"{root}/{key}", rows, size, partition)
+            for (key, rows, size), partition in self._pruned(table, snap, where)
+        )
 
     def app_version(self, app_id: str) -> int | None:
         """The application watermark of ``app_id`` (the highest ``app_version`` committed with it), or
@@ -373,12 +404,62 @@ class Engine:
         policy = CommitPolicy(max_attempts=self._settings.max_attempts, lease_s=self._settings.lease_s)
         return CommitOperation(self._adapter, self._root, policy, self._versions, self._recovery)
 
-    def _table_schema(self, table: str) -> pa.Schema:
-        schema = self._schemas.get(table)
-        if schema is None:
-            schema = schema_from_text(self._manifests.load().manifest.entry(table).schema)
-            self._schemas[table] = schema
-        return schema
+    def _table_layout(self, table: str) -> tuple[pa.Schema, tuple[str, ...]]:
+        """The table's schema and partition columns (cached: tables are never re-schemaed)."""
+        found = self._layouts.get(table)
+        if found is None:
+            found = table_layout(self._manifests.load().manifest.entry(table).schema)
+            self._layouts[table] = found
+        return found
+
+    def _snapshot_of(self, snapshot_or_version: Snapshot | int | None) -> Snapshot:
+        if isinstance(snapshot_or_version, Snapshot):
+            return snapshot_or_version
+        return self.snapshot(snapshot_or_version)
+
+    def _pruned(
+        self, table: str, snap: Snapshot, where: PartitionFilter | None
+    ) -> list[tuple[Fragment, Partition]]:
+        """The fragments of ``table`` in ``snap``, in row order, with their partitions, those outside
+        ``where`` left out (the filter is checked before any fragment list is read)."""
+        schema, partition_by = table_layout(snap.schemas[table]) if table in snap.pins else (None, ())
+        version = snap.table_version(table)  # UnknownTableError
+        assert schema is not None
+        allowed = None if where is None else filter_texts(table, schema, partition_by, where)
+        prefix = layout.data_prefix(table)
+        found = []
+        for fragment in self._versions.fragments(table, version):
+            partition = partition_of_key(prefix, fragment[0], partition_by)
+            if allowed is None or matches(partition, allowed):
+                found.append((fragment, partition))
+        return found
+
+    def _store(self, table: str, planned: Sequence[tuple[Partition, pa.Table, str]]) -> list[FragmentRef]:
+        """Write planned fragments (``plan_fragments``): encoded here on one thread, PUT concurrently."""
+        bodies = [encode_fragment(data) for _, data, _ in planned]
+        return map_bounded(
+            lambda i: store_fragment(
+                self._adapter, table, planned[i][1], bodies[i], planned[i][2], planned[i][0]
+            ),
+            range(len(planned)),
+        )
+
+    def _replace_filters(self, state: ManifestState, tables: Iterable[str], mode: str,
+                         replace_where: Mapping[str, PartitionFilter] | None) -> dict[str, dict[str, set[str | None]]]:  # fmt: skip
+        """``replace_where`` checked against the commit (overwrite mode, tables it writes, partition
+        columns, values of their types) as text sets per column. Before any I/O of the commit's own."""
+        if replace_where is None:
+            return {}
+        if mode != "overwrite":
+            raise ValueError(f"replace_where needs mode='overwrite', not {mode!r}")
+        names = set(tables)
+        filters: dict[str, dict[str, set[str | None]]] = {}
+        for table, where in replace_where.items():
+            if table not in names:
+                raise ValueError(f"replace_where names table {table!r}, which the commit does not write")
+            schema, partition_by = table_layout(state.manifest.entry(table).schema)
+            filters[table] = filter_texts(table, schema, partition_by, where)
+        return filters
 
     def precheck(self, tables: Iterable[str], mode: str = "append", expected_version: int | None = None,
                  idempotency_key: str | None = None, key_issued_at: datetime | None = None) -> Commit | None:  # fmt: skip
@@ -440,29 +521,50 @@ class Engine:
             state.manifest.entry(table)  # UnknownTableError
 
     def _commit(self, state: ManifestState, refs: dict[str, tuple[FragmentRef, ...]], mode: str,
-                expected_version: int | None, idempotency_key: str | None, actor: str | None) -> Commit:  # fmt: skip
+                expected_version: int | None, idempotency_key: str | None, actor: str | None,
+                replace_where: Mapping[str, PartitionFilter] | None = None) -> Commit:  # fmt: skip
         self._validate(state, refs.keys(), mode)
+        filters = self._replace_filters(state, refs.keys(), mode, replace_where)
         oldest_allowed = datetime.now(UTC) - timedelta(seconds=self._settings.grace_s / 2)
         writes: dict[str, TableWrite] = {}
         for table, table_refs in refs.items():
             schema_text = state.manifest.tables[table].schema
-            fingerprint = schema_fingerprint(schema_from_text(schema_text))
+            schema, partition_by = table_layout(schema_text)
+            fingerprint = schema_fingerprint(schema)
+            prefix = layout.data_prefix(table)
             for ref in table_refs:
-                if ref.table != table or not ref.key.startswith(layout.data_prefix(table) + "/"):
+                if ref.table != table or not ref.key.startswith(prefix + "/"):
                     raise SchemaMismatchError(f"fragment {ref.key} belongs to table {ref.table!r}, not {table!r}",
                                               key=ref.key)  # fmt: skip
                 if ref.schema_fingerprint != fingerprint:
                     raise SchemaMismatchError(f"fragment {ref.key} does not have table {table!r}'s schema",
                                               key=ref.key)  # fmt: skip
+                try:
+                    laid_out = partition_of_key(prefix, ref.key, partition_by)
+                except ValueError as exc:
+                    raise SchemaMismatchError(f"table {table!r}: {exc}", key=ref.key) from exc
+                if laid_out != tuple(ref.partition):
+                    raise SchemaMismatchError(
+                        f"fragment {ref.key} says partition {ref.partition!r} but lies in {laid_out!r}",
+                        key=ref.key,
+                    )
+                check_in_filter(table, ref.key, laid_out, filters.get(table))
                 if codec.parse_iso(ref.written_at) < oldest_allowed:
                     raise StaleFragmentError(
                         f"fragment {ref.key} was written at {ref.written_at}, more than half the grace period "
                         f"({self._settings.grace_s / 2:.0f} s) ago: vacuum may reclaim it; write it again",
                         key=ref.key,
                     )
-            writes[table] = TableWrite(
-                table, schema_text, tuple((r.key, r.rows, r.bytes) for r in table_refs)
-            )
+            added = tuple((r.key, r.rows, r.bytes) for r in table_refs)
+            if table in filters:  # a partition overwrite: the pinned content outside the filter, then ours
+                pinned = self._versions.fragments(table, state.manifest.tables[table].version)
+                kept = tuple(
+                    f
+                    for f in pinned
+                    if not matches(partition_of_key(prefix, f[0], partition_by), filters[table])
+                )
+                added = kept + added
+            writes[table] = TableWrite(table, schema_text, added)
         commit = self._operation().run(state, writes, mode, expected_version=expected_version,
                                        idempotency_key=idempotency_key, actor=actor or self._actor)  # fmt: skip
         self._checkpoint(commit)

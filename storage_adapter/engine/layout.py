@@ -3,7 +3,8 @@
 _manifest.json                         the manifest: the single visibility authority (CAS-published)
 tables/{table}/_versions/{V:020d}.json table version V (immutable; written with write_if_absent)
 tables/{table}/_checkpoints/{V:020d}.json  the resolved fragment list of version V (optional, see tables.py)
-tables/{table}/data/{ulid}.parquet     immutable data fragments
+tables/{table}/data/[{col}={value}/...]{ulid}.parquet  immutable data fragments (in partition folders
+                                       when the table is partitioned)
 __recovery/{operation_id}.json         recovery sidecars of commits in flight (or crashed)
 __audit/{operation_id}.json            one audit record per recovered operation (write_if_absent)
 __keys/{sha256(key)}.json              the ledger entry of one idempotency key (see key_ledger.py)
@@ -66,8 +67,11 @@ def data_prefix(table: str) -> str:
     return f"{TABLES_PREFIX}/{table}/data"
 
 
-def data_key(table: str, fragment_id: str) -> str:
-    return f"{data_prefix(table)}/{fragment_id}.parquet"
+def data_key(table: str, fragment_id: str, partition_path: str = "") -> str:
+    """A fragment's key; ``partition_path`` (``col=value/...``, see schema.partition_prefix) puts it in its
+    partition's folder."""
+    folder = f"{data_prefix(table)}/{partition_path}" if partition_path else data_prefix(table)
+    return f"{folder}/{fragment_id}.parquet"
 
 
 def table_map_key(version: int, operation_id: str) -> str:

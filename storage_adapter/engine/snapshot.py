@@ -8,7 +8,7 @@ import pyarrow as pa
 
 from storage_adapter.engine import layout
 from storage_adapter.engine.errors import UnknownTableError
-from storage_adapter.engine.tables import schema_from_text
+from storage_adapter.engine.schema import table_layout
 
 
 @dataclass(frozen=True)
@@ -34,5 +34,11 @@ class Snapshot:
         return pin
 
     def schema(self, table: str) -> pa.Schema:
+        """The table's Arrow schema (without metadata)."""
         self.table_version(table)
-        return schema_from_text(self.schemas[table])
+        return table_layout(self.schemas[table])[0]
+
+    def partition_by(self, table: str) -> tuple[str, ...]:
+        """The table's partition columns (empty for an unpartitioned table)."""
+        self.table_version(table)
+        return table_layout(self.schemas[table])[1]

@@ -99,7 +99,7 @@ class DataFile:
 
 def write_fragment(adapter: StorageAdapter, table: str, data: pa.Table, fragment_id: str) -> FragmentRef:
     """Write ``data`` as one Parquet file with write_if_absent (the id is a fresh ULID: never taken)."""
-    return store_fragment(adapter, table, data, encode_fragment(data), fragment_id)
+    return store_fragment(adapter, table, data, encode_fragment(data), layout.data_key(table, fragment_id))
 
 
 def encode_fragment(data: pa.Table) -> bytes:
@@ -110,19 +110,21 @@ def encode_fragment(data: pa.Table) -> bytes:
     return sink.getvalue()
 
 
-def store_fragment(
-    adapter: StorageAdapter, table: str, data: pa.Table, body: bytes, fragment_id: str
-) -> FragmentRef:
-    """PUT ``body`` (``encode_fragment(data)``) as a fragment of ``table`` with write_if_absent."""
-    key = layout.data_key(table, fragment_id)
+def store_fragment(adapter: StorageAdapter, table: str, data: pa.Table, body: bytes, key: str,
+                   partition: tuple[tuple[str, str | None], ...] = ()) -> FragmentRef:  # fmt: skip
+    """PUT ``body`` (``encode_fragment(data)``) at ``key`` (a fresh ``layout.data_key``) with
+    write_if_absent; ``partition`` is the partition its key names."""
     if adapter.write_if_absent(key, body) is None:
         raise CorruptMetadataError(f"fragment {key} already exists: fragment ids must be fresh", key=key)
-    return FragmentRef(table, key, data.num_rows, len(body), schema_fingerprint(data.schema), codec.now_iso())
+    return FragmentRef(table, key, data.num_rows, len(body), schema_fingerprint(data.schema), codec.now_iso(),
+                       partition)  # fmt: skip
 
 
-def read_fragment(adapter: StorageAdapter, key: str) -> pa.Table:
+def read_fragment(adapter: StorageAdapter, key: str, columns: list[str] | None = None) -> pa.Table:
+    """The fragment's rows (only ``columns``, in that order, when given: the other column chunks are
+    not decoded)."""
     # ParquetFile, not pq.read_table: the dataset machinery of read_table costs ~4x the CPU on small files
-    return pq.ParquetFile(io.BytesIO(adapter.read_bytes(key))).read()
+    return pq.ParquetFile(io.BytesIO(adapter.read_bytes(key))).read(columns=columns)
 
 
 @dataclass(frozen=True)
