@@ -37,7 +37,7 @@ def engine(adapter: Any) -> Engine:
 
 def frame_of(spark: Any, rows: int, partitions: int, first: int = 0) -> Any:
     return spark.range(first, first + rows, numPartitions=partitions).selectExpr(
-        "id", "concat('row-', id) AS label", "id * 0.5 AS score"
+        "id", "concat('row-', id) AS label", "CAST(id AS DOUBLE) / 2 AS score"
     )
 
 

@@ -46,7 +46,7 @@ def options_of(engine: Engine) -> dict[str, str]:
 
 def frame_of(spark: Any, rows: int, first: int = 0, days: int = 3, partitions: int = 2) -> Any:
     return spark.range(first, first + rows, numPartitions=partitions).selectExpr(
-        "id", f"concat('d', CAST(id % {days} AS STRING)) AS day", "id * 0.5 AS score"
+        "id", f"concat('d', CAST(id % {days} AS STRING)) AS day", "CAST(id AS DOUBLE) / 2 AS score"
     )
 
 
@@ -196,9 +196,9 @@ def test_non_spark_input_is_a_typed_error(engine: Engine) -> None:
 def test_missing_or_bad_options_are_typed_errors(engine: Engine, spark: Any) -> None:
     frame = frame_of(spark, 10)
     with pytest.raises(ConfigurationError, match="table"), typed_errors():
-        frame.write.format("storage_adapter").options(**options_of(engine)).save(engine.adapter.url)
+        frame.write.format("storage_adapter").mode("append").options(**options_of(engine)).save(engine.adapter.url)
     with pytest.raises(ConfigurationError, match="URL"), typed_errors():
-        frame.write.format("storage_adapter").option("table", "events").save()
+        frame.write.format("storage_adapter").mode("append").option("table", "events").save()
     with pytest.raises(ConfigurationError, match="replaceWhere"):
         save(frame, engine, mode="overwrite", replaceWhere="day > 'd0'")
     with pytest.raises(ConfigurationError, match="overwrite"):
@@ -213,7 +213,7 @@ def test_missing_or_bad_options_are_typed_errors(engine: Engine, spark: Any) -> 
 def test_secrets_are_never_echoed(engine: Engine, spark: Any) -> None:
     secret = "s3cr3t-" + uuid.uuid4().hex
     with pytest.raises(Exception) as info:
-        frame_of(spark, 1).write.format("storage_adapter").option("table", "events").option(
+        frame_of(spark, 1).write.format("storage_adapter").mode("append").option("table", "events").option(
             "secret_access_key", secret
         ).option("endpoint", "not a url").save("s3://bucket/prefix")
     assert secret not in str(info.value)

@@ -283,7 +283,8 @@ class _Reader(DataSourceReader):
                 size = 0
             groups[-1].append(data_file)
             size += cost
-        return [InputPartition(tuple(group)) for group in groups]
+        # No files: one empty partition (Spark would substitute InputPartition(None) for an empty list).
+        return [InputPartition(tuple(group)) for group in groups] or [InputPartition(())]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         schema = self._arrow_schema
