@@ -310,3 +310,16 @@ def test_files_list_exactly_one_snapshot(engine, adapter):
     if adapter.url.startswith("file://"):  # pyarrow.dataset over the file list reads exactly the table
         paths = [f.url.removeprefix("file://") for f in engine.files("ev")]
         assert ids_of(ds.dataset(paths, format="parquet").to_table()) == [4, 6]
+
+
+def test_vacuum_reclaims_overwritten_and_orphaned_partition_fragments(engine, adapter):
+    engine.commit({"ev": events([1, 2], [D1, D2], ["eu", "eu"])})
+    engine.write_fragments("ev", events([100], [D1], ["us"]))  # orphan of a failed job
+    engine.commit({"ev": events([3], [D1], ["eu"])}, mode="overwrite", replace_where={"ev": {"day": [D1]}})
+    report = engine.vacuum(grace_s=0)
+    kept = {f.key for f in engine.files("ev")}
+    on_disk = {i.key for i in adapter.list(layout.data_prefix("ev"))}
+    assert kept <= on_disk
+    assert not any("region=us" in key for key in on_disk)  # the orphan in its partition folder is gone
+    assert any("region=us" in key for key in report.deleted)
+    assert ids_of(engine.read("ev")) == [2, 3]

@@ -44,7 +44,7 @@ from storage_adapter.engine.errors import (
 from storage_adapter.engine.failpoints import failpoint, is_armed
 from storage_adapter.engine.history import CommitRecord, TableChange
 from storage_adapter.engine.key_ledger import KeyLedger, KeyState, StoredEntry, check_key, entry_key
-from storage_adapter.engine.manifest import ManifestState, ManifestStore
+from storage_adapter.engine.manifest import Manifest, ManifestState, ManifestStore
 from storage_adapter.engine.parallel import executor, in_pool_thread, settle
 from storage_adapter.engine.recovery import Recovery
 from storage_adapter.engine.sidecar import (
@@ -57,6 +57,7 @@ from storage_adapter.engine.sidecar import (
     writer_alive,
 )
 from storage_adapter.engine.tables import Replacement, TableVersion, TableVersionStore
+from storage_adapter.keys import is_plain_text
 from storage_adapter.protocol import StorageAdapter
 
 log = logging.getLogger(__name__)
@@ -78,7 +79,8 @@ class TableWrite:
 @dataclass(frozen=True)
 class Commit:
     """The result of a commit. ``replayed``: an earlier commit with the same idempotency key had already
-    landed and is returned instead (nothing new was written). ``sidecar_pending``: the Phase D delete
+    landed, or the application watermark was already at or above the commit's ``app_version``, and that
+    commit is returned instead (nothing new was written; see :func:`app_replay` for its record). ``sidecar_pending``: the Phase D delete
     failed; the commit is durable and the next write's heal consumes the stale sidecar."""
 
     version: int
@@ -126,18 +128,24 @@ class CommitOperation:
         self._keeper = LeaseKeeper(self._sidecars, policy.lease_s)
         self._ledger = KeyLedger(adapter)
         self._key: str | None = None
+        self._app: tuple[str, int] | None = None
         self._claim: StoredEntry | None = None  # our key's ledger entry as claimed (its token)
         self._sidecar_lock = threading.Lock()  # Phase B rewrites the sidecar from several threads
         self.operation_id = str(ULID())
 
     def run(self, state: ManifestState, writes: dict[str, TableWrite], mode: str, *,
-            expected_version: int | None, idempotency_key: str | None, actor: str | None) -> Commit:  # fmt: skip
-        """Commit ``writes`` on top of ``state``. The caller validated tables and schemas against it."""
+            expected_version: int | None, idempotency_key: str | None, actor: str | None,
+            app: tuple[str, int] | None = None) -> Commit:  # fmt: skip
+        """Commit ``writes`` on top of ``state``. The caller validated tables and schemas against it.
+        ``app``: the (app_id, app_version) watermark the commit sets; a replay when already reached."""
         if idempotency_key is not None:
             self._key = check_key(idempotency_key)
             landed = state.manifest.record_for_key(idempotency_key)
             if landed is not None:
                 return Commit(landed.version, landed, 0, replayed=True)
+        self._app = app
+        if (replay := app_replay(self._manifests, state.manifest, app)) is not None:
+            return replay
         check_expected_version(state, expected_version)
         LIVE.register(self._root, self.operation_id)
         try:
@@ -156,7 +164,7 @@ class CommitOperation:
             self._write_table_versions(writes, mode, bases, written)  # Phase B
             record = CommitRecord(
                 state.manifest.version + 1, codec.now_iso(), actor, self.operation_id, idempotency_key, mode,
-                False, tuple(TableChange(n, bases[n], written[n].version) for n in sorted(writes)),
+                False, tuple(TableChange(n, bases[n], written[n].version) for n in sorted(writes)), self._app,
             )  # fmt: skip
             if self._publish(state, record, writes, mode):  # Phase C
                 return self._finish(record, attempt)  # Phase D
@@ -205,6 +213,7 @@ class CommitOperation:
                 mode,
                 idempotency_key,
                 pins,
+                app=self._app,
             )
         )  # fmt: skip  (a failure here raises with nothing advanced)
         failpoint("commit.after_sidecar")
@@ -337,6 +346,8 @@ class CommitOperation:
             landed = state.manifest.record_for_key(idempotency_key)
             if landed is not None:
                 raise _Replay(landed)
+        if (replay := app_replay(self._manifests, state.manifest, self._app)) is not None:
+            raise _Replay(replay.record)  # the same application version won the race
         check_expected_version(state, expected_version)
         pins = dict(self._sidecar.tables)
         for name in writes:
@@ -387,6 +398,47 @@ class CommitOperation:
             log.warning(
                 "could not roll back abandoned commit %s (%s); the next heal will", self.operation_id, exc
             )
+
+
+MAX_APP_ID_CHARS = 256
+
+
+def check_app(app_id: object, app_version: object) -> tuple[str, int] | None:
+    """The (app_id, app_version) watermark a commit sets, or None for neither. ValueError (before any
+    I/O) unless both or neither are given, ``app_id`` is non-empty plain text of at most
+    ``MAX_APP_ID_CHARS`` characters and ``app_version`` an int in [0, 2**63)."""
+    if app_id is None and app_version is None:
+        return None
+    if (
+        not isinstance(app_id, str)
+        or not app_id
+        or len(app_id) > MAX_APP_ID_CHARS
+        or not is_plain_text(app_id)
+    ):
+        raise ValueError(
+            f"app_id must be non-empty text of at most {MAX_APP_ID_CHARS} characters given with "
+            f"app_version, not {app_id!r}"
+        )
+    if type(app_version) is not int or not 0 <= app_version < 2**63:
+        raise ValueError(
+            f"app_version must be an int in [0, 2**63) given with app_id, not {app_version!r} (app {app_id!r})"
+        )
+    return app_id, app_version
+
+
+def app_replay(manifests: ManifestStore, manifest: Manifest, app: tuple[str, int] | None) -> Commit | None:
+    """The replay a commit setting watermark ``app`` is when ``manifest`` has the application at or above
+    that version, else None. Its record is that of the commit that set the watermark while the history
+    retains it; past the retention, a stand-in naming only the manifest version, the application and
+    its watermark (``changes`` empty, the other fields blank): the watermark itself never expires."""
+    mark = manifest.applied(app)
+    if mark is None:
+        return None
+    assert app is not None
+    record = manifests.record_at(manifest, mark.manifest_version) or CommitRecord(
+        mark.manifest_version, "", None, "", None, "", False, (), (app[0], mark.version)
+    )
+    return Commit(mark.manifest_version, record, 0, replayed=True)
 
 
 def _pin(state: ManifestState, table: str) -> int | None:

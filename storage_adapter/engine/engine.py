@@ -27,6 +27,8 @@ from storage_adapter.engine.commit import (
     CommitOperation,
     CommitPolicy,
     TableWrite,
+    app_replay,
+    check_app,
     check_expected_version,
 )
 from storage_adapter.engine.errors import (
@@ -225,12 +227,11 @@ class Engine:
         ``app_version`` the commit is a replay (``replayed=True``, nothing written); otherwise the
         watermark is set to ``app_version`` in the same manifest publish as the commit. Never expires.
         """
-        if app_id is not None or app_version is not None:
-            raise NotImplementedError("app watermark: coming in the next commit")
         self._check_key(idempotency_key, key_issued_at)
+        app = check_app(app_id, app_version)
         state = self._begin_write()
         return self._commit(state, {t: tuple(refs) for t, refs in fragments.items()}, mode, expected_version,
-                            idempotency_key, actor, replace_where)  # fmt: skip
+                            idempotency_key, actor, replace_where, app)  # fmt: skip
 
     def commit(self, data: Mapping[str, pa.Table], mode: str = "append", expected_version: int | None = None,
                idempotency_key: str | None = None, actor: str | None = None,
@@ -239,12 +240,11 @@ class Engine:
                app_id: str | None = None, app_version: int | None = None) -> Commit:  # fmt: skip
         """``write_fragments`` for each table's data, then ``commit_fragments``, with every check made
         before any data file is written. Same guarantees and errors as ``commit_fragments``."""
-        if app_id is not None or app_version is not None:
-            raise NotImplementedError("app watermark: coming in the next commit")
         self._check_key(idempotency_key, key_issued_at)
+        app = check_app(app_id, app_version)
         state = self._begin_write()
         if (
-            replayed := self._precheck(state, data.keys(), mode, expected_version, idempotency_key)
+            replayed := self._precheck(state, data.keys(), mode, expected_version, idempotency_key, app)
         ) is not None:
             return replayed
         filters = self._replace_filters(state, data.keys(), mode, replace_where)
@@ -255,7 +255,7 @@ class Engine:
             for partition, _, key in planned[table]:
                 check_in_filter(table, key, partition, filters.get(table))
         refs = {table: tuple(self._store(table, parts)) for table, parts in planned.items()}
-        return self._commit(state, refs, mode, expected_version, idempotency_key, actor, replace_where)
+        return self._commit(state, refs, mode, expected_version, idempotency_key, actor, replace_where, app)
 
     def compact(self, table: str, target_bytes: int = compaction.DEFAULT_TARGET_BYTES,
                 min_fragments: int = compaction.DEFAULT_MIN_FRAGMENTS, actor: str | None = None) -> Commit | None:  # fmt: skip
@@ -362,7 +362,9 @@ class Engine:
     def app_version(self, app_id: str) -> int | None:
         """The application watermark of ``app_id`` (the highest ``app_version`` committed with it), or
         None if it never committed. One GET of the manifest."""
-        raise NotImplementedError
+        check_app(app_id, 0)
+        mark = self._manifests.load().manifest.applications.get(app_id)
+        return None if mark is None else mark.version
 
     def history(self) -> list[CommitRecord]:
         """Retained commit records (the last ``retention`` versions), oldest first: the manifest's inline
@@ -462,19 +464,23 @@ class Engine:
         return filters
 
     def precheck(self, tables: Iterable[str], mode: str = "append", expected_version: int | None = None,
-                 idempotency_key: str | None = None, key_issued_at: datetime | None = None) -> Commit | None:  # fmt: skip
+                 idempotency_key: str | None = None, key_issued_at: datetime | None = None, *,
+                 app_id: str | None = None, app_version: int | None = None) -> Commit | None:  # fmt: skip
         """The checks a commit makes before it writes any data, for writers that produce data elsewhere
-        first (a Spark job): the landed commit (``replayed=True``) if ``idempotency_key`` already landed,
-        else None. Raises UnknownTableError, ValueError (mode, key), CommitConflictError
-        (``expected_version``), KeyWindowExpiredError. Heals first, like every write entry point. The
-        commit itself checks again."""
+        first (a Spark job): the landed commit (``replayed=True``) if ``idempotency_key`` already landed
+        or the application watermark of ``app_id`` is at or above ``app_version``, else None. Raises
+        UnknownTableError, ValueError (mode, key, app), CommitConflictError (``expected_version``),
+        KeyWindowExpiredError. Heals first, like every write entry point. The commit itself checks again."""
         self._check_key(idempotency_key, key_issued_at)
-        return self._precheck(self._begin_write(), tables, mode, expected_version, idempotency_key)
+        app = check_app(app_id, app_version)
+        return self._precheck(self._begin_write(), tables, mode, expected_version, idempotency_key, app)
 
     def _precheck(self, state: ManifestState, tables: Iterable[str], mode: str, expected_version: int | None,
-                  idempotency_key: str | None) -> Commit | None:  # fmt: skip
+                  idempotency_key: str | None, app: tuple[str, int] | None = None) -> Commit | None:  # fmt: skip
         if idempotency_key is not None and (landed := self._landed(state, check_key(idempotency_key))):
             return Commit(landed.version, landed, 0, replayed=True)
+        if (replay := app_replay(self._manifests, state.manifest, app)) is not None:
+            return replay
         self._validate(state, tables, mode)
         check_expected_version(state, expected_version)
         return None
@@ -522,7 +528,8 @@ class Engine:
 
     def _commit(self, state: ManifestState, refs: dict[str, tuple[FragmentRef, ...]], mode: str,
                 expected_version: int | None, idempotency_key: str | None, actor: str | None,
-                replace_where: Mapping[str, PartitionFilter] | None = None) -> Commit:  # fmt: skip
+                replace_where: Mapping[str, PartitionFilter] | None = None,
+                app: tuple[str, int] | None = None) -> Commit:  # fmt: skip
         self._validate(state, refs.keys(), mode)
         filters = self._replace_filters(state, refs.keys(), mode, replace_where)
         oldest_allowed = datetime.now(UTC) - timedelta(seconds=self._settings.grace_s / 2)
@@ -566,7 +573,7 @@ class Engine:
                 added = kept + added
             writes[table] = TableWrite(table, schema_text, added)
         commit = self._operation().run(state, writes, mode, expected_version=expected_version,
-                                       idempotency_key=idempotency_key, actor=actor or self._actor)  # fmt: skip
+                                       idempotency_key=idempotency_key, actor=actor or self._actor, app=app)  # fmt: skip
         self._checkpoint(commit)
         return commit
 

@@ -26,6 +26,12 @@ from storage_adapter.stored_json import field as json_field
 RECORD_FORMAT = "storage-adapter-engine/commit-record"
 
 
+def decode_app(value: Any) -> tuple[str, int]:
+    """A stored ``[app_id, app_version]`` pair (StoredJSONError for anything else)."""
+    app_id, version = items(value, (str, int), "app")
+    return app_id, version
+
+
 @dataclass(frozen=True)
 class TableChange:
     """One table's pin movement in a commit: ``from_version`` None means the commit created the table."""
@@ -47,6 +53,11 @@ class CommitRecord:
     mode: str  # "create", "append" or "overwrite"
     recovered: bool  # True when recovery rolled the commit forward after its writer died
     changes: tuple[TableChange, ...]
+    app: tuple[str, int] | None = None  # (app_id, app_version): the application watermark it set
+
+    @property
+    def app_id(self) -> str | None:
+        return None if self.app is None else self.app[0]
 
     @property
     def tables(self) -> dict[str, int]:
@@ -59,6 +70,7 @@ class CommitRecord:
             "operation_id": self.operation_id, "idempotency_key": self.idempotency_key, "mode": self.mode,
             "recovered": self.recovered,
             "changes": [[c.table, c.from_version, c.to_version] for c in self.changes],
+            **({} if self.app is None else {"app": [self.app[0], self.app[1]]}),
         }  # fmt: skip
 
     @classmethod
@@ -72,6 +84,7 @@ class CommitRecord:
                 TableChange(*items(c, (str, (int, type(None)), int), "change"))
                 for c in json_field(doc, "changes", list)
             ]
+            app = json_field(doc, "app", list, optional=True)
             return cls(
                 version=json_field(doc, "version", int), committed_at=committed_at,
                 actor=json_field(doc, "actor", str, optional=True),
@@ -79,6 +92,7 @@ class CommitRecord:
                 idempotency_key=json_field(doc, "idempotency_key", str, optional=True),
                 mode=json_field(doc, "mode", str), recovered=json_field(doc, "recovered", bool),
                 changes=tuple(changes),
+                app=None if app is None else decode_app(app),
             )  # fmt: skip
         except StoredJSONError as exc:
             raise codec.malformed(key, CorruptManifestError, exc) from exc

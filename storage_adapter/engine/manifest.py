@@ -36,11 +36,13 @@ from storage_adapter.engine.key_ledger import KeyLedger
 from storage_adapter.engine.parallel import map_bounded
 from storage_adapter.errors import NotFoundError
 from storage_adapter.protocol import StorageAdapter
-from storage_adapter.stored_json import StoredJSONError
+from storage_adapter.stored_json import StoredJSONError, items
 from storage_adapter.stored_json import field as json_field
 
 MANIFEST_FORMAT = "storage-adapter-engine/manifest"
 MANIFEST_FORMAT_VERSION = 2  # 1: every retained record inline; 2: the last TAIL records inline
+APPS_FORMAT_VERSION = 3  # 2 plus application watermarks: written only once a watermark exists, so that an
+# engine that does not know watermarks refuses the manifest instead of publishing over it without them
 DEFAULT_RETENTION = 256  # versions of history kept for time travel (records in __history/)
 TAIL = 16  # records inline in the manifest (~235 bytes each): the recent past commits look up for free
 TAIL_CHANGES = 256  # table changes inline across the tail (a 100-table commit's record is ~3 KB)
@@ -54,6 +56,15 @@ __all__ = ["CommitRecord", "Manifest", "ManifestState", "ManifestStore", "TableC
 class TableEntry:
     version: int
     schema: str  # tables.schema_to_text form
+
+
+@dataclass(frozen=True)
+class AppWatermark:
+    """An application's watermark: the highest ``app_version`` it committed, and the manifest version
+    that commit published."""
+
+    version: int
+    manifest_version: int
 
 
 @dataclass(frozen=True)
@@ -85,6 +96,15 @@ class Manifest:
     table_map: TableMapRef | None = None
     inline: frozenset[str] = frozenset()
     created: frozenset[str] = frozenset()
+    applications: dict[str, AppWatermark] = field(default_factory=dict)  # app_id -> its watermark
+
+    def applied(self, app: tuple[str, int] | None) -> AppWatermark | None:
+        """The watermark of ``app``'s application when it is at or above ``app``'s version (a commit
+        with it would apply twice: it is a replay), else None."""
+        if app is None:
+            return None
+        found = self.applications.get(app[0])
+        return found if found is not None and found.version >= app[1] else None
 
     @property
     def history_floor(self) -> int:
@@ -160,9 +180,13 @@ class Manifest:
         if len(inline) > CHANGED_LIMIT:  # the publish writes the whole map (ManifestStore.publish)
             inline, created = frozenset(), frozenset()
             table_map = TableMapRef(record.version, record.operation_id)
+        applications = self.applications
+        if record.app is not None:  # set in the same publish as the commit: atomic with it
+            applications = {**applications, record.app[0]: AppWatermark(record.app[1], record.version)}
+        format_version = APPS_FORMAT_VERSION if applications else MANIFEST_FORMAT_VERSION
         return replace(self, version=record.version, operation_id=record.operation_id, tables=tables,
-                       commits=self._tail_with(record), format_version=MANIFEST_FORMAT_VERSION, table_map=table_map,
-                       inline=inline, created=created)  # fmt: skip
+                       commits=self._tail_with(record), format_version=format_version, table_map=table_map,
+                       inline=inline, created=created, applications=applications)  # fmt: skip
 
     def _tail_with(self, record: CommitRecord) -> tuple[CommitRecord, ...]:
         """``record`` and the newest of the current tail, up to ``TAIL`` records (``retention`` if fewer)
@@ -198,6 +222,10 @@ class Manifest:
             body["table_map"] = (
                 None if ref is None else {"version": ref.version, "operation_id": ref.operation_id}
             )
+        if self.applications:
+            body["applications"] = {
+                app_id: [mark.version, mark.manifest_version] for app_id, mark in self.applications.items()
+            }
         return codec.encode(MANIFEST_FORMAT, self.format_version, body)
 
     def encode_table_map(self) -> bytes:
@@ -212,7 +240,9 @@ class Manifest:
                load_table_map: Callable[[TableMapRef], dict[str, TableEntry]] | None = None) -> Manifest:  # fmt: skip
         """The manifest in ``raw``; ``load_table_map`` gives the entries of the table map it names (a
         manifest without one decodes without it). CorruptManifestError for anything malformed."""
-        doc = codec.decode(raw, key, MANIFEST_FORMAT, (1, MANIFEST_FORMAT_VERSION), CorruptManifestError)
+        doc = codec.decode(
+            raw, key, MANIFEST_FORMAT, (1, MANIFEST_FORMAT_VERSION, APPS_FORMAT_VERSION), CorruptManifestError
+        )
         try:
             table_map = None
             if doc["format_version"] != 1 and (ref := json_field(doc, "table_map", dict, optional=True)):
@@ -231,6 +261,15 @@ class Manifest:
                     created.add(name)
                 tables[name] = TableEntry(json_field(entry, "version", int), schema or tables[name].schema)
             commits = tuple(CommitRecord.from_json(r, key) for r in json_field(doc, "commits", list))
+            marks = (
+                json_field(doc, "applications", dict, optional=True)
+                if doc["format_version"] == APPS_FORMAT_VERSION
+                else None
+            )
+            applications = {
+                app_id: AppWatermark(*items(mark, (int, int), f"watermark of application {app_id!r}"))
+                for app_id, mark in (marks or {}).items()
+            }
             manifest = cls(
                 version=json_field(doc, "version", int),
                 operation_id=json_field(doc, "operation_id", str),
@@ -241,6 +280,7 @@ class Manifest:
                 table_map=table_map,
                 inline=frozenset(json_field(doc, "tables", dict)),
                 created=frozenset(created),
+                applications=applications,
             )
         except StoredJSONError as exc:
             raise codec.malformed(key, CorruptManifestError, exc) from exc
@@ -354,6 +394,17 @@ class ManifestStore:
         retained history."""
         stored = tuple(self.history.read(manifest.stored_record_versions(version)))
         return (*stored, *(r for r in manifest.commits if r.version > version))
+
+    def record_at(self, manifest: Manifest, version: int) -> CommitRecord | None:
+        """The commit record of manifest ``version`` while ``manifest`` retains it (inline: free; stored:
+        one GET), else None."""
+        inline = next((r for r in manifest.commits if r.version == version), None)
+        if inline is not None or not manifest.history_floor < version <= manifest.tail_floor:
+            return inline
+        try:
+            return self.history.read([version])[0]
+        except HistoryExpiredError:  # fell out of the history since ``manifest`` was read
+            return None
 
     def publish(self, current: ManifestState, new: Manifest) -> ManifestState | None:
         """Compare-and-swap ``new`` over ``current``: the new state, or None if the manifest moved.

@@ -199,6 +199,8 @@ class Recovery:
                     f"{sidecar.key}: invariant violation, refusing to recover: {bad}; sidecar kept",
                     key=sidecar.key,
                 )
+            if found.decision is Decision.ROLL_FORWARD and state.manifest.applied(sidecar.app) is not None:
+                found = replace(found, decision=Decision.ROLL_BACK)  # another commit set its watermark
             if found.decision is Decision.ROLL_FORWARD and not self._holds_key(sidecar):
                 found = replace(found, decision=Decision.ROLL_BACK)  # another commit carries the key
             if found.decision is Decision.ROLL_FORWARD:
@@ -296,7 +298,7 @@ class Recovery:
             return None
         return CommitRecord(sidecar.manifest_version + 1, codec.now_iso(), sidecar.actor, sidecar.operation_id,
                             sidecar.idempotency_key, sidecar.mode, sidecar.rolling_forward,
-                            tuple(changes))  # fmt: skip
+                            tuple(changes), sidecar.app)  # fmt: skip
 
     def _published_version(self, sidecar: Sidecar, table: str, manifest: Manifest) -> int | None:
         """The version of ``table`` the operation published, found on the table's published chain."""
@@ -332,7 +334,7 @@ class Recovery:
             for name, pin in sorted(sidecar.tables.items())
         )
         return CommitRecord(manifest.version + 1, codec.now_iso(), sidecar.actor, sidecar.operation_id,
-                            sidecar.idempotency_key, sidecar.mode, True, changes)  # fmt: skip
+                            sidecar.idempotency_key, sidecar.mode, True, changes, sidecar.app)  # fmt: skip
 
     def _roll_back(self, sidecar: Sidecar, found: Classification) -> dict[str, tuple[int | None, int | None]]:
         """Give every head this operation wrote a successor restoring the manifest's pinned content."""

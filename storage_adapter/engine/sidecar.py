@@ -25,6 +25,7 @@ from datetime import UTC, datetime, timedelta
 from storage_adapter.engine import codec, layout
 from storage_adapter.engine.errors import CorruptSidecarError
 from storage_adapter.engine.failpoints import failpoint
+from storage_adapter.engine.history import decode_app
 from storage_adapter.protocol import StorageAdapter
 from storage_adapter.stored_json import StoredJSONError, timestamp
 from storage_adapter.stored_json import field as json_field
@@ -59,6 +60,7 @@ class Sidecar:
     # Set by a recovery about to roll the commit forward (with ``manifest_version`` the manifest it
     # publishes over), so the next heal knows who published it even after its record left the history.
     rolling_forward: bool = False
+    app: tuple[str, int] | None = None  # (app_id, app_version): the watermark the commit sets
 
     @property
     def key(self) -> str:
@@ -70,6 +72,7 @@ class Sidecar:
             "started_at": self.started_at, "lease_expires_at": self.lease_expires_at, "host": self.host,
             "pid": self.pid, "manifest_version": self.manifest_version, "mode": self.mode,
             "idempotency_key": self.idempotency_key, "rolling_forward": self.rolling_forward,
+            **({} if self.app is None else {"app": [self.app[0], self.app[1]]}),
             "tables": {name: {"key": p.key, "expected_version": p.expected_version,
                               "post_commit_pin": p.post_commit_pin, "schema": p.schema}
                        for name, p in self.tables.items()},
@@ -88,6 +91,7 @@ class Sidecar:
                 )
                 for name, p in json_field(doc, "tables", dict).items()
             }
+            app = json_field(doc, "app", list, optional=True)
             started_at = json_field(doc, "started_at", str)
             lease_expires_at = json_field(doc, "lease_expires_at", str)
             for moment in (started_at, lease_expires_at):  # kept as text; parsed here so heal cannot fail
@@ -105,6 +109,7 @@ class Sidecar:
                 idempotency_key=json_field(doc, "idempotency_key", str, optional=True),
                 tables=tables,
                 rolling_forward=json_field(doc, "rolling_forward", bool, optional=True) is True,
+                app=None if app is None else decode_app(app),
             )
         except StoredJSONError as exc:
             raise codec.malformed(key, CorruptSidecarError, exc) from exc

@@ -66,7 +66,11 @@ def _parse(key: str) -> tuple[str, str, int | None] | None:
     """(table, "version"|"checkpoint"|"data", version number) for a table file key, else None. A
     checkpoint is kept exactly as long as its version."""
     parts = key.split("/")
-    if len(parts) != 4 or parts[0] != layout.TABLES_PREFIX:
+    if len(parts) < 4 or parts[0] != layout.TABLES_PREFIX:
+        return None
+    if parts[2] == "data" and parts[-1].endswith(".parquet"):  # partitioned tables: in col=value folders
+        return (parts[1], "data", None)
+    if len(parts) != 4:
         return None
     if parts[2] in ("_versions", "_checkpoints"):
         number = layout.version_from_key(key)
@@ -75,8 +79,6 @@ def _parse(key: str) -> tuple[str, str, int | None] | None:
             if number is None
             else (parts[1], "version" if parts[2] == "_versions" else "checkpoint", number)
         )
-    if parts[2] == "data" and parts[3].endswith(".parquet"):
-        return (parts[1], "data", None)
     return None
 
 
