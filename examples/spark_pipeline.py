@@ -14,6 +14,7 @@ batch number), so running the same batch again is a replay: no Spark job runs an
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
 import logging
@@ -51,10 +52,8 @@ def generate_raw(directory: Path, batch: int, rows: int = 600) -> Path:
 
 def ensure_tables(engine: Engine) -> None:
     for name, schema, partition_by in (("orders", ORDERS, ["day"]), ("daily_totals", TOTALS, [])):
-        try:
+        with contextlib.suppress(TableExistsError):  # a later run: the tables are there
             engine.create_table(name, schema, partition_by=partition_by)
-        except TableExistsError:
-            pass
 
 
 def run(spark: Any, url: str, options: dict[str, str], raw: Path, batch: int) -> dict[str, Any]:
@@ -80,7 +79,9 @@ def run(spark: Any, url: str, options: dict[str, str], raw: Path, batch: int) ->
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("url", nargs="?", help="storage root URL (default: a fresh local directory)")
     parser.add_argument("--option", action="append", default=[], metavar="NAME=VALUE")
     args = parser.parse_args(argv)

@@ -16,7 +16,11 @@ from storage_adapter.spark import spark_session
 
 def main(url: str, options: dict[str, str], table: str, source: str, checkpoint: str) -> None:
     spark = spark_session("local[2]", "stream-worker")
-    stream = spark.readStream.schema("id LONG, day STRING, score DOUBLE").option("maxFilesPerTrigger", 1).json(source)
+    stream = (
+        spark.readStream.schema("id LONG, day STRING, score DOUBLE")
+        .option("maxFilesPerTrigger", 1)
+        .json(source)
+    )
     query = (
         stream.writeStream.format("storage_adapter").options(**options).option("table", table)
         .option("checkpointLocation", checkpoint).trigger(availableNow=True).start(url)
@@ -25,7 +29,14 @@ def main(url: str, options: dict[str, str], table: str, source: str, checkpoint:
     query_id = str(query.id)
     spark.stop()
     engine = Engine.open(url, read_only=True, options=options)
-    print(json.dumps({"rows": engine.read(table).num_rows, "app_version": engine.app_version(f"spark-query-{query_id}")}))
+    print(
+        json.dumps(
+            {
+                "rows": engine.read(table).num_rows,
+                "app_version": engine.app_version(f"spark-query-{query_id}"),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -153,20 +153,12 @@ def _plan(
                 options.table, schema_from_spark(spark_schema), partition_by=options.partition_by
             )
     replayed = None
-    app_id, app_version = options.app_id, options.app_version
-    if streaming:
+    app_id = options.app_id
+    if streaming:  # the batch id is the app version: replays are decided at commit
         app_id = app_id or _query_identity(options)
     else:
-        replayed = engine.precheck([options.table], mode, None, options.idempotency_key)
-        watermark = None if app_id is None else engine.app_version(app_id)
-        if (
-            replayed is None
-            and watermark is not None
-            and app_version is not None
-            and app_version <= watermark
-        ):
-            replayed = engine.commit_fragments({options.table: ()}, mode=mode, app_id=app_id,
-                                               app_version=app_version)  # fmt: skip
+        replayed = engine.precheck([options.table], mode, None, options.idempotency_key, app_id=app_id,
+                                   app_version=options.app_version)  # fmt: skip
     task = task_for(
         engine,
         options.table,

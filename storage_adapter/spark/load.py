@@ -196,12 +196,8 @@ def write_tables(
         )
     for table, frame in frames.items():
         check_spark_frame(frame, table)
-    replayed = engine.precheck(list(frames), mode, expected_version, idempotency_key, key_issued_at)
-    if replayed is None and app_id is not None and app_version is not None:
-        watermark = engine.app_version(app_id)
-        if watermark is not None and app_version <= watermark:
-            replayed = engine.commit_fragments({t: () for t in frames}, mode=mode, app_id=app_id,
-                                               app_version=app_version)  # fmt: skip
+    replayed = engine.precheck(list(frames), mode, expected_version, idempotency_key, key_issued_at,
+                               app_id=app_id, app_version=app_version)  # fmt: skip
     if replayed is not None:
         log_load({t: () for t in frames}, replayed, "Spark load")
         return BulkLoad(replayed, ())
