@@ -8,6 +8,7 @@ SparkSession for the run (conftest's ``spark``), small data."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -23,7 +24,14 @@ import pytest
 
 from storage_adapter import ConfigurationError
 from storage_adapter.engine import Engine, EngineSettings, SchemaMismatchError, UnknownTableError
-from storage_adapter.spark import SparkInputError, bulk_load, schema_from_spark, typed_errors, write_tables
+from storage_adapter.spark import (
+    SparkInputError,
+    StorageAdapterDataSource,
+    bulk_load,
+    schema_from_spark,
+    typed_errors,
+    write_tables,
+)
 from storage_adapter.spark.options import parse_replace_where
 
 SCHEMA = pa.schema([("id", pa.int64()), ("day", pa.string()), ("score", pa.float64())])
@@ -108,12 +116,20 @@ def test_reads_equal_the_engine_after_append_overwrite_partition_overwrite_and_a
     assert set(engine.read("events", where={"day": ["d1"]}).column("day").to_pylist()) == {"d1"}
 
 
-def test_two_tables_land_in_one_commit_and_a_rerun_is_a_replay(engine: Engine, spark: Any) -> None:
+def test_two_tables_land_in_one_commit_and_a_rerun_is_a_replay(
+    engine: Engine, spark: Any, caplog: pytest.LogCaptureFixture
+) -> None:
     engine.create_table("totals", pa.schema([("day", pa.string()), ("n", pa.int64())]))
     raw = frame_of(spark, 60)
     totals = raw.groupBy("day").count().withColumnRenamed("count", "n")
     before = engine.snapshot().version
-    first = write_tables(engine, {"events": raw, "totals": totals}, app_id="nightly", app_version=1)
+    with caplog.at_level(logging.INFO, logger="storage_adapter.spark"):
+        first = write_tables(engine, {"events": raw, "totals": totals}, app_id="nightly", app_version=1)
+    assert first.commit is not None
+    assert (
+        f"63 rows, {len(first.fragments)} fragments, {first.bytes} bytes; published version {first.commit.version}"
+        in caplog.text
+    )
     assert first.commit is not None and first.commit.version == before + 1
     assert (engine.read("events").num_rows, engine.read("totals").num_rows) == (60, 3)
     again = write_tables(engine, {"events": raw, "totals": totals}, app_id="nightly", app_version=1)
@@ -237,6 +253,28 @@ def test_create_table_on_first_write_and_from_a_spark_schema(engine: Engine, spa
     engine.create_table("from_struct", schema_from_spark(frame.schema))
     save(frame, engine, table="from_struct")
     assert engine.read("from_struct").num_rows == 20
+
+
+def test_partition_filters_are_pushed_down_and_prune_files(engine: Engine) -> None:
+    """``=`` and ``IN`` on partition columns are kept by the reader (they prune whole files); any other
+    filter is left to Spark."""
+    from pyspark.sql.datasource import EqualTo, GreaterThan, In
+    from pyspark.sql.types import StructType
+
+    engine.commit({"events": pa.table({"id": [1, 2, 3], "day": ["d0", "d1", "d2"], "score": [0.0] * 3},
+                                      schema=SCHEMA)})  # fmt: skip
+    source = StorageAdapterDataSource({"path": engine.adapter.url, "table": "events", **options_of(engine)})
+    reader = source.reader(StructType.fromDDL("id LONG, day STRING, score DOUBLE"))
+    pushed = [
+        EqualTo(("day",), "d1"),
+        In(("day",), ("d1", "d2")),
+        GreaterThan(("id",), 0),
+        EqualTo(("id",), 1),
+    ]
+    assert list(reader.pushFilters(pushed)) == pushed[2:]
+    files = [f for partition in reader.partitions() for f in partition.value]
+    assert [dict(f.partition)["day"] for f in files] == ["d1"]
+    assert [b.num_rows for p in reader.partitions() for b in reader.read(p)] == [1]
 
 
 def test_replace_where_language() -> None:
