@@ -88,8 +88,9 @@ def test_a_failed_job_commits_nothing_and_vacuum_reclaims_its_fragments(engine: 
     assert data_files(engine, "events") == set()
 
 
+@pytest.mark.parametrize("path", ["bulk_load", "datasource"])
 def test_retried_task_attempts_leave_only_invisible_reclaimable_fragments(
-    engine: Engine, tmp_path: Path
+    engine: Engine, tmp_path: Path, path: str
 ) -> None:
     """A task attempt that wrote a fragment and then failed is retried; the load holds every row exactly
     once, and the failed attempts' fragments are unreferenced until vacuum removes them."""
@@ -104,7 +105,7 @@ def test_retried_task_attempts_leave_only_invisible_reclaimable_fragments(
         "STORAGE_ADAPTER_FAILPOINTS_DIR": str(tmp_path),
     }
     result = subprocess.run(
-        [sys.executable, str(Path(__file__).with_name("spark_load_retry_worker.py")), root.url, json.dumps(options)],
+        [sys.executable, str(Path(__file__).with_name("spark_load_retry_worker.py")), root.url, json.dumps(options), path],
         capture_output=True, text=True, timeout=600, env=env,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]

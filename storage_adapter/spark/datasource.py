@@ -21,7 +21,6 @@ crossing between them is pickled (the adapter travels as its config; reprs never
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import importlib
 import io
 import json
@@ -171,24 +170,24 @@ def _plan(
 
 
 def _query_identity(options: SourceOptions) -> str:
-    """The streaming query's identity: the id Spark keeps in ``<checkpointLocation>/metadata`` (stable
-    across restarts from that checkpoint), read when the checkpoint is on a local path; otherwise the
-    ``appId`` option is required (ConfigurationError)."""
+    """The streaming query's identity: the id Spark writes to ``<checkpointLocation>/metadata`` when the
+    query starts (before any micro-batch) and keeps for the life of the checkpoint, so restarts from it
+    keep the id. Read from an absolute local path; otherwise the ``appId`` option is required
+    (ConfigurationError: a guessed identity that changed between batches would apply one twice)."""
     location = options.checkpoint_location
     path = None if location is None else re.sub(r"^file:(//)?", "", location)
+    query_id = None
     if path is not None and os.path.isabs(path):
         try:
             with open(os.path.join(path, "metadata"), encoding="utf-8") as f:
                 query_id = json.loads(f.readline())["id"]
-            return f"spark-query-{query_id}"
         except (OSError, ValueError, KeyError, TypeError):
-            pass
-        # Spark writes the metadata before the first batch commits; a path it cannot be read from is
-        # still one query's identity as long as the checkpoint stays where it is.
-        return "spark-checkpoint-" + hashlib.sha256(path.encode()).hexdigest()[:32]
+            query_id = None
+    if isinstance(query_id, str) and query_id:
+        return f"spark-query-{query_id}"
     raise ConfigurationError(
-        f"a streaming write to table {options.table!r} needs option('appId', ...) (a stable id of the query) "
-        "or option('checkpointLocation', <local path>) to key its micro-batches",
+        f"a streaming write to table {options.table!r} needs option('appId', ...) (a stable id of the query): "
+        f"its checkpoint location {location!r} is not an absolute local path holding Spark's query metadata",
         key=options.table,
     )
 
