@@ -231,6 +231,23 @@ def test_missing_or_bad_options_are_typed_errors(engine: Engine, spark: Any) -> 
     assert data_files(engine) == set()
 
 
+def test_streaming_writes_need_a_stable_query_identity(engine: Engine, spark: Any, tmp_path: Path) -> None:
+    from pyspark.sql.types import StructType
+
+    schema = StructType.fromDDL("id LONG, day STRING, score DOUBLE")
+    base = {"path": engine.adapter.url, "table": "events", **options_of(engine)}
+    for extra, message in (
+        ({}, "appId"),  # no checkpoint, no appId
+        ({"checkpointLocation": "relative/checkpoint"}, "appId"),
+        ({"checkpointLocation": str(tmp_path)}, "appId"),  # no query metadata in it
+        ({"appId": "q", "idempotencyKey": "k"}, "idempotencyKey"),
+        ({"appId": "q", "appVersion": "1"}, "appVersion"),
+    ):
+        with pytest.raises(ConfigurationError, match=message):
+            StorageAdapterDataSource({**base, **extra}).streamWriter(schema, False)
+    assert StorageAdapterDataSource({**base, "appId": "q"}).streamWriter(schema, False) is not None
+
+
 def test_secrets_are_never_echoed(engine: Engine, spark: Any) -> None:
     secret = "s3cr3t-" + uuid.uuid4().hex
     with pytest.raises(Exception) as info:

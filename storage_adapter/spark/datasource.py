@@ -142,6 +142,16 @@ def _plan(
 ) -> _WritePlan:
     """The checks made on the driver before any task: options, the table (created first when asked),
     the incoming columns against its schema, and (batch only) whether the write is a replay."""
+    if streaming and (options.idempotency_key is not None or options.app_version is not None):
+        raise ConfigurationError(
+            f"a streaming write to table {options.table!r} is keyed by its query and batch ids: options "
+            "idempotencyKey and appVersion do not apply (every batch would replay the first)",
+            key=options.table,
+        )
+    if not streaming and (options.app_id is None) != (options.app_version is None):
+        raise ConfigurationError(
+            f"options appId and appVersion go together (table {options.table!r})", key=options.table
+        )
     if options.replace_where is not None and mode != "overwrite":
         raise ConfigurationError(f"option replaceWhere needs mode('overwrite') (table {options.table!r})",
                                  key=options.table)  # fmt: skip

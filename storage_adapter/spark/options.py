@@ -64,9 +64,6 @@ class SourceOptions:
             raise ConfigurationError(f"the storage_adapter data source needs option('table', name) for {url}",
                                      key=url)  # fmt: skip
         app_id, app_version = given.get("appid"), _integer(given, "appversion", url)
-        if (app_id is None) != (app_version is None) and "checkpointlocation" not in given:
-            raise ConfigurationError(f"options appId and appVersion go together (table {table!r} at {url})",
-                                     key=url)  # fmt: skip
         replace_where = given.get("replacewhere")
         return cls(
             url=url, table=table,
