@@ -5,6 +5,11 @@ all). Every test runs on every embedded backend."""
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
+import sys
 import threading
 
 import pyarrow as pa
@@ -12,7 +17,7 @@ import pytest
 
 from storage_adapter.engine import Engine, EngineSettings
 from storage_adapter.engine import failpoints as fp
-from storage_adapter.engine.failpoints import SimulatedCrash
+from storage_adapter.engine.failpoints import COMMIT_POINTS, ENV_VAR, SimulatedCrash
 from storage_adapter.engine.layout import MANIFEST_KEY, RECOVERY_PREFIX
 from storage_adapter.engine.manifest import Manifest
 
@@ -135,4 +140,34 @@ def test_crashed_commit_is_rolled_back_when_a_rerun_set_the_watermark_first(engi
     fp.disarm()
     healed = Engine.open(adapter)  # the crashed one must not roll forward: the watermark is already at 3
     assert (healed.read("t").num_rows, healed.read("u").num_rows) == (0, 4) and healed.app_version("job") == 3
+    assert adapter.list(RECOVERY_PREFIX) == []
+
+
+KILLED_WRITER = """
+import json, sys
+import pyarrow as pa
+from storage_adapter.engine import Engine
+engine = Engine.open(sys.argv[1], options=json.loads(sys.argv[2]))
+engine.commit({"t": pa.table({"id": [1, 2, 3]})}, app_id="job", app_version=9)
+"""
+
+
+@pytest.mark.parametrize("point", [p for p in COMMIT_POINTS if "_key_" not in p])  # key steps: no key here
+def test_kill9_at_every_commit_step_then_rerun_applies_exactly_once(engine, adapter, point):
+    """A real SIGKILL (failpoint action ``exit``) at each step of a watermarked commit; the re-run of the
+    same application version after the restart lands the rows exactly once."""
+    if not adapter.capabilities.shared_across_processes:
+        pytest.skip("memory stores are per process")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), ENV_VAR: f"{point}=exit"}
+    options = json.dumps(dict(adapter.config.options))
+    killed = subprocess.run([sys.executable, "-c", KILLED_WRITER, adapter.url, options], env=env, check=False)
+    assert killed.returncode == -signal.SIGKILL
+    restarted = Engine.open(adapter)  # heals the dead writer's sidecar
+    landed = restarted.app_version("job") == 9
+    assert restarted.read("t").num_rows == (
+        3 if landed else 0
+    )  # the watermark moved with the rows, or neither
+    rerun = restarted.commit({"t": data(3, 1)}, app_id="job", app_version=9)
+    assert rerun.replayed is landed
+    assert restarted.read("t").num_rows == 3 and restarted.app_version("job") == 9
     assert adapter.list(RECOVERY_PREFIX) == []

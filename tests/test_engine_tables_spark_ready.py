@@ -74,6 +74,10 @@ def test_partition_columns_are_stored_and_fragments_laid_out_per_partition(engin
     engine.commit_fragments({"ev": refs})
     assert ids_of(engine.read("ev")) == [1, 2, 3, 4]
     assert [r.rows for r in engine.write_fragments("flat", data)] == [4]  # unpartitioned: one fragment
+    executor = Engine.open(adapter, read_only=True)  # executors write fragments; the driver commits
+    engine.commit_fragments({"ev": executor.write_fragments("ev", events([5], [D3], [None]))})
+    assert ids_of(engine.read("ev")) == [1, 2, 3, 4, 5]
+    assert engine.write_fragments("ev", EVENTS.empty_table()) == []  # no rows: no fragment
 
 
 def test_commit_writes_one_fragment_per_partition_and_reads_prune(engine):
@@ -323,3 +327,27 @@ def test_vacuum_reclaims_overwritten_and_orphaned_partition_fragments(engine, ad
     assert not any("region=us" in key for key in on_disk)  # the orphan in its partition folder is gone
     assert any("region=us" in key for key in report.deleted)
     assert ids_of(engine.read("ev")) == [2, 3]
+
+
+def test_precheck_validates_replace_where_before_a_job_runs(engine):
+    assert engine.precheck(["ev"], "overwrite", replace_where={"ev": {"day": [D1]}}) is None
+    with pytest.raises(SchemaMismatchError, match="not a partition"):
+        engine.precheck(["ev"], "overwrite", replace_where={"ev": {"id": [1]}})
+    with pytest.raises(ValueError, match="overwrite"):
+        engine.precheck(["ev"], "append", replace_where={"ev": {"day": [D1]}})
+
+
+@pytest.mark.parametrize(
+    ("point", "visible"),
+    [("commit.after_sidecar", False), ("commit.after_table_version", True), ("commit.before_publish", True),
+     ("commit.after_publish", True)],
+)  # fmt: skip
+def test_crashed_partition_overwrite_is_all_or_nothing(engine, adapter, point, visible):
+    engine.commit({"ev": events([1, 2], [D1, D2], ["eu", "eu"])})
+    with fp.armed(point, "crash", times=1), pytest.raises(fp.SimulatedCrash):
+        engine.commit(
+            {"ev": events([9], [D1], ["eu"])}, mode="overwrite", replace_where={"ev": {"day": [D1]}}
+        )
+    reopened = Engine.open(adapter)  # heals: its one table version written = rolled forward
+    assert ids_of(reopened.read("ev")) == ([2, 9] if visible else [1, 2])
+    assert rows_of_files(reopened, reopened.files("ev")) == reopened.read("ev").num_rows

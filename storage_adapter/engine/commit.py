@@ -1,6 +1,7 @@
 """The commit protocol of one writer, in the order it runs (:meth:`CommitOperation.run`, top-down):
 
-0. replay: a commit with the same idempotency key already landed → return it, write nothing;
+0. replay: a commit with the same idempotency key already landed, or the application watermark is at or
+   above the commit's ``app_version`` → return that commit, write nothing;
 1. Phase A, :meth:`~CommitOperation._write_sidecar`: the recovery sidecar names every pin the commit
    will move, before any table head advances (a failure here leaves nothing behind); then, with an
    idempotency key, :meth:`~CommitOperation._claim_key` claims it in the key ledger (key_ledger.py): the
@@ -13,7 +14,7 @@
 4. Phase D, :meth:`~CommitOperation._finish`: mark the key's ledger entry published, then delete the
    sidecar (a failure only leaves work for the next heal, which does both);
 5. on a lost publish, :meth:`~CommitOperation._after_lost_publish`: landed by a healer → done; same key
-   landed → replay; conflict → undo and raise; else re-base the moved tables and go to 2 after a
+   landed, or the winner moved the application's watermark to our version or beyond → replay; conflict → undo and raise; else re-base the moved tables and go to 2 after a
    jittered backoff (bounded by ``CommitPolicy.max_attempts``).
 
 Atomicity: readers see only what the manifest pins, and the manifest changes by one compare-and-swap that

@@ -325,8 +325,8 @@ class Engine:
         matching partitions; with ``columns``, only those columns of each (in that order)."""
         snap = self._snapshot_of(snapshot_or_version)
         schema = snap.schema(table)
-        if columns is not None:
-            names = list(columns)
+        names = None if columns is None else list(columns)
+        if names is not None:
             if isinstance(columns, str) or any(schema.get_field_index(c) < 0 for c in names):
                 raise SchemaMismatchError(
                     f"table {table!r}: read columns {columns!r} must be a sequence of its columns "
@@ -334,9 +334,7 @@ class Engine:
                 )  # fmt: skip
             schema = pa.schema([schema.field(c) for c in names])
         keys = [key for (key, _, _), _ in self._pruned(table, snap, where)]
-        parts = map_bounded(
-            partial(read_fragment, self._adapter, columns=None if columns is None else names), keys
-        )
+        parts = self._read_fragments(keys, names)
         if not parts:
             return schema.empty_table()
         return pa.concat_tables(parts)
@@ -386,11 +384,11 @@ class Engine:
         return AuditLog(self._adapter).records()
 
     # -- internals ------------------------------------------------------------------------------------
-    def _read_fragments(self, keys: list[str]) -> list[pa.Table]:
-        """Every fragment's rows, in the order of ``keys``: one GET each, concurrently (a table of n
-        fragments reads in about n / ``REQUESTS_IN_FLIGHT`` round trips, not n). The first failure
-        raises, and fragments not yet requested are not requested."""
-        return map_bounded(partial(read_fragment, self._adapter), keys)
+    def _read_fragments(self, keys: list[str], columns: list[str] | None = None) -> list[pa.Table]:
+        """Every fragment's rows (only ``columns`` when given), in the order of ``keys``: one GET each,
+        concurrently (a table of n fragments reads in about n / ``REQUESTS_IN_FLIGHT`` round trips, not
+        n). The first failure raises, and fragments not yet requested are not requested."""
+        return map_bounded(partial(read_fragment, self._adapter, columns=columns), keys)
 
     def _check_writable(self) -> None:
         if self._read_only:
@@ -424,9 +422,8 @@ class Engine:
     ) -> list[tuple[Fragment, Partition]]:
         """The fragments of ``table`` in ``snap``, in row order, with their partitions, those outside
         ``where`` left out (the filter is checked before any fragment list is read)."""
-        schema, partition_by = table_layout(snap.schemas[table]) if table in snap.pins else (None, ())
         version = snap.table_version(table)  # UnknownTableError
-        assert schema is not None
+        schema, partition_by = table_layout(snap.schemas[table])
         allowed = None if where is None else filter_texts(table, schema, partition_by, where)
         prefix = layout.data_prefix(table)
         found = []
@@ -465,15 +462,23 @@ class Engine:
 
     def precheck(self, tables: Iterable[str], mode: str = "append", expected_version: int | None = None,
                  idempotency_key: str | None = None, key_issued_at: datetime | None = None, *,
+                 replace_where: Mapping[str, PartitionFilter] | None = None,
                  app_id: str | None = None, app_version: int | None = None) -> Commit | None:  # fmt: skip
         """The checks a commit makes before it writes any data, for writers that produce data elsewhere
         first (a Spark job): the landed commit (``replayed=True``) if ``idempotency_key`` already landed
         or the application watermark of ``app_id`` is at or above ``app_version``, else None. Raises
-        UnknownTableError, ValueError (mode, key, app), CommitConflictError (``expected_version``),
-        KeyWindowExpiredError. Heals first, like every write entry point. The commit itself checks again."""
+        UnknownTableError, ValueError (mode, key, app, ``replace_where``), SchemaMismatchError (a
+        ``replace_where`` filter on a non-partition column or with a value of the wrong type),
+        CommitConflictError (``expected_version``), KeyWindowExpiredError. Heals first, like every write
+        entry point. The commit itself checks again."""
         self._check_key(idempotency_key, key_issued_at)
         app = check_app(app_id, app_version)
-        return self._precheck(self._begin_write(), tables, mode, expected_version, idempotency_key, app)
+        names = list(tables)
+        state = self._begin_write()
+        replayed = self._precheck(state, names, mode, expected_version, idempotency_key, app)
+        if replayed is None:
+            self._replace_filters(state, names, mode, replace_where)
+        return replayed
 
     def _precheck(self, state: ManifestState, tables: Iterable[str], mode: str, expected_version: int | None,
                   idempotency_key: str | None, app: tuple[str, int] | None = None) -> Commit | None:  # fmt: skip

@@ -1,7 +1,8 @@
 """The manifest: the single visibility authority, published by compare-and-swap on one key.
 
-``_manifest.json`` holds the manifest version, the pinned version and schema of every table, and the
-commit records of its last ``TAIL`` versions (fewer when ``retention`` is smaller or the records are
+``_manifest.json`` holds the manifest version, the pinned version and schema of every table, the
+application watermarks (``app_id -> (app_version, manifest version)``, set by the publish of the commit
+that carries them and never trimmed: O(applications)), and the commit records of its last ``TAIL`` versions (fewer when ``retention`` is smaller or the records are
 large: at most ``TAIL_CHANGES`` table changes in all). The tables come in
 two parts: a *table map* ``__tables/{V}-{operation}.json`` (every table's pin and schema as of version V,
 immutable, named by the manifest) and the entries of the tables changed since then, inline (at most

@@ -18,8 +18,11 @@ beyond its pins, by its writer or an earlier recovery) -> COMPLETED, delete with
 INVARIANT_VIOLATION -> abort loudly, keep the sidecar; every table ROLLED_FORWARD_EXACT -> ROLL_FORWARD
 (one manifest publish moving every pin); every table NO_MOVEMENT -> DISCARD_ORPHAN; otherwise ROLL_BACK
 (each head this operation wrote gets a new version restoring the pinned content; published files are never
-modified or deleted). A roll-forward publishes with the token of the manifest it just read, never at a
-version remembered from earlier: when the manifest moves under it, the sidecar is classified again.
+modified or deleted). A ROLL_FORWARD becomes a ROLL_BACK when another operation holds the sidecar's
+idempotency key, or when the manifest's watermark of the sidecar's application already reached its
+``app_version`` (a re-run landed first): rolling it forward would apply it twice. A roll-forward
+publishes with the token of the manifest it just read, never at a version remembered from earlier: when
+the manifest moves under it, the sidecar is classified again.
 """
 
 from __future__ import annotations

@@ -110,7 +110,7 @@ def _conform_column(
 def _cast(table: str, field: pa.Field, column: pa.ChunkedArray) -> pa.ChunkedArray:
     try:
         return column.cast(field.type, safe=True)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
         sample = _first_failing(column, field.type)
         raise _mismatch(
             table,
@@ -138,7 +138,7 @@ def _first_failing(column: pa.ChunkedArray, target: pa.DataType) -> Any:
 def _casts(array: pa.Array, target: pa.DataType) -> bool:
     try:
         array.cast(target, safe=True)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
         return False
     return True
 

@@ -31,7 +31,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from storage_adapter.engine import codec, layout
-from storage_adapter.engine.errors import CommitConflictError, CorruptMetadataError, SchemaMismatchError
+from storage_adapter.engine.errors import CommitConflictError, CorruptMetadataError
 from storage_adapter.engine.parallel import executor, in_pool_thread, settle
 from storage_adapter.protocol import StorageAdapter
 from storage_adapter.stored_json import StoredJSONError, expect, field
@@ -56,16 +56,6 @@ def schema_from_text(text: str) -> pa.Schema:
 def schema_fingerprint(schema: pa.Schema) -> str:
     """Equal for schemas equal up to metadata (pandas metadata and the like do not matter)."""
     return hashlib.sha256(schema.remove_metadata().serialize().to_pybytes()).hexdigest()[:32]
-
-
-def check_schema(table: str, expected: pa.Schema, actual: pa.Schema) -> None:
-    """Raise SchemaMismatchError naming both schemas unless they are equal up to metadata."""
-    if schema_fingerprint(expected) != schema_fingerprint(actual):
-        raise SchemaMismatchError(
-            f"schema mismatch for table {table!r}: expected {expected.remove_metadata()} "
-            f"but got {actual.remove_metadata()}",
-            key=layout.table_prefix(table),
-        )
 
 
 @dataclass(frozen=True)
