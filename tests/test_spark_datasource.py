@@ -272,7 +272,7 @@ def test_create_table_on_first_write_and_from_a_spark_schema(engine: Engine, spa
     assert engine.read("from_struct").num_rows == 20
 
 
-def test_partition_filters_are_pushed_down_and_prune_files(engine: Engine) -> None:
+def test_partition_filters_are_pushed_down_and_prune_files(engine: Engine, spark: Any) -> None:
     """``=`` and ``IN`` on partition columns are kept by the reader (they prune whole files); any other
     filter is left to Spark."""
     from pyspark.sql.datasource import EqualTo, GreaterThan, In
@@ -292,6 +292,12 @@ def test_partition_filters_are_pushed_down_and_prune_files(engine: Engine) -> No
     files = [f for partition in reader.partitions() for f in partition.value]
     assert [dict(f.partition)["day"] for f in files] == ["d1"]
     assert [b.num_rows for p in reader.partitions() for b in reader.read(p)] == [1]
+    # A schema given by the reader's caller (spark.read.schema("id LONG")) reads only those columns.
+    narrow = source.reader(StructType.fromDDL("id LONG"))
+    batches = [b for p in narrow.partitions() for b in narrow.read(p)]
+    assert [b.schema.names for b in batches] == [["id"]] * 3 and sorted(
+        b["id"][0].as_py() for b in batches
+    ) == [1, 2, 3]
 
 
 def test_replace_where_language() -> None:
