@@ -228,6 +228,8 @@ def test_missing_or_bad_options_are_typed_errors(engine: Engine, spark: Any) -> 
         save(frame, engine, no_such_option="1")
     with pytest.raises(ConfigurationError, match="appVersion"):
         save(frame, engine, appId="job")
+    with pytest.raises(ConfigurationError, match="partitionBy"):
+        save(frame, engine, partitionBy="id")
     assert data_files(engine) == set()
 
 

@@ -161,6 +161,12 @@ def _plan(
             engine.create_table(
                 options.table, schema_from_spark(spark_schema), partition_by=options.partition_by
             )
+    if options.partition_by and engine.partition_by(options.table) != options.partition_by:
+        raise ConfigurationError(
+            f"option partitionBy={','.join(options.partition_by)!r} does not match table {options.table!r}, "
+            f"partitioned by {list(engine.partition_by(options.table))} (partitions are fixed at creation)",
+            key=options.table,
+        )
     replayed = None
     app_id = options.app_id
     if streaming:  # the batch id is the app version: replays are decided at commit
