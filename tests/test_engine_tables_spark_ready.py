@@ -274,8 +274,10 @@ def test_conform_cast_failures_name_column_and_sample():
     strict = pa.schema([pa.field("id", pa.int64(), nullable=False)])
     with pytest.raises(SchemaMismatchError, match=r"'id' is not nullable but has 1 null"):
         conform("t", strict, pa.table({"id": [1, None]}))
-    with pytest.raises(SchemaMismatchError, match=r"pyarrow\.Table"):
+    with pytest.raises(SchemaMismatchError, match=r"pyarrow\.Table, not builtins\.dict"):
         conform("t", strict, {"id": [1]})  # type: ignore[arg-type]
+    batch = pa.record_batch({"id": pa.array([1], pa.int32())})
+    assert conform("t", strict, batch).to_pylist() == [{"id": 1}]
 
 
 def test_engine_writes_go_through_conform(engine, adapter):

@@ -55,11 +55,14 @@ NULL_SEGMENT_VALUE = "%"  # a null's value in a key segment: quote() never yield
 
 
 # -- conform -------------------------------------------------------------------------------------------
-def conform(table: str, schema: pa.Schema, data: pa.Table, *, by_name: bool = True,
+def conform(table: str, schema: pa.Schema, data: pa.Table | pa.RecordBatch, *, by_name: bool = True,
             allow_lossy: bool = False) -> pa.Table:  # fmt: skip
-    """``data`` with exactly ``schema`` (metadata dropped), by the rules of the module docstring.
-    SchemaMismatchError (a ValueError) naming the table and column otherwise; nothing is written."""
+    """``data`` (a pyarrow Table or RecordBatch) as a Table with exactly ``schema`` (metadata dropped), by
+    the rules of the module docstring. SchemaMismatchError (a ValueError) naming the table and column
+    otherwise (also for any other kind of ``data``, e.g. a pandas DataFrame); nothing is written."""
     target = schema.remove_metadata()
+    if isinstance(data, pa.RecordBatch):  # what Spark's Arrow functions hand over
+        data = pa.Table.from_batches([data])
     if not isinstance(data, pa.Table):
         raise SchemaMismatchError(
             f"table {table!r} takes a pyarrow.Table, not {type(data).__module__}.{type(data).__name__}",
