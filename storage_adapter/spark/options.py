@@ -17,8 +17,8 @@ from typing import Any
 from storage_adapter.adapter import open_adapter
 from storage_adapter.errors import ConfigurationError
 from storage_adapter.protocol import StorageAdapter
+from storage_adapter.spark.load import DEFAULT_MAX_ROWS_PER_FRAGMENT
 
-DEFAULT_MAX_ROWS_PER_FRAGMENT = 1_000_000
 # The data source's own options, lowercased as Spark hands them over; every other option goes to the URL.
 _OWN = ("path", "table", "version", "replacewhere", "idempotencykey", "appid", "appversion", "createtable",
         "partitionby", "byposition", "allowlossycasts", "maxrowsperfragment", "checkpointlocation")  # fmt: skip
