@@ -40,7 +40,7 @@ def arrow_rows(rows: int) -> pa.Table:
 def spark_rows(spark: Any, rows: int, partitions: int) -> Any:
     """The same rows as ``arrow_rows``, generated in the executors."""
     return spark.range(0, rows, numPartitions=partitions).selectExpr(
-        "id", "concat('row-', id) AS label", "id * 0.5 AS score"
+        "id", "concat('row-', id) AS label", "CAST(id AS DOUBLE) / 2 AS score"
     )
 
 

@@ -17,7 +17,7 @@ import pytest
 
 from storage_adapter import UnsupportedOperationError
 from storage_adapter.engine import CommitConflictError, Engine, SchemaMismatchError
-from storage_adapter.spark.load import bulk_load
+from storage_adapter.spark.load import bulk_load, write_tables
 
 SCHEMA = pa.schema([("id", pa.int64()), ("label", pa.string()), ("score", pa.float64())])
 
@@ -37,7 +37,7 @@ def engine(adapter: Any) -> Engine:
 
 def frame_of(spark: Any, rows: int, partitions: int, first: int = 0) -> Any:
     return spark.range(first, first + rows, numPartitions=partitions).selectExpr(
-        "id", "concat('row-', id) AS label", "id * 0.5 AS score"
+        "id", "concat('row-', id) AS label", "CAST(id AS DOUBLE) / 2 AS score"
     )
 
 
@@ -62,21 +62,24 @@ def test_bulk_load_overwrite_replaces_the_table(engine: Engine, spark: Any) -> N
     assert sorted(engine.read("events").column("id").to_pylist()) == list(range(5_000, 5_300))
 
 
-def test_column_mismatch_is_refused_before_any_task_writes(engine: Engine, spark: Any) -> None:
-    reordered = frame_of(spark, 100, 2).select("label", "id", "score")
-    with pytest.raises(SchemaMismatchError, match="columns"):
-        bulk_load(engine, "events", reordered)
+def test_columns_are_matched_by_name_and_a_missing_one_is_refused_before_any_task(
+    engine: Engine, spark: Any
+) -> None:
+    with pytest.raises(SchemaMismatchError, match="label"):
+        bulk_load(engine, "events", frame_of(spark, 100, 2).select("id", "score"))
     assert data_files(engine, "events") == set()
+    bulk_load(engine, "events", frame_of(spark, 100, 2).select("label", "id", "score"))
+    assert engine.read("events").schema.equals(SCHEMA) and engine.read("events").num_rows == 100
 
 
 def test_a_failed_job_commits_nothing_and_vacuum_reclaims_its_fragments(engine: Engine, spark: Any) -> None:
     version = engine.snapshot().version
-    # One partition's rows cannot be cast to the table schema: that task fails, the job fails.
+    # One partition's rows cannot be cast to the table schema: that task stops, the driver raises.
     poisoned = frame_of(spark, 4_000, 4).selectExpr(
         "id", "label", "CASE WHEN id >= 3500 THEN 'not a number' ELSE CAST(score AS STRING) END AS score"
     )
-    with pytest.raises(Exception, match="do not fit the table schema"):
-        bulk_load(engine, "events", poisoned, max_rows_per_fragment=500)
+    with pytest.raises(SchemaMismatchError, match="not a number"):
+        write_tables(engine, {"events": poisoned}, allow_lossy=True, max_rows_per_fragment=500)
     assert engine.snapshot().version == version
     assert engine.read("events").num_rows == 0
     orphans = data_files(engine, "events")
@@ -85,8 +88,9 @@ def test_a_failed_job_commits_nothing_and_vacuum_reclaims_its_fragments(engine: 
     assert data_files(engine, "events") == set()
 
 
+@pytest.mark.parametrize("path", ["bulk_load", "datasource"])
 def test_retried_task_attempts_leave_only_invisible_reclaimable_fragments(
-    engine: Engine, tmp_path: Path
+    engine: Engine, tmp_path: Path, path: str
 ) -> None:
     """A task attempt that wrote a fragment and then failed is retried; the load holds every row exactly
     once, and the failed attempts' fragments are unreferenced until vacuum removes them."""
@@ -101,7 +105,7 @@ def test_retried_task_attempts_leave_only_invisible_reclaimable_fragments(
         "STORAGE_ADAPTER_FAILPOINTS_DIR": str(tmp_path),
     }
     result = subprocess.run(
-        [sys.executable, str(Path(__file__).with_name("spark_load_retry_worker.py")), root.url, json.dumps(options)],
+        [sys.executable, str(Path(__file__).with_name("spark_load_retry_worker.py")), root.url, json.dumps(options), path],
         capture_output=True, text=True, timeout=600, env=env,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]

@@ -1,9 +1,22 @@
-"""PySpark at the edge of the product: the session builder and the engine's Spark bulk load.
+"""PySpark at the edge of the product: the ``storage_adapter`` data source, Spark loads and the session
+builder (docs/spark.md).
 
 Needs the ``spark`` extra (PySpark, pyarrow). Nothing below this package imports it.
 """
 
-from storage_adapter.spark.load import bulk_load
+from storage_adapter.spark.datasource import (
+    SHORT_NAME,
+    StorageAdapterDataSource,
+    register,
+    relayed_error,
+    schema_from_spark,
+    schema_to_spark,
+    typed_errors,
+)
+from storage_adapter.spark.load import BulkLoad, SparkInputError, bulk_load, write_tables
 from storage_adapter.spark.session import spark_session
 
-__all__ = ["bulk_load", "spark_session"]
+__all__ = [
+    "SHORT_NAME", "BulkLoad", "SparkInputError", "StorageAdapterDataSource", "bulk_load", "register",
+    "relayed_error", "schema_from_spark", "schema_to_spark", "spark_session", "typed_errors", "write_tables",
+]  # fmt: skip

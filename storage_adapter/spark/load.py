@@ -1,46 +1,121 @@
-"""Spark bulk load: executors write a table's Parquet fragments in parallel, the driver commits them once.
+"""Spark loads: executors write a table's Parquet fragments in parallel, the driver commits them once.
 
-Each Spark task receives its partition as Arrow record batches (``DataFrame.mapInArrow``), casts them to
-the table's schema and writes immutable fragments through the adapter (``write_if_absent`` on fresh
-ULID keys), returning only their references. The driver then publishes every returned reference in one
-``Engine.commit_fragments``: the load becomes visible all at once or not at all.
+One task function (:class:`FragmentTask`) serves every Spark write path: the ``storage_adapter`` data
+source (``df.write.format(...)``, streaming included) and the functions here, :func:`write_tables` (any
+number of DataFrames into their tables, ONE commit) and :func:`bulk_load` (one table). A task receives its
+partition as Arrow record batches, makes them fit the table's schema (``conform``: by column name, safe
+widening only unless asked otherwise), and writes them through the adapter as immutable fragments
+(``Engine.write_fragments``: fresh keys, one fragment per partition value combination and per
+``max_rows_per_fragment`` rows), returning only their references. The driver publishes every reference it
+receives in one ``Engine.commit_fragments``: the load becomes visible all at once or not at all.
 
 Fragments written by a task attempt that failed, was retried or was speculatively duplicated are never
 returned to the driver, so no commit references them: they stay invisible and ``Engine.vacuum`` reclaims
-them after its grace period. A failed job commits nothing. Executors reopen the adapter by unpickling it,
-so the same code runs on ``local[N]`` and on any cluster master (memory stores are per-process and cannot
-be loaded this way: UnsupportedOperationError).
+them after its grace period. A failed job commits nothing. Rows that do not fit the table's schema do not
+fail the task (Spark would retry a deterministic failure, then report a raw ``PythonException``): the
+task stops writing and reports the column and a sample value, and the driver raises SchemaMismatchError
+with nothing published. Executors reopen the adapter by unpickling it, so the same code runs on
+``local[N]`` and on any cluster master (memory stores are per-process: UnsupportedOperationError).
 """
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Iterator
+import logging
+import pickle
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import pyarrow as pa
-from ulid import ULID
 
 from storage_adapter.engine import failpoints
 from storage_adapter.engine.commit import Commit
 from storage_adapter.engine.engine import Engine
 from storage_adapter.engine.errors import SchemaMismatchError
-from storage_adapter.engine.tables import FragmentRef, write_fragment
-from storage_adapter.errors import UnsupportedOperationError
+from storage_adapter.engine.schema import PartitionFilter, conform
+from storage_adapter.engine.tables import FragmentRef
+from storage_adapter.errors import StorageError, UnsupportedOperationError
 from storage_adapter.protocol import StorageAdapter
 
-# What each task returns to the driver: one row per fragment it wrote (FragmentRef's fields).
-_REF_FIELDS = [f.name for f in dataclasses.fields(FragmentRef) if f.name != "partition"]  # unpartitioned only
-_REF_SCHEMA = ", ".join(f"{name} {'long' if name in ('rows', 'bytes') else 'string'}" for name in _REF_FIELDS)
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_ROWS_PER_FRAGMENT = 1_000_000
+
+
+class SparkInputError(StorageError, TypeError):
+    """A Spark load was given something that is not a Spark DataFrame (a pandas DataFrame, an Arrow
+    table, ...). Raised before anything is written."""
+
+
+@dataclass(frozen=True)
+class TaskResult:
+    """What one task reports to the driver: the fragments it wrote, or why its rows do not fit (then it
+    stopped, and what it wrote before is an orphan). Picklable, small."""
+
+    fragments: tuple[FragmentRef, ...] = ()
+    mismatch: str | None = None
+
+
+@dataclass(frozen=True)
+class FragmentTask:
+    """The per-partition work shipped to executors (pickled with the adapter's config and the table's
+    schema, read once on the driver)."""
+
+    adapter: StorageAdapter
+    table: str
+    schema: pa.Schema
+    by_position: bool = False
+    allow_lossy: bool = False
+    max_rows_per_fragment: int = DEFAULT_MAX_ROWS_PER_FRAGMENT
+
+    def run(self, batches: Iterable[pa.RecordBatch]) -> TaskResult:
+        """Write every row of ``batches``; buffers at most ``max_rows_per_fragment`` rows (Arrow batches
+        straight to Parquet, no per-row Python)."""
+        engine: Engine | None = None  # opened on the first row: empty partitions cost no request
+        written: list[FragmentRef] = []
+        pending: list[pa.RecordBatch] = []
+        pending_rows = 0
+        for batch in batches:
+            if batch.num_rows == 0:
+                continue
+            pending.append(batch)
+            pending_rows += batch.num_rows
+            if pending_rows >= self.max_rows_per_fragment:
+                engine = engine or Engine.open(self.adapter, read_only=True)
+                mismatch = self._flush(engine, pending, written)
+                if mismatch is not None:
+                    return TaskResult(tuple(written), mismatch)
+                pending, pending_rows = [], 0
+        if pending:
+            mismatch = self._flush(engine or Engine.open(self.adapter, read_only=True), pending, written)
+            if mismatch is not None:
+                return TaskResult(tuple(written), mismatch)
+        return TaskResult(tuple(written))
+
+    def _flush(self, engine: Engine, batches: list[pa.RecordBatch], written: list[FragmentRef]) -> str | None:
+        data = pa.Table.from_batches(batches)
+        try:
+            data = conform(self.table, self.schema, data, by_name=not self.by_position,
+                           allow_lossy=self.allow_lossy)  # fmt: skip
+        except SchemaMismatchError as exc:
+            return str(exc)
+        for ref in engine.write_fragments(self.table, data):
+            written.append(ref)
+            failpoints.failpoint("spark_load.after_fragment")
+        return None
+
+    def map_in_arrow(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """``DataFrame.mapInArrow`` form of :meth:`run`: one row holding the pickled TaskResult."""
+        yield pa.RecordBatch.from_pydict({"result": [pickle.dumps(self.run(batches))]})
 
 
 @dataclass(frozen=True)
 class BulkLoad:
-    """The outcome of :func:`bulk_load`: the commit and the fragments it published."""
+    """The outcome of a load: the commit and the fragments it published (none for a replay, which ran
+    no job). ``commit`` is None when an append had no rows: nothing was published."""
 
-    commit: Commit
+    commit: Commit | None
     fragments: tuple[FragmentRef, ...]
 
     @property
@@ -52,41 +127,107 @@ class BulkLoad:
         return sum(f.bytes for f in self.fragments)
 
 
-@dataclass(frozen=True)
-class _FragmentWriter:
-    """The per-partition function shipped to executors (pickled with the adapter's config)."""
+def collect_fragments(table: str, results: Iterable[TaskResult | None]) -> tuple[FragmentRef, ...]:
+    """Every fragment the tasks report, or SchemaMismatchError (naming the table, the column and a
+    sample value) if any task found rows that do not fit. ``None``: a task Spark reports as failed."""
+    fragments: list[FragmentRef] = []
+    for result in results:
+        if result is None:
+            continue
+        if result.mismatch is not None:
+            raise SchemaMismatchError(f"nothing was published to {table!r}: {result.mismatch}", key=table)
+        fragments.extend(result.fragments)
+    return tuple(fragments)
 
-    adapter: StorageAdapter
-    table: str
-    schema: pa.Schema
-    max_rows_per_fragment: int
 
-    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        # No engine per task: the driver read the schema once and shipped it; the commit checks the rest.
-        pending: list[pa.Table] = []
-        pending_rows = 0
-        for batch in batches:
-            pending.append(self._conform(batch))
-            pending_rows += batch.num_rows
-            if pending_rows >= self.max_rows_per_fragment:
-                yield self._flush(pending)
-                pending, pending_rows = [], 0
-        if pending_rows:
-            yield self._flush(pending)
+def log_load(tables: Mapping[str, Sequence[FragmentRef]], commit: Commit | None, how: str) -> None:
+    refs = [ref for table_refs in tables.values() for ref in table_refs]
+    published = "nothing (no rows)" if commit is None else f"version {commit.version}" + (
+        " (replayed: already applied)" if commit.replayed else ""
+    )  # fmt: skip
+    log.info("%s into %s: %d rows, %d fragments, %d bytes; published %s", how, ", ".join(tables),
+             sum(r.rows for r in refs), len(refs), sum(r.bytes for r in refs), published)  # fmt: skip
 
-    def _conform(self, batch: pa.RecordBatch) -> pa.Table:
-        try:
-            return pa.Table.from_batches([batch]).cast(self.schema)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError) as exc:
-            raise SchemaMismatchError(
-                f"bulk load into {self.table!r}: rows do not fit the table schema {self.schema}: {exc}",
-                key=self.table,
-            ) from exc
 
-    def _flush(self, parts: list[pa.Table]) -> pa.RecordBatch:
-        ref = write_fragment(self.adapter, self.table, pa.concat_tables(parts), str(ULID()))
-        failpoints.failpoint("spark_load.after_fragment")
-        return pa.RecordBatch.from_pylist([{name: getattr(ref, name) for name in _REF_FIELDS}])
+def check_spark_frame(frame: Any, table: str) -> None:
+    """SparkInputError unless ``frame`` is a Spark DataFrame (classic or Spark Connect)."""
+    from pyspark.sql import DataFrame
+
+    if not isinstance(frame, DataFrame):
+        raise SparkInputError(
+            f"loading {table!r} needs a Spark DataFrame, got {type(frame).__module__}.{type(frame).__name__}; "
+            "convert it first (spark.createDataFrame(...)) or use Engine.commit for Arrow data",
+            key=table,
+        )
+
+
+def write_tables(
+    engine: Engine,
+    frames: Mapping[str, Any],
+    *,
+    mode: str = "append",
+    replace_where: Mapping[str, PartitionFilter] | None = None,
+    expected_version: int | None = None,
+    idempotency_key: str | None = None,
+    app_id: str | None = None,
+    app_version: int | None = None,
+    actor: str | None = None,
+    by_position: bool = False,
+    allow_lossy: bool = False,
+    max_rows_per_fragment: int = DEFAULT_MAX_ROWS_PER_FRAGMENT,
+    key_issued_at: datetime | None = None,
+) -> BulkLoad:
+    """Load each Spark DataFrame of ``frames`` (table -> DataFrame) into its table: one Spark job per
+    table, then ONE commit over all of them (``mode``, ``replace_where``, as ``Engine.commit_fragments``).
+
+    Before any job runs: SparkInputError for a non-Spark frame, UnknownTableError, SchemaMismatchError for
+    columns that cannot fit (missing, extra, lossy types) and CommitConflictError for a stale
+    ``expected_version``; an ``idempotency_key`` that already landed, or an ``app_version`` at or below
+    ``app_id``'s watermark, returns that replay (``commit.replayed``, no fragments) and runs nothing.
+    Rows whose values do not cast raise SchemaMismatchError after the jobs, with nothing published. An
+    append with no rows at all publishes nothing (``commit`` None); an overwrite with no rows empties the
+    tables (or their ``replace_where`` partitions). Logs rows, fragments, bytes and the published version.
+    """
+    if not engine.adapter.capabilities.shared_across_processes:
+        raise UnsupportedOperationError(
+            f"a Spark load needs storage that Spark executors can reach; {engine.adapter.url} is per-process",
+            key=", ".join(frames),
+            backend=engine.adapter.capabilities.backend,
+        )
+    for table, frame in frames.items():
+        check_spark_frame(frame, table)
+    replayed = engine.precheck(list(frames), mode, expected_version, idempotency_key, key_issued_at,
+                               app_id=app_id, app_version=app_version)  # fmt: skip
+    if replayed is not None:
+        log_load({t: () for t in frames}, replayed, "Spark load")
+        return BulkLoad(replayed, ())
+    tasks = {table: task_for(engine, table, frame.schema, by_position=by_position, allow_lossy=allow_lossy,
+                             max_rows_per_fragment=max_rows_per_fragment) for table, frame in frames.items()}  # fmt: skip
+    written: dict[str, tuple[FragmentRef, ...]] = {}
+    for table, frame in frames.items():
+        rows = frame.mapInArrow(tasks[table].map_in_arrow, "result binary").collect()
+        written[table] = collect_fragments(table, (pickle.loads(row.result) for row in rows))
+    commit: Commit | None = None
+    if mode != "append" or any(written.values()):
+        commit = engine.commit_fragments(
+            written, mode=mode, expected_version=expected_version, idempotency_key=idempotency_key,
+            actor=actor, key_issued_at=key_issued_at, replace_where=replace_where, app_id=app_id,
+            app_version=app_version,
+        )  # fmt: skip
+    log_load(written, commit, "Spark load")
+    return BulkLoad(commit, tuple(ref for refs in written.values() for ref in refs))
+
+
+def task_for(engine: Engine, table: str, spark_schema: Any, **settings: Any) -> FragmentTask:
+    """The task writing ``table`` from rows of ``spark_schema``, after checking on the driver that such
+    rows can fit the table (SchemaMismatchError for missing or extra columns and lossy types)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    schema = engine.snapshot().schema(table)
+    incoming = to_arrow_schema(spark_schema, timezone="UTC")
+    conform(table, schema, incoming.empty_table(), by_name=not settings.get("by_position", False),
+            allow_lossy=settings.get("allow_lossy", False))  # fmt: skip
+    return FragmentTask(engine.adapter, table, schema, **settings)
 
 
 def bulk_load(
@@ -98,43 +239,11 @@ def bulk_load(
     expected_version: int | None = None,
     idempotency_key: str | None = None,
     actor: str | None = None,
-    max_rows_per_fragment: int = 1_000_000,
+    max_rows_per_fragment: int = DEFAULT_MAX_ROWS_PER_FRAGMENT,
     key_issued_at: datetime | None = None,
 ) -> BulkLoad:
-    """Load the Spark DataFrame ``frame`` into ``table`` as one commit (``append`` or ``overwrite``).
-
-    Column names must equal the table's, in order; each column must cast to the table's type. An
-    ``idempotency_key`` that already landed returns that commit (``replayed``, no fragments) without
-    running the job (``key_issued_at``: as for ``Engine.commit_fragments``). Raises, with nothing visible: UnknownTableError, CommitConflictError for a stale
-    ``expected_version`` and SchemaMismatchError for a column-name mismatch (all before any task runs),
-    the commit errors of ``Engine.commit_fragments`` (CommitConflictError, ...),
-    and Spark's job failure if a task exhausts its retries.
-    """
-    if not engine.adapter.capabilities.shared_across_processes:
-        raise UnsupportedOperationError(
-            f"bulk load needs storage that Spark executors can reach; {engine.adapter.url} is per-process",
-            key=table,
-            backend=engine.adapter.capabilities.backend,
-        )
-    # Before any task runs: a landed key replays, a stale expected_version or unknown table fails.
-    replayed = engine.precheck([table], mode, expected_version, idempotency_key, key_issued_at)
-    if replayed is not None:
-        return BulkLoad(replayed, ())
-    schema = engine.snapshot().schema(table)
-    if list(frame.columns) != schema.names:
-        raise SchemaMismatchError(
-            f"bulk load into {table!r}: columns {list(frame.columns)} do not match the table's {schema.names}",
-            key=table,
-        )
-    writer = _FragmentWriter(engine.adapter, table, schema, max_rows_per_fragment)
-    rows = frame.mapInArrow(writer, _REF_SCHEMA).collect()
-    fragments = tuple(FragmentRef(**row.asDict()) for row in rows)
-    commit = engine.commit_fragments(
-        {table: fragments},
-        mode=mode,
-        expected_version=expected_version,
-        idempotency_key=idempotency_key,
-        actor=actor,
-        key_issued_at=key_issued_at,
-    )
-    return BulkLoad(commit, fragments)
+    """Load the Spark DataFrame ``frame`` into ``table`` as one commit: :func:`write_tables` for one
+    table (columns matched by name)."""
+    return write_tables(engine, {table: frame}, mode=mode, expected_version=expected_version,
+                        idempotency_key=idempotency_key, actor=actor,
+                        max_rows_per_fragment=max_rows_per_fragment, key_issued_at=key_issued_at)  # fmt: skip

@@ -1,0 +1,167 @@
+"""The options of the ``storage_adapter`` Spark data source, parsed once, before any task runs.
+
+Spark hands a data source its options as a case-insensitive map of strings: the data source's own
+(``table``, ``version``, ``replaceWhere``, ...; see docs/spark.md) and, under their own names, every option
+``open_adapter`` takes for the URL in ``path`` (credentials included). Anything wrong is a
+ConfigurationError naming the option; no message, log line or repr ever shows an adapter option's value.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from storage_adapter.adapter import open_adapter
+from storage_adapter.errors import ConfigurationError
+from storage_adapter.protocol import StorageAdapter
+from storage_adapter.spark.load import DEFAULT_MAX_ROWS_PER_FRAGMENT
+
+# The data source's own options, lowercased as Spark hands them over; every other option goes to the URL.
+_OWN = ("path", "table", "version", "replacewhere", "idempotencykey", "appid", "appversion", "createtable",
+        "partitionby", "byposition", "allowlossycasts", "maxrowsperfragment", "checkpointlocation")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """Parsed data-source options. ``adapter_options`` may hold secrets: the repr names them, never their
+    values. Picklable (shipped to executors)."""
+
+    url: str
+    table: str
+    adapter_options: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    version: int | None = None
+    replace_where: dict[str, list[Any]] | None = None
+    idempotency_key: str | None = None
+    app_id: str | None = None
+    app_version: int | None = None
+    create_table: bool = False
+    partition_by: tuple[str, ...] = ()
+    by_position: bool = False
+    allow_lossy: bool = False
+    max_rows_per_fragment: int = DEFAULT_MAX_ROWS_PER_FRAGMENT
+    checkpoint_location: str | None = None
+
+    def __repr__(self) -> str:
+        names = ", ".join(name for name, _ in self.adapter_options)
+        return f"SourceOptions(url={self.url!r}, table={self.table!r}, adapter options: [{names}])"
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> SourceOptions:
+        """ConfigurationError for a missing ``path`` or ``table``, or an ill-formed value of the data
+        source's own options. Unknown options are left to ``open_adapter`` (which refuses them)."""
+        given = {k.lower(): v for k, v in options.items() if v is not None}
+        url = given.get("path")
+        if not url:
+            raise ConfigurationError(
+                "the storage_adapter data source needs the storage root URL: .load(url) / .save(url) or "
+                "option('path', url)"
+            )
+        table = given.get("table")
+        if not table:
+            raise ConfigurationError(f"the storage_adapter data source needs option('table', name) for {url}",
+                                     key=url)  # fmt: skip
+        app_id, app_version = given.get("appid"), _integer(given, "appversion", url)
+        replace_where = given.get("replacewhere")
+        return cls(
+            url=url, table=table,
+            adapter_options=tuple(sorted((k, v) for k, v in given.items() if k not in _OWN)),
+            version=_integer(given, "version", url),
+            replace_where=None if replace_where is None else parse_replace_where(replace_where, url),
+            idempotency_key=given.get("idempotencykey"), app_id=app_id, app_version=app_version,
+            create_table=_boolean(given, "createtable", url),
+            partition_by=tuple(c.strip() for c in given.get("partitionby", "").split(",") if c.strip()),
+            by_position=_boolean(given, "byposition", url), allow_lossy=_boolean(given, "allowlossycasts", url),
+            max_rows_per_fragment=_integer(given, "maxrowsperfragment", url) or DEFAULT_MAX_ROWS_PER_FRAGMENT,
+            checkpoint_location=given.get("checkpointlocation"),
+        )  # fmt: skip
+
+    def open(self) -> StorageAdapter:
+        """The adapter for ``url`` and the adapter options (ConfigurationError for an unknown one)."""
+        return open_adapter(self.url, **dict(self.adapter_options))
+
+
+def _integer(given: Mapping[str, str], name: str, url: str) -> int | None:
+    text = given.get(name)
+    if text is None:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ConfigurationError(f"option {name}={text!r} must be a non-negative integer ({url})", key=url)
+    return value
+
+
+def _boolean(given: Mapping[str, str], name: str, url: str) -> bool:
+    text = given.get(name, "false").strip().lower()
+    if text not in ("true", "false"):
+        raise ConfigurationError(f"option {name}={text!r} must be true or false ({url})", key=url)
+    return text == "true"
+
+
+# replaceWhere: `col = literal` or `col IN (literal, ...)`, joined by AND; a literal is a '...' string
+# ('' for a quote), an integer, true, false or NULL.
+_LITERAL = r"'(?:[^']|'')*'|-?\d+|true|false|null"
+_CLAUSE = re.compile(
+    rf"\s*`?(\w+)`?\s*(?:=\s*({_LITERAL})|in\s*\(\s*((?:{_LITERAL})(?:\s*,\s*(?:{_LITERAL}))*)\s*\))\s*",
+    re.IGNORECASE,
+)
+_AND = re.compile(r"\s+and\s+", re.IGNORECASE)
+
+
+def parse_replace_where(text: str, url: str = "") -> dict[str, list[Any]]:
+    """``replaceWhere`` as a partition filter (column -> allowed values). Accepts ``col = 'v'``,
+    ``col IN ('a', 'b')`` and integers, booleans and NULL as literals, joined by AND; or a JSON object
+    (column -> value or list of values). ConfigurationError for anything else."""
+    if text.lstrip().startswith("{"):
+        try:
+            doc = json.loads(text)
+        except ValueError:
+            doc = None
+        if not isinstance(doc, dict) or not doc or not all(isinstance(k, str) for k in doc):
+            raise ConfigurationError(
+                f"replaceWhere {text!r} is not a JSON object of column -> values", key=url
+            )
+        return {col: list(v) if isinstance(v, list) else [v] for col, v in doc.items()}
+    where: dict[str, list[Any]] = {}
+    # Split on AND outside quotes: literals are matched whole by _CLAUSE, so rejoin pieces that do not match.
+    for clause in _clauses(text, url):
+        match = _CLAUSE.fullmatch(clause)
+        assert match is not None  # _clauses only returns matching clauses
+        column, single, many = match.groups()
+        literals = [single] if single is not None else re.findall(_LITERAL, many, re.IGNORECASE)
+        values = [_literal(v) for v in literals]
+        # col = 'a' AND col IN ('a', 'b'): both must hold
+        where[column] = [v for v in where[column] if v in values] if column in where else values
+    return where
+
+
+def _clauses(text: str, url: str) -> list[str]:
+    pieces, clauses, current = _AND.split(text), [], ""
+    for piece in pieces:
+        current = f"{current} and {piece}" if current else piece
+        if _CLAUSE.fullmatch(current):
+            clauses.append(current)
+            current = ""
+    if current or not clauses:
+        raise ConfigurationError(
+            f"replaceWhere {text!r} is not supported: write col = 'value', col IN ('a', 'b') joined by AND, "
+            "or a JSON object of column -> values",
+            key=url,
+        )
+    return clauses
+
+
+def _literal(text: str) -> Any:
+    lowered = text.lower()
+    if text.startswith("'"):
+        return text[1:-1].replace("''", "'")
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    if lowered == "null":
+        return None
+    return int(text)

@@ -1,0 +1,344 @@
+"""The ``storage_adapter`` Spark data source (storage_adapter.spark.datasource): batch write in every mode,
+reads of exactly one snapshot, streaming exactly once across a kill, job-level replays that never expire,
+and every bad input ending in a typed error (or the documented result) with nothing published.
+
+Runs on local and SeaweedFS (memory stores are per-process: Spark executors cannot reach them). One
+SparkSession for the run (conftest's ``spark``), small data."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+from storage_adapter import ConfigurationError
+from storage_adapter.engine import Engine, EngineSettings, SchemaMismatchError, UnknownTableError
+from storage_adapter.spark import (
+    SparkInputError,
+    StorageAdapterDataSource,
+    bulk_load,
+    schema_from_spark,
+    typed_errors,
+    write_tables,
+)
+from storage_adapter.spark.options import parse_replace_where
+
+SCHEMA = pa.schema([("id", pa.int64()), ("day", pa.string()), ("score", pa.float64())])
+RETENTION = 4
+
+
+@pytest.fixture
+def engine(adapter: Any) -> Engine:
+    if not adapter.capabilities.shared_across_processes:
+        pytest.skip("memory stores are per-process: Spark executors cannot reach them")
+    engine = Engine.open(adapter, settings=EngineSettings(retention=RETENTION))
+    engine.create_table("events", SCHEMA, partition_by=["day"])
+    return engine
+
+
+def options_of(engine: Engine) -> dict[str, str]:
+    """The Spark options that reopen the engine's root: every adapter option, as text."""
+    return {k: str(v) for k, v in engine.adapter.config.options}
+
+
+def frame_of(spark: Any, rows: int, first: int = 0, days: int = 3, partitions: int = 2) -> Any:
+    return spark.range(first, first + rows, numPartitions=partitions).selectExpr(
+        "id", f"concat('d', CAST(id % {days} AS STRING)) AS day", "CAST(id AS DOUBLE) / 2 AS score"
+    )
+
+
+def save(frame: Any, engine: Engine, table: str = "events", mode: str = "append", **options: str) -> None:
+    writer = (
+        frame.write.format("storage_adapter").mode(mode).options(**options_of(engine)).option("table", table)
+    )
+    with typed_errors():
+        writer.options(**options).save(engine.adapter.url)
+
+
+def load(spark: Any, engine: Engine, table: str = "events", **options: str) -> Any:
+    reader = spark.read.format("storage_adapter").options(**options_of(engine)).option("table", table)
+    return reader.options(**options).load(engine.adapter.url)
+
+
+def data_files(engine: Engine, table: str = "events") -> set[str]:
+    return {i.key for i in engine.adapter.list(f"tables/{table}") if i.key.endswith(".parquet")}
+
+
+def ids(engine: Engine, table: str = "events") -> list[int]:
+    return sorted(engine.read(table).column("id").to_pylist())
+
+
+def test_reads_equal_the_engine_after_append_overwrite_partition_overwrite_and_a_failed_job(
+    engine: Engine, spark: Any
+) -> None:
+    def check() -> None:
+        assert load(spark, engine).count() == engine.read("events").num_rows
+
+    save(frame_of(spark, 300), engine)
+    check()
+    save(frame_of(spark, 90, first=1_000), engine, mode="overwrite")
+    assert ids(engine) == list(range(1_000, 1_090))
+    check()
+    before = engine.snapshot().version
+    save(frame_of(spark, 12, first=5_000, days=1), engine, mode="overwrite", replaceWhere="day = 'd0'")
+    assert engine.snapshot().version == before + 1
+    table = engine.read("events")
+    by_day = {d: sorted(i for i, dd in zip(table["id"].to_pylist(), table["day"].to_pylist(), strict=True) if dd == d)
+              for d in ("d0", "d1", "d2")}  # fmt: skip
+    assert by_day["d0"] == list(range(5_000, 5_012))
+    assert by_day["d1"] == [i for i in range(1_000, 1_090) if i % 3 == 1]
+    check()
+    # A failed job: one task's rows cannot cast (lossy casts allowed), other tasks already wrote fragments.
+    version, files = engine.snapshot().version, data_files(engine)
+    poisoned = frame_of(spark, 400, first=9_000, partitions=4).selectExpr(
+        "id", "day", "CASE WHEN id >= 9390 THEN 'not a number' ELSE CAST(score AS STRING) END AS score"
+    )
+    with pytest.raises(SchemaMismatchError, match=r"score.*not a number|not a number.*score"):
+        save(poisoned, engine, allowLossyCasts="true", maxRowsPerFragment="50")
+    assert engine.snapshot().version == version
+    assert data_files(engine) - files, "the other tasks' fragments are left as orphans"
+    check()
+    # One snapshot: an older version reads as it was; partition filters prune to the engine's answer.
+    assert load(spark, engine, version=str(before)).count() == 90
+    assert load(spark, engine).where("day = 'd1'").count() == 30
+    assert load(spark, engine).where("day IN ('d0', 'd2')").count() == 12 + 30
+    assert set(engine.read("events", where={"day": ["d1"]}).column("day").to_pylist()) == {"d1"}
+
+
+def test_two_tables_land_in_one_commit_and_a_rerun_is_a_replay(
+    engine: Engine, spark: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    engine.create_table("totals", pa.schema([("day", pa.string()), ("n", pa.int64())]))
+    raw = frame_of(spark, 60)
+    totals = raw.groupBy("day").count().withColumnRenamed("count", "n")
+    before = engine.snapshot().version
+    with caplog.at_level(logging.INFO, logger="storage_adapter.spark"):
+        first = write_tables(engine, {"events": raw, "totals": totals}, app_id="nightly", app_version=1)
+    assert first.commit is not None
+    assert (
+        f"63 rows, {len(first.fragments)} fragments, {first.bytes} bytes; published version {first.commit.version}"
+        in caplog.text
+    )
+    assert first.commit is not None and first.commit.version == before + 1
+    assert (engine.read("events").num_rows, engine.read("totals").num_rows) == (60, 3)
+    again = write_tables(engine, {"events": raw, "totals": totals}, app_id="nightly", app_version=1)
+    assert again.commit is not None and again.commit.replayed and again.fragments == ()
+    assert (engine.read("events").num_rows, engine.read("totals").num_rows) == (60, 3)
+
+
+def test_a_rerun_after_ten_times_retention_other_commits_is_a_replay(engine: Engine, spark: Any) -> None:
+    frame = frame_of(spark, 15)
+    save(frame, engine, appId="daily-job", appVersion="7")
+    save(frame, engine, idempotencyKey="load-2026-11-26")
+    for i in range(10 * RETENTION):
+        engine.commit(
+            {"events": pa.table({"id": [100_000 + i], "day": ["x"], "score": [0.0]}, schema=SCHEMA)}
+        )
+    files, rows = data_files(engine), engine.read("events").num_rows
+    save(frame, engine, appId="daily-job", appVersion="7")  # the watermark never expires
+    save(frame, engine, appId="daily-job", appVersion="3")  # nor does anything below it
+    save(frame, engine, idempotencyKey="load-2026-11-26")  # the key ledger outlives the history window
+    assert engine.read("events").num_rows == rows == 30 + 10 * RETENTION
+    assert data_files(engine) == files, "a replay runs no write"
+    assert engine.app_version("daily-job") == 7
+
+
+def test_reordered_columns_are_aligned_by_name(engine: Engine, spark: Any) -> None:
+    save(frame_of(spark, 30).select("score", "id", "day"), engine)
+    table = engine.read("events")
+    assert table.schema.equals(SCHEMA) and sorted(table["id"].to_pylist()) == list(range(30))
+    assert load(spark, engine).where("id = 7").first()["score"] == 3.5
+
+
+def test_by_position_and_safe_widening(engine: Engine, spark: Any) -> None:
+    renamed = frame_of(spark, 10).selectExpr("CAST(id AS INT) AS a", "day AS b", "CAST(score AS FLOAT) AS c")
+    save(renamed, engine, byPosition="true")
+    assert engine.read("events").schema.equals(SCHEMA) and engine.read("events").num_rows == 10
+
+
+@pytest.mark.parametrize(
+    "columns",
+    [
+        ("id", "day", "CAST(score AS STRING) AS score"),  # a string into a double column: lossy
+        ("CAST(id AS STRING) AS id", "day", "score"),
+        ("id", "day"),  # a missing column
+        ("id", "day", "score", "1 AS extra"),  # an unknown column
+    ],
+)
+def test_columns_that_cannot_fit_are_refused_before_any_task(
+    engine: Engine, spark: Any, columns: tuple[str, ...]
+) -> None:
+    with pytest.raises(SchemaMismatchError):
+        save(frame_of(spark, 10).selectExpr(*columns), engine)
+    assert data_files(engine) == set() and engine.read("events").num_rows == 0
+
+
+def test_unknown_table_is_refused_before_any_task(engine: Engine, spark: Any) -> None:
+    with pytest.raises(UnknownTableError, match="nope"):
+        save(frame_of(spark, 10), engine, table="nope")
+    with pytest.raises(UnknownTableError, match="nope"), typed_errors():
+        load(spark, engine, table="nope").count()
+    assert engine.adapter.list("tables/nope") == [] or not list(engine.adapter.list("tables/nope"))
+
+
+def test_empty_dataframes(engine: Engine, spark: Any) -> None:
+    """Append of no rows: nothing published. Overwrite with no rows: the table (or partitions) emptied."""
+    save(frame_of(spark, 30), engine)
+    version = engine.snapshot().version
+    empty = frame_of(spark, 0)
+    save(empty, engine)
+    assert engine.snapshot().version == version
+    save(empty, engine, mode="overwrite", replaceWhere="day = 'd1'")
+    assert engine.read("events").num_rows == 20 and engine.snapshot().version == version + 1
+    save(empty, engine, mode="overwrite")
+    assert engine.read("events").num_rows == 0 and load(spark, engine).count() == 0
+
+
+def test_non_spark_input_is_a_typed_error(engine: Engine) -> None:
+    for frame in (pd.DataFrame({"id": [1]}), pa.table({"id": [1]}), [(1, "d", 0.5)]):
+        with pytest.raises(SparkInputError, match="Spark DataFrame"):
+            bulk_load(engine, "events", frame)
+    assert data_files(engine) == set()
+
+
+def test_missing_or_bad_options_are_typed_errors(engine: Engine, spark: Any) -> None:
+    frame = frame_of(spark, 10)
+    with pytest.raises(ConfigurationError, match="table"), typed_errors():
+        frame.write.format("storage_adapter").mode("append").options(**options_of(engine)).save(
+            engine.adapter.url
+        )
+    with pytest.raises(ConfigurationError, match="URL"), typed_errors():
+        frame.write.format("storage_adapter").mode("append").option("table", "events").save()
+    with pytest.raises(ConfigurationError, match="replaceWhere"):
+        save(frame, engine, mode="overwrite", replaceWhere="day > 'd0'")
+    with pytest.raises(ConfigurationError, match="overwrite"):
+        save(frame, engine, replaceWhere="day = 'd0'")
+    with pytest.raises(ConfigurationError, match="no_such_option"):
+        save(frame, engine, no_such_option="1")
+    with pytest.raises(ConfigurationError, match="appVersion"):
+        save(frame, engine, appId="job")
+    with pytest.raises(ConfigurationError, match="partitionBy"):
+        save(frame, engine, partitionBy="id")
+    assert data_files(engine) == set()
+
+
+def test_streaming_writes_need_a_stable_query_identity(engine: Engine, spark: Any, tmp_path: Path) -> None:
+    from pyspark.sql.types import StructType
+
+    schema = StructType.fromDDL("id LONG, day STRING, score DOUBLE")
+    base = {"path": engine.adapter.url, "table": "events", **options_of(engine)}
+    for extra, message in (
+        ({}, "appId"),  # no checkpoint, no appId
+        ({"checkpointLocation": "relative/checkpoint"}, "appId"),
+        ({"checkpointLocation": str(tmp_path)}, "appId"),  # no query metadata in it
+        ({"appId": "q", "idempotencyKey": "k"}, "idempotencyKey"),
+        ({"appId": "q", "appVersion": "1"}, "appVersion"),
+    ):
+        with pytest.raises(ConfigurationError, match=message):
+            StorageAdapterDataSource({**base, **extra}).streamWriter(schema, False)
+    assert StorageAdapterDataSource({**base, "appId": "q"}).streamWriter(schema, False) is not None
+
+
+def test_secrets_are_never_echoed(engine: Engine, spark: Any) -> None:
+    secret = "s3cr3t-" + uuid.uuid4().hex
+    with pytest.raises(Exception) as info:
+        frame_of(spark, 1).write.format("storage_adapter").mode("append").option("table", "events").option(
+            "secret_access_key", secret
+        ).option("endpoint", "not a url").save("s3://bucket/prefix")
+    assert secret not in str(info.value)
+    from storage_adapter.spark.options import SourceOptions
+
+    assert secret not in repr(
+        SourceOptions.parse({"path": "s3://b", "table": "t", "secret_access_key": secret})
+    )
+
+
+def test_create_table_on_first_write_and_from_a_spark_schema(engine: Engine, spark: Any) -> None:
+    frame = frame_of(spark, 20)
+    save(frame, engine, table="created", createTable="true", partitionBy="day")
+    assert engine.partition_by("created") == ("day",)
+    assert engine.read("created").num_rows == 20 and load(spark, engine, table="created").count() == 20
+    engine.create_table("from_struct", schema_from_spark(frame.schema))
+    save(frame, engine, table="from_struct")
+    assert engine.read("from_struct").num_rows == 20
+
+
+def test_partition_filters_are_pushed_down_and_prune_files(engine: Engine, spark: Any) -> None:
+    """``=`` and ``IN`` on partition columns are kept by the reader (they prune whole files); any other
+    filter is left to Spark."""
+    from pyspark.sql.datasource import EqualTo, GreaterThan, In
+    from pyspark.sql.types import StructType
+
+    engine.commit({"events": pa.table({"id": [1, 2, 3], "day": ["d0", "d1", "d2"], "score": [0.0] * 3},
+                                      schema=SCHEMA)})  # fmt: skip
+    source = StorageAdapterDataSource({"path": engine.adapter.url, "table": "events", **options_of(engine)})
+    reader = source.reader(StructType.fromDDL("id LONG, day STRING, score DOUBLE"))
+    pushed = [
+        EqualTo(("day",), "d1"),
+        In(("day",), ("d1", "d2")),
+        GreaterThan(("id",), 0),
+        EqualTo(("id",), 1),
+    ]
+    assert list(reader.pushFilters(pushed)) == pushed[2:]
+    files = [f for partition in reader.partitions() for f in partition.value]
+    assert [dict(f.partition)["day"] for f in files] == ["d1"]
+    assert [b.num_rows for p in reader.partitions() for b in reader.read(p)] == [1]
+    # A schema given by the reader's caller (spark.read.schema("id LONG")) reads only those columns.
+    narrow = source.reader(StructType.fromDDL("id LONG"))
+    batches = [b for p in narrow.partitions() for b in narrow.read(p)]
+    assert [b.schema.names for b in batches] == [["id"]] * 3 and sorted(
+        b["id"][0].as_py() for b in batches
+    ) == [1, 2, 3]
+
+
+def test_replace_where_language() -> None:
+    assert parse_replace_where("day = 'd1' AND kind IN ('a', 'it''s') and n = 3") == {
+        "day": ["d1"], "kind": ["a", "it's"], "n": [3],
+    }  # fmt: skip
+    assert parse_replace_where('{"day": "d1", "n": [1, 2]}') == {"day": ["d1"], "n": [1, 2]}
+    for bad in ("day > 'd1'", "day = d1", "a = 1 OR b = 2", "", "[1]"):
+        with pytest.raises(ConfigurationError):
+            parse_replace_where(bad)
+
+
+def test_streaming_lands_every_micro_batch_once_across_a_kill(engine: Engine, tmp_path: Path) -> None:
+    """Run 1 is SIGKILLed right after the engine published micro-batch 0 (before Spark recorded it); run 2
+    restarts from the same checkpoint, replays batch 0 (a no-op) and lands the rest."""
+    source, checkpoint, counts = tmp_path / "in", tmp_path / "checkpoint", tmp_path / "fired"
+    source.mkdir()
+    counts.mkdir()
+    for f in range(4):
+        rows = [{"id": f * 10 + i, "day": f"d{f}", "score": 1.0} for i in range(5)]
+        (source / f"part-{f}.json").write_text("\n".join(json.dumps(r) for r in rows))
+    command = [sys.executable, str(Path(__file__).with_name("spark_stream_worker.py")), engine.adapter.url,
+               json.dumps(options_of(engine)), "events", str(source), str(checkpoint)]  # fmt: skip
+    env = {**os.environ, "STORAGE_ADAPTER_FAILPOINTS": "commit.after_publish=exit*1",
+           "STORAGE_ADAPTER_FAILPOINTS_DIR": str(counts)}  # fmt: skip
+    first = subprocess.Popen(command, env=env, start_new_session=True,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 300
+        while not (counts / "commit.after_publish.0").exists() and first.poll() is None:
+            assert time.monotonic() < deadline, "micro-batch 0 never published"
+            time.sleep(0.5)
+        assert (counts / "commit.after_publish.0").exists()
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)  # the driver, its JVM and its Python workers: kill -9
+        first.wait()
+    assert engine.read("events").num_rows == 5
+    second = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert second.returncode == 0, second.stderr[-3000:]
+    table = engine.read("events")
+    assert sorted(table.column("id").to_pylist()) == [f * 10 + i for f in range(4) for i in range(5)]
+    assert json.loads(second.stdout.strip().splitlines()[-1])["app_version"] == 3
