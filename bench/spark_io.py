@@ -1,0 +1,236 @@
+"""The Spark data path, side by side in one run: the ``storage_adapter`` data source against plain Spark
+Parquet on the same backend (issue 19).
+
+Per backend and round, interleaved:
+
+* **write**: the same rows (id int64, label string, score float64, generated in the executors by
+  ``spark.range``) appended through ``df.write.format("storage_adapter")`` into a fresh table, and
+  written by ``df.write.parquet`` into a fresh folder;
+* **read**: a full scan (``count`` and ``sum(score)``) through ``spark.read.format("storage_adapter")``
+  and through ``spark.read.parquet`` over exactly the files of the same snapshot (``Engine.files``);
+* **publishes per load**: the manifest versions one data-source append adds, at 1, 4 and 16 Spark
+  partitions (exact: a request count, not a time).
+
+Plain Spark Parquet needs a Hadoop filesystem for the backend: ``file://`` has one, S3 needs the
+``s3a`` jars, which this project does not ship (the data source reads and writes S3 through the adapter
+in the Python workers). On SeaweedFS the data source's own numbers are reported and the ratios are
+marked unavailable, never invented.
+
+Spark's start-up and the first job's worker start are excluded (one session, one warm-up). Medians of
+``--rounds``. Numbers are reported against the issue's targets, never asserted. Writes ``spark_io.json``
+and ``spark_io.md`` into the results directory.
+
+    python -m bench.spark_io [--rows N] [--rounds R] [--master local[2]] [--backends local,seaweedfs]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import shutil
+import statistics
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from storage_adapter import open_adapter
+from storage_adapter.engine import Engine
+from storage_adapter.protocol import StorageAdapter
+from storage_adapter.spark import spark_session
+
+SCHEMA = pa.schema([("id", pa.int64()), ("label", pa.string()), ("score", pa.float64())])
+WRITE_TARGET, READ_TARGET = 0.9, 0.67
+PUBLISH_PARTITIONS = (1, 4, 16)
+
+
+@dataclass(frozen=True)
+class Backend:
+    """Where a round writes: the adapter root, the Spark options that reopen it, and a local folder
+    for plain Spark Parquet (None where Spark has no filesystem for the backend)."""
+
+    name: str
+    adapter: StorageAdapter
+    options: dict[str, str]
+    parquet_root: Path | None
+
+
+@dataclass(frozen=True)
+class SparkIoResult:
+    backend: str
+    rows: int
+    partitions: int
+    datasource_write_s: float
+    parquet_write_s: float | None
+    datasource_read_s: float
+    parquet_read_s: float | None
+    publishes_per_load: dict[str, int]
+
+    @property
+    def write_ratio(self) -> float | None:
+        """Data-source write throughput over plain Parquet's (>= 0.9 is the target)."""
+        return None if self.parquet_write_s is None else self.parquet_write_s / self.datasource_write_s
+
+    @property
+    def read_ratio(self) -> float | None:
+        """Data-source read throughput over plain Parquet's (>= 0.67 is the target)."""
+        return None if self.parquet_read_s is None else self.parquet_read_s / self.datasource_read_s
+
+
+def spark_rows(spark: Any, rows: int, partitions: int) -> Any:
+    return spark.range(0, rows, numPartitions=partitions).selectExpr(
+        "id", "concat('row-', id) AS label", "CAST(id * 0.5 AS DOUBLE) AS score"
+    )
+
+
+def fresh_engine(backend: Backend) -> Engine:
+    engine = Engine.open(backend.adapter.child(f"spark-io-{uuid.uuid4().hex[:10]}"))
+    engine.create_table("events", SCHEMA)
+    return engine
+
+
+def datasource_write(frame: Any, engine: Engine, backend: Backend) -> None:
+    frame.write.format("storage_adapter").mode("append").options(**backend.options).option(
+        "table", "events"
+    ).save(engine.adapter.url)
+
+
+def full_scan(frame: Any) -> tuple[int, float]:
+    row = frame.selectExpr("count(*) AS n", "sum(score) AS s").collect()[0]
+    return int(row["n"]), float(row["s"])
+
+
+def local_path(engine: Engine, key: str) -> str:
+    return engine.adapter.url.removeprefix("file://").rstrip("/") + "/" + key
+
+
+def measure(spark: Any, backend: Backend, rows: int, rounds: int, partitions: int) -> SparkIoResult:
+    expected_sum = sum(i * 0.5 for i in range(rows))
+    datasource_write(spark_rows(spark, 1000, partitions), fresh_engine(backend), backend)  # warm-up
+    ds_write, pq_write, ds_read, pq_read = [], [], [], []
+    for _ in range(rounds):
+        engine = fresh_engine(backend)
+        started = time.perf_counter()
+        datasource_write(spark_rows(spark, rows, partitions), engine, backend)
+        ds_write.append(time.perf_counter() - started)
+
+        reader = spark.read.format("storage_adapter").options(**backend.options).option("table", "events")
+        started = time.perf_counter()
+        count, total = full_scan(reader.load(engine.adapter.url))
+        ds_read.append(time.perf_counter() - started)
+        if (count, total) != (rows, expected_sum):
+            raise AssertionError(f"data source read {count} rows summing {total}, wrote {rows}")
+
+        if backend.parquet_root is not None:
+            folder = backend.parquet_root / uuid.uuid4().hex[:10]
+            started = time.perf_counter()
+            spark_rows(spark, rows, partitions).write.parquet(str(folder))
+            pq_write.append(time.perf_counter() - started)
+            shutil.rmtree(folder)
+            files = [local_path(engine, f.key) for f in engine.files("events")]
+            started = time.perf_counter()
+            count, total = full_scan(spark.read.parquet(*files))
+            pq_read.append(time.perf_counter() - started)
+            if count != rows:
+                raise AssertionError(f"spark.read.parquet of the snapshot's files read {count} rows")
+    publishes = {}
+    for parts in PUBLISH_PARTITIONS:
+        engine = fresh_engine(backend)
+        before = engine.snapshot().version
+        datasource_write(spark_rows(spark, 10_000, parts), engine, backend)
+        publishes[f"{parts} partitions"] = engine.snapshot().version - before
+    return SparkIoResult(
+        backend=backend.name,
+        rows=rows,
+        partitions=partitions,
+        datasource_write_s=statistics.median(ds_write),
+        parquet_write_s=statistics.median(pq_write) if pq_write else None,
+        datasource_read_s=statistics.median(ds_read),
+        parquet_read_s=statistics.median(pq_read) if pq_read else None,
+        publishes_per_load=publishes,
+    )
+
+
+@contextlib.contextmanager
+def backends(names: list[str]) -> Iterator[list[Backend]]:
+    with contextlib.ExitStack() as stack:
+        found = []
+        for name in names:
+            if name == "local":
+                root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-spark-io-")))
+                (root / "parquet").mkdir()
+                adapter = open_adapter(f"file://{root}/tables")
+                found.append(Backend("local", adapter, {}, root / "parquet"))
+            elif name == "seaweedfs":
+                from backends.seaweedfs import SeaweedFS
+
+                endpoint = stack.enter_context(SeaweedFS(bucket="bench"))
+                options = endpoint.adapter_options()
+                adapter = open_adapter(endpoint.url(f"spark-io-{uuid.uuid4().hex[:8]}"), **options)
+                found.append(Backend("seaweedfs", adapter, {k: str(v) for k, v in options.items()}, None))
+            else:
+                raise SystemExit(f"bench.spark_io: unknown backend {name!r} (local, seaweedfs)")
+        yield found
+
+
+def _ratio(value: float | None, target: float) -> str:
+    if value is None:
+        return "n/a (no Hadoop filesystem for plain Spark here)"
+    return f"{value:.2f}x (target >= {target}x: {'met' if value >= target else 'NOT met'})"
+
+
+def markdown(results: list[SparkIoResult], master: str, rounds: int) -> str:
+    lines = [
+        f"# Spark data path, {master}, median of {rounds}",
+        "",
+        "| backend | rows | write: data source | write: df.write.parquet | write ratio | read: data source "
+        "| read: spark.read.parquet | read ratio | publishes per load |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        pq_write = "n/a" if r.parquet_write_s is None else f"{r.parquet_write_s:.2f} s"
+        pq_read = "n/a" if r.parquet_read_s is None else f"{r.parquet_read_s:.2f} s"
+        publishes = ", ".join(f"{k}: {v}" for k, v in r.publishes_per_load.items())
+        lines.append(
+            f"| {r.backend} | {r.rows:,} | {r.datasource_write_s:.2f} s | {pq_write} | "
+            f"{_ratio(r.write_ratio, WRITE_TARGET)} | {r.datasource_read_s:.2f} s | {pq_read} | "
+            f"{_ratio(r.read_ratio, READ_TARGET)} | {publishes} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rows", type=int, default=2_000_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--backends", default="local,seaweedfs")
+    parser.add_argument("--results", type=Path, default=Path("results/bench"))
+    args = parser.parse_args(argv)
+    spark = spark_session(args.master, "bench-spark-io")
+    try:
+        with backends(args.backends.split(",")) as targets:
+            results = [measure(spark, b, args.rows, args.rounds, args.partitions) for b in targets]
+    finally:
+        spark.stop()
+    args.results.mkdir(parents=True, exist_ok=True)
+    report = [
+        dict(asdict(r), write_ratio=r.write_ratio, read_ratio=r.read_ratio, master=args.master)
+        for r in results
+    ]
+    (args.results / "spark_io.json").write_text(json.dumps(report, indent=2))
+    table = markdown(results, args.master, args.rounds)
+    (args.results / "spark_io.md").write_text(table)
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
