@@ -23,13 +23,9 @@ def _as_bytes(data: bytes | str, key: str) -> bytes:
     raise TypeError(f"data for {key!r} must be bytes or str, not {type(data).__name__}")
 
 
-class ObjectStorageAdapter(DerivedOperations):
-    """The :class:`~storage_adapter.protocol.StorageAdapter` over any registered backend: validates keys,
-    then hands each call to the backend's driver (:mod:`storage_adapter.registry`). Every guarantee is
-    the protocol's, stated there and checked by the contract suite (``contract_tests``).
-
-    Adapters pickle (reopened from their config on the other side) and compare equal when built from the
-    same configuration. Use :func:`open_adapter` to build one.
+class AdapterCore:
+    """What the sync adapter and its async twin share: the configuration, the driver built from it, the
+    identity (URL, equality, pickling) and the checks every call makes before any I/O.
 
     Every call into the driver runs under the config's :class:`~storage_adapter.redaction.Redactor`, so no
     error leaving the adapter (nor any exception chained to it) quotes a secret option's value, whatever
@@ -44,7 +40,6 @@ class ObjectStorageAdapter(DerivedOperations):
             self._backend: Driver = self._spec.driver(config)
         self._capabilities = self._spec.capabilities_for(config)
 
-    # -- identity -------------------------------------------------------------------------------------
     @property
     def config(self) -> AdapterConfig:
         return self._config
@@ -61,28 +56,63 @@ class ObjectStorageAdapter(DerivedOperations):
     def capabilities(self) -> Capabilities:
         return self._capabilities
 
-    def child(self, prefix: str) -> ObjectStorageAdapter:
-        """An adapter rooted at ``prefix`` below this one (same store, same options)."""
-        return ObjectStorageAdapter(self._config.child(prefix))
-
     def __reduce__(self) -> tuple[Any, ...]:
-        return (ObjectStorageAdapter, (self._config,))
+        return (type(self), (self._config,))
 
     def _identity(self) -> tuple[str, tuple[tuple[str, Any], ...]]:
         # The URL, not the config: file:///r with child "p" and file:///r/p address the same objects.
         return (self._config.url, self._config.options)
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, ObjectStorageAdapter) and other._identity() == self._identity()
+        return type(other) is type(self) and other._identity() == self._identity()
 
     def __hash__(self) -> int:
         return hash(self._identity())
 
     def __repr__(self) -> str:
-        return f"ObjectStorageAdapter({self.url!r})"
+        return f"{type(self).__name__}({self.url!r})"
 
     def _key(self, key: object) -> str:
         return validate_key(key, self.backend)
+
+    def _prefix(self, prefix: object) -> str:
+        return validate_prefix(prefix, self.backend)
+
+    def _write_args(self, key: object, data: bytes | str) -> tuple[str, bytes]:
+        key = self._key(key)
+        return key, _as_bytes(data, key)
+
+    def _match_args(self, key: object, data: bytes | str, token: object) -> tuple[str, bytes, str]:
+        key, body = self._write_args(key, data)
+        if not isinstance(token, str) or not token:
+            raise TypeError(f"token for {key!r} must be a non-empty str from read_versioned/write")
+        return key, body, token
+
+    def _unique_keys(self, keys: Iterable[str]) -> builtins.list[str]:
+        if isinstance(keys, str):
+            raise TypeError("delete_many takes an iterable of keys, not one str")
+        return builtins.list(dict.fromkeys(self._key(key) for key in keys))
+
+    @staticmethod
+    def _dir_listing(objects: Iterable[ObjectInfo], prefixes: Iterable[str]) -> DirListing:
+        return DirListing(
+            objects=tuple(sorted(objects, key=lambda i: i.key)), prefixes=tuple(sorted(prefixes))
+        )
+
+
+class ObjectStorageAdapter(AdapterCore, DerivedOperations):
+    """The :class:`~storage_adapter.protocol.StorageAdapter` over any registered backend: validates keys,
+    then hands each call to the backend's driver (:mod:`storage_adapter.registry`). Every guarantee is
+    the protocol's, stated there and checked by the contract suite (``contract_tests``).
+
+    Adapters pickle (reopened from their config on the other side) and compare equal when built from the
+    same configuration. Use :func:`open_adapter` to build one; its async twin is
+    :class:`~storage_adapter.async_adapter.AsyncObjectStorageAdapter`.
+    """
+
+    def child(self, prefix: str) -> ObjectStorageAdapter:
+        """An adapter rooted at ``prefix`` below this one (same store, same options)."""
+        return ObjectStorageAdapter(self._config.child(prefix))
 
     # -- reads ----------------------------------------------------------------------------------------
     def read_bytes(self, key: str) -> bytes:
@@ -115,7 +145,7 @@ class ObjectStorageAdapter(DerivedOperations):
     def list_pages(self, prefix: str = "") -> Iterator[builtins.list[ObjectInfo]]:
         """``list(prefix)`` in pages of at most 1000 objects, each fetched when the previous one is taken
         (one request per page on S3). The prefix is validated now, before any I/O."""
-        prefix = validate_prefix(prefix, self.backend)
+        prefix = self._prefix(prefix)
         return self._pages(self._backend.list_pages(prefix))
 
     def _pages(
@@ -137,18 +167,15 @@ class ObjectStorageAdapter(DerivedOperations):
         """Objects directly under ``prefix`` and its child prefixes (those holding at least one object),
         each sorted. One request, plus one per child prefix on S3: some servers (SeaweedFS) report
         emptied directories as prefixes, so each is confirmed."""
-        prefix = validate_prefix(prefix, self.backend)
+        prefix = self._prefix(prefix)
         with self._scrubbed:
             objects, prefixes = self._backend.list_dir(prefix)
-        return DirListing(
-            objects=tuple(sorted(objects, key=lambda i: i.key)), prefixes=tuple(sorted(prefixes))
-        )
+        return self._dir_listing(objects, prefixes)
 
     # -- mutations ------------------------------------------------------------------------------------
     def write(self, key: str, data: bytes | str) -> str:
         """Atomically replace (or create) the object; return its new token."""
-        key = self._key(key)
-        body = _as_bytes(data, key)
+        key, body = self._write_args(key, data)
         with self._scrubbed:
             return self._backend.put(key, body)
 
@@ -156,8 +183,7 @@ class ObjectStorageAdapter(DerivedOperations):
         """Create the object only if absent. Exactly one of any number of concurrent callers wins and gets
         the new object's token (as ``write`` returns it); the winner's bytes are fully readable when it
         returns; losers get None and change nothing."""
-        key = self._key(key)
-        body = _as_bytes(data, key)
+        key, body = self._write_args(key, data)
         with self._scrubbed:
             return self._backend.put_if_absent(key, body)
 
@@ -167,10 +193,7 @@ class ObjectStorageAdapter(DerivedOperations):
         Returns the new token, or None when the object changed since ``token`` or is absent (nothing is
         written then). Linearizable with every other mutation of the key on every backend.
         """
-        key = self._key(key)
-        body = _as_bytes(data, key)
-        if not isinstance(token, str) or not token:
-            raise TypeError(f"token for {key!r} must be a non-empty str from read_versioned/write")
+        key, body, token = self._match_args(key, data, token)
         with self._scrubbed:
             return self._backend.put_if_match(key, body, token)
 
@@ -185,9 +208,7 @@ class ObjectStorageAdapter(DerivedOperations):
         before any I/O. One multi-object delete per 1000 keys where the backend has it, single deletes 8
         at a time elsewhere (``capabilities.batch_delete``); BatchDeleteError names every key not
         confirmed deleted."""
-        if isinstance(keys, str):
-            raise TypeError("delete_many takes an iterable of keys, not one str")
-        unique = builtins.list(dict.fromkeys(self._key(key) for key in keys))
+        unique = self._unique_keys(keys)
         with self._scrubbed:
             self._backend.delete_many(unique)
         return len(unique)

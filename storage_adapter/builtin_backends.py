@@ -211,8 +211,8 @@ class _UnquotedIfMatch(ObstoreBackend):
     """The S3 driver in compatibility mode ``unquoted-if-match``: If-Match carries the ETag without its
     quotes (a token is still the quoted ETag everywhere else)."""
 
-    def put_if_match(self, key: str, data: bytes, token: str) -> str | None:
-        return super().put_if_match(key, data, token.strip('"'))
+    def if_match_token(self, token: str) -> str:
+        return token.strip('"')
 
 
 def _s3_driver(config: AdapterConfig) -> Driver:

@@ -6,14 +6,14 @@ outcomes that are not errors (a lost create, a failed precondition) come back as
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 import io
-import itertools
 import re
 import threading
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import AsyncGenerator, Callable, Generator, Sequence
 from contextlib import suppress
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal, cast
@@ -32,7 +32,7 @@ from obstore.exceptions import PermissionDeniedError as ObstorePermissionDenied
 from obstore.store import MemoryStore, S3Store
 
 from storage_adapter.aws_profile import BotocoreCredentials, StaticKeys, profile_source
-from storage_adapter.batch import DELETE_BATCH, LIST_PAGE, chunked, delete_each
+from storage_adapter.batch import DELETE_BATCH, DELETE_WORKERS, LIST_PAGE, chunked, delete_each
 from storage_adapter.config import AdapterConfig
 from storage_adapter.errors import (
     BackendUnavailableError,
@@ -265,8 +265,9 @@ def _fault_point(point: str) -> None:
     raise (ObstorePermissionDenied if kind is FaultKind.DENIED else GenericError)(message)
 
 
-def _whole_body(result: Any) -> bytes:
-    """A GET's whole body as ``bytes``, holding one copy of it (plus at most two chunks).
+class _Body:
+    """A GET's whole body as ``bytes``, assembled from its stream holding one copy of it (plus at most
+    two chunks); fed chunk by chunk by the sync and the async GET alike.
 
     ``bytes(result.bytes())`` held two on S3: object_store gathers the body into one Rust buffer, then
     ``bytes`` copies it. obstore's stream hands over each chunk as a fresh Python ``bytes`` (a copy out of
@@ -279,16 +280,42 @@ def _whole_body(result: Any) -> bytes:
       object once it is exactly full (CPython since 3.5; elsewhere a copy, never a wrong result).
       ``truncate`` keeps a body shorter than announced exact.
     """
-    chunks = iter(result.stream(min_chunk_size=_READ_CHUNK))
-    first = next(chunks, b"")
-    second = next(chunks, None)
-    if second is None:
-        return first
-    buffer = io.BytesIO(bytes(int(result.meta["size"])))
-    for chunk in itertools.chain((first, second), chunks):
-        buffer.write(chunk)
-    buffer.truncate()
-    return buffer.getvalue()
+
+    __slots__ = ("_buffer", "_first", "_size")
+
+    def __init__(self, result: Any) -> None:
+        self._size = int(result.meta["size"])
+        self._first: bytes | None = None
+        self._buffer: io.BytesIO | None = None
+
+    def add(self, chunk: bytes) -> None:
+        if self._first is None:
+            self._first = chunk
+            return
+        if self._buffer is None:
+            self._buffer = io.BytesIO(bytes(self._size))
+            self._buffer.write(self._first)
+        self._buffer.write(chunk)
+
+    def value(self) -> bytes:
+        if self._buffer is None:
+            return self._first or b""
+        self._buffer.truncate()
+        return self._buffer.getvalue()
+
+
+def _whole_body(result: Any) -> bytes:
+    body = _Body(result)
+    for chunk in result.stream(min_chunk_size=_READ_CHUNK):
+        body.add(chunk)
+    return body.value()
+
+
+async def _whole_body_async(result: Any) -> bytes:
+    body = _Body(result)
+    async for chunk in result.stream(min_chunk_size=_READ_CHUNK):
+        body.add(chunk)
+    return body.value()
 
 
 class ObstoreBackend:
@@ -332,8 +359,28 @@ class ObstoreBackend:
     def path(self, key: str) -> str:
         return join_key(self._prefix, key)
 
+    def listed(self, prefix: str) -> str | None:
+        """The store path a listing of ``prefix`` starts at (None: the whole store)."""
+        return self.path(prefix) if prefix else self._prefix or None
+
     def relative(self, path: str) -> str:
         return path[len(self._prefix) + 1 :] if self._prefix else path
+
+    @property
+    def store(self) -> Any:
+        return self._store
+
+    @property
+    def confirms_prefixes(self) -> bool:
+        return self._confirm_prefixes
+
+    @property
+    def batch_delete_refused(self) -> bool:
+        return self._batch_delete_refused
+
+    def asynchronous(self) -> ObstoreAsyncDriver:
+        """This driver's non-blocking twin over obstore's async calls (same store, same state)."""
+        return ObstoreAsyncDriver(self)
 
     def translated(self, key: str, action: str) -> Translation:
         """A context manager translating obstore's (and the OS's) exceptions raised inside it."""
@@ -360,27 +407,21 @@ class ObstoreBackend:
         so each batch is one ListObjectsV2 request, made when the batch is asked for. A short batch is
         the last (obstore fills every batch but the last), so no request follows it."""
         with self.translated(prefix, "list"):
-            stream = iter(
-                obstore.list(
-                    self._store, self.path(prefix) if prefix else self._prefix or None, chunk_size=LIST_PAGE
-                )
-            )
+            stream = iter(obstore.list(self._store, self.listed(prefix), chunk_size=LIST_PAGE))
             while True:
                 _fault_point("list")
                 batch = next(stream, None)
                 if not batch:
                     return
-                yield [self._info(meta) for meta in batch]
+                yield [self.info(meta) for meta in batch]
                 if len(batch) < LIST_PAGE:
                     return
 
     def list_dir(self, prefix: str) -> tuple[builtins.list[ObjectInfo], builtins.list[str]]:
         with self.translated(prefix, "list_dir"):
             _fault_point("list_with_delimiter")
-            result = obstore.list_with_delimiter(
-                self._store, self.path(prefix) if prefix else self._prefix or None
-            )
-        objects = [self._info(meta) for meta in result["objects"]]
+            result = obstore.list_with_delimiter(self._store, self.listed(prefix))
+        objects = [self.info(meta) for meta in result["objects"]]
         prefixes = [p.rstrip("/") for p in result["common_prefixes"]]
         if self._confirm_prefixes:
             prefixes = [p for p in prefixes if self._has_objects(prefix, p)]
@@ -391,7 +432,7 @@ class ObstoreBackend:
             _fault_point("list")
             return next(iter(obstore.list(self._store, path, chunk_size=1)), None) is not None
 
-    def _info(self, meta: Any) -> ObjectInfo:
+    def info(self, meta: Any) -> ObjectInfo:
         return ObjectInfo(
             key=self.relative(meta["path"]),
             size=int(meta["size"]),
@@ -417,11 +458,15 @@ class ObstoreBackend:
                 # S3 answers a lost If-None-Match race with 412; object_store maps that to Precondition.
                 return None
 
+    def if_match_token(self, token: str) -> str:
+        """The ETag to send in If-Match for ``token`` (a compatibility mode may rewrite it)."""
+        return token
+
     def put_if_match(self, key: str, data: bytes, token: str) -> str | None:
         """Native update: the new token, or None when the object changed or is absent."""
         with self.translated(key, "write_if_match"):
             try:
-                mode: Any = {"e_tag": token}
+                mode: Any = {"e_tag": self.if_match_token(token)}
                 _fault_point("put")
                 return str(obstore.put(self._store, self.path(key), data, mode=mode)["e_tag"])
             except (PreconditionError, FileNotFoundError):
@@ -462,20 +507,32 @@ class ObstoreBackend:
             obstore.delete(self._store, paths)
             return True
         except GenericError as exc:
-            status = http_status(exc)
-            refused = status is not None and status_error_class(status) in _REFUSALS
-            if self._signed_delete_timeout_s is None or not refused:
-                raise  # no fallback here, or not a refusal of the call itself (missing bucket, denied, ...)
-            self._batch_delete_refused = True
-            recovering("delete")
+            if not self.falls_back_from(exc):
+                raise
             return False
+
+    def falls_back_from(self, exc: GenericError) -> bool:
+        """Whether the failed multi-object delete ``exc`` is the server's refusal of that request and
+        the signed fallback is on; if so it is never sent again. Otherwise (no fallback here, or not a
+        refusal of the call itself: missing bucket, denied, ...) the error stands."""
+        status = http_status(exc)
+        refused = status is not None and status_error_class(status) in _REFUSALS
+        if self._signed_delete_timeout_s is None or not refused:
+            return False
+        self._batch_delete_refused = True
+        recovering("delete")
+        return True
 
     def _delete_path(self, path: str) -> None:
         if self._multi_delete(path):
             return
-        # Presigned for immediate use; DeleteObject answers 204, and urllib raises HTTPError otherwise.
+        # Presigned for immediate use.
         _fault_point("sign")
-        url = obstore.sign(self._store, "DELETE", path, timedelta(minutes=5))
+        self.signed_delete(obstore.sign(self._store, "DELETE", path, timedelta(minutes=5)))
+
+    def signed_delete(self, url: str) -> None:
+        """One DeleteObject to the presigned ``url``: it answers 204, and urllib raises HTTPError
+        otherwise."""
         _fault_point("signed_delete")
         urllib.request.urlopen(
             urllib.request.Request(url, method="DELETE"), timeout=self._signed_delete_timeout_s
@@ -491,3 +548,151 @@ class ObstoreBackend:
     def remove_orphans(self, min_age_s: float) -> int:
         """Crash leftovers to reclaim: none here (S3 multipart leftovers belong to bucket lifecycle rules)."""
         return 0
+
+
+class ObstoreAsyncDriver:
+    """The :class:`~storage_adapter.registry.AsyncDriver` of an :class:`ObstoreBackend`: the same requests
+    over obstore's async calls, on the caller's event loop, through the same translation (panics
+    included) and fault points. It shares its sync driver's store, paths and state (a refused
+    multi-object delete is refused for both); only the presigned single delete, plain ``urllib``, runs in a
+    worker thread."""
+
+    def __init__(self, sync: ObstoreBackend) -> None:
+        self._sync = sync
+        self._store = sync.store
+
+    def _translated(self, key: str, action: str) -> Translation:
+        return self._sync.translated(key, action)
+
+    # -- reads ---------------------------------------------------------------------------------------
+    async def get(self, key: str) -> bytes:
+        return (await self.get_versioned(key))[0]
+
+    async def get_versioned(self, key: str) -> tuple[bytes, str]:
+        with self._translated(key, "read"):
+            _fault_point("get")
+            result = await obstore.get_async(self._store, self._sync.path(key))
+            return await _whole_body_async(result), str(result.meta["e_tag"])
+
+    async def head_token(self, key: str) -> str:
+        with self._translated(key, "head"):
+            _fault_point("head")
+            return str((await obstore.head_async(self._store, self._sync.path(key)))["e_tag"])
+
+    async def list_pages(self, prefix: str) -> AsyncGenerator[builtins.list[ObjectInfo], None]:
+        """As :meth:`ObstoreBackend.list_pages`: one request per page, made when it is asked for."""
+        with self._translated(prefix, "list"):
+            stream = obstore.list(self._store, self._sync.listed(prefix), chunk_size=LIST_PAGE)
+            while True:
+                _fault_point("list")
+                batch = await anext(stream, None)
+                if not batch:
+                    return
+                yield [self._sync.info(meta) for meta in batch]
+                if len(batch) < LIST_PAGE:
+                    return
+
+    async def list_dir(self, prefix: str) -> tuple[builtins.list[ObjectInfo], builtins.list[str]]:
+        """As :meth:`ObstoreBackend.list_dir`; the child prefixes are confirmed concurrently."""
+        with self._translated(prefix, "list_dir"):
+            _fault_point("list_with_delimiter")
+            result = await obstore.list_with_delimiter_async(self._store, self._sync.listed(prefix))
+        objects = [self._sync.info(meta) for meta in result["objects"]]
+        prefixes = [p.rstrip("/") for p in result["common_prefixes"]]
+        if self._sync.confirms_prefixes:
+            held = await asyncio.gather(*(self._has_objects(prefix, p) for p in prefixes))
+            prefixes = [p for p, holds in zip(prefixes, held, strict=True) if holds]
+        return objects, [self._sync.relative(p) for p in prefixes]
+
+    async def _has_objects(self, key: str, path: str) -> bool:
+        with self._translated(key, "list_dir"):
+            _fault_point("list")
+            return await anext(obstore.list(self._store, path, chunk_size=1), None) is not None
+
+    # -- mutations -----------------------------------------------------------------------------------
+    async def put(self, key: str, data: bytes) -> str:
+        with self._translated(key, "write"):
+            _fault_point("put")
+            return str((await obstore.put_async(self._store, self._sync.path(key), data))["e_tag"])
+
+    async def put_if_absent(self, key: str, data: bytes) -> str | None:
+        with self._translated(key, "write_if_absent"):
+            try:
+                _fault_point("put")
+                put = await obstore.put_async(self._store, self._sync.path(key), data, mode="create")
+                return str(put["e_tag"])
+            except (AlreadyExistsError, PreconditionError):  # as the sync driver: a lost create
+                return None
+
+    async def put_if_match(self, key: str, data: bytes, token: str) -> str | None:
+        with self._translated(key, "write_if_match"):
+            try:
+                mode: Any = {"e_tag": self._sync.if_match_token(token)}
+                _fault_point("put")
+                put = await obstore.put_async(self._store, self._sync.path(key), data, mode=mode)
+                return str(put["e_tag"])
+            except (FileNotFoundError, PreconditionError):  # as the sync driver: the object moved
+                return None
+
+    async def delete(self, key: str) -> None:
+        with self._translated(key, "delete"), suppress(FileNotFoundError):
+            await self._delete_path(self._sync.path(key))
+
+    async def delete_many(self, keys: Sequence[str]) -> None:
+        """As :meth:`ObstoreBackend.delete_many`: one multi-object delete per batch, single signed deletes
+        (DELETE_WORKERS at a time) once the server refused it; BatchDeleteError names the failures."""
+        failures: dict[str, StorageError] = {}
+        for batch in chunked(keys, DELETE_BATCH):
+            try:
+                with self._translated(batch[0], f"delete (with {len(batch) - 1} more keys)"):
+                    if await self._multi_delete([self._sync.path(key) for key in batch]):
+                        continue
+            except StorageError as exc:
+                failures.update(dict.fromkeys(batch, exc))
+                continue
+            failures.update(await self._delete_each(batch))
+        if failures:
+            raise BatchDeleteError.of(failures, self._sync.name)
+
+    async def _delete_each(self, keys: builtins.list[str]) -> dict[str, StorageError]:
+        """``delete`` of every key, DELETE_WORKERS at a time; the keys that failed, with their errors."""
+        slots = asyncio.Semaphore(DELETE_WORKERS)
+
+        async def delete(key: str) -> StorageError | None:
+            async with slots:
+                try:
+                    await self.delete(key)
+                except StorageError as exc:
+                    return exc
+                return None
+
+        outcomes = await asyncio.gather(*(delete(key) for key in keys))
+        return {key: exc for key, exc in zip(keys, outcomes, strict=True) if exc is not None}
+
+    async def _multi_delete(self, paths: str | builtins.list[str]) -> bool:
+        if self._sync.batch_delete_refused:
+            return False
+        try:
+            _fault_point("delete")
+            await obstore.delete_async(self._store, paths)
+            return True
+        except GenericError as exc:
+            if not self._sync.falls_back_from(exc):
+                raise
+            return False
+
+    async def _delete_path(self, path: str) -> None:
+        if await self._multi_delete(path):
+            return
+        _fault_point("sign")
+        url = await obstore.sign_async(self._store, "DELETE", path, timedelta(minutes=5))
+        await asyncio.to_thread(self._sync.signed_delete, url)
+
+    async def rename(self, src: str, dst: str) -> None:
+        with self._translated(src, f"rename to {dst!r}"):
+            _fault_point("copy")
+            await obstore.copy_async(self._store, self._sync.path(src), self._sync.path(dst))
+            await self._delete_path(self._sync.path(src))
+
+    async def remove_orphans(self, min_age_s: float) -> int:
+        return self._sync.remove_orphans(min_age_s)
