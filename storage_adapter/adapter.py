@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import builtins
-from collections.abc import Generator, Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator, Mapping
 from typing import Any
 
+from storage_adapter.builtin_backends import store_config
 from storage_adapter.config import AdapterConfig, parse_url
 from storage_adapter.derived import DerivedOperations
-from storage_adapter.errors import NotFoundError
+from storage_adapter.errors import ConfigurationError, NotFoundError
 from storage_adapter.keys import validate_key, validate_prefix
 from storage_adapter.redaction import Redactor
 from storage_adapter.registry import Driver
@@ -50,7 +51,8 @@ class AdapterCore:
 
     @property
     def backend(self) -> str:
-        return self._config.backend
+        # The declared name: the registered one, except over a user's store (its declared capabilities').
+        return self._capabilities.backend
 
     @property
     def capabilities(self) -> Capabilities:
@@ -240,7 +242,35 @@ class ObjectStorageAdapter(AdapterCore, DerivedOperations):
             return self._backend.remove_orphans(min_age_s)
 
 
-def open_adapter(url: str, **options: Any) -> ObjectStorageAdapter:
+def opened_config(
+    url: str | None, store: object, capabilities: object, options: Mapping[str, Any]
+) -> AdapterConfig:
+    """The configuration :func:`open_adapter` (and its async twin) opens: from ``url`` and ``options``, or
+    over a user's obstore ``store`` with its declared ``capabilities`` (exactly one of url and store)."""
+    if store is None:
+        if capabilities is not None:
+            raise ConfigurationError(
+                f"capabilities are declared only for a wrapped store (open_adapter(store=...)); the backend "
+                f"of {url!r} declares its own",
+                key=str(url),
+            )
+        return parse_url(url, options)  # type: ignore[arg-type]  # parse_url refuses a non-str itself
+    if url is not None:
+        raise ConfigurationError("open_adapter takes a URL or a store=, not both", key=str(url))
+    return store_config(store, capabilities, options)
+
+
+def open_adapter(
+    url: str | None = None, *, store: Any = None, capabilities: Any = None, **options: Any
+) -> ObjectStorageAdapter:
     """Open an adapter for ``url``: ``file:///abs/root`` (or ``/abs/root``), ``s3://bucket/prefix`` or
-    ``memory://name``. Raises ConfigurationError for an unknown scheme or option."""
-    return ObjectStorageAdapter(parse_url(url, options))
+    ``memory://name``. Raises ConfigurationError for an unknown scheme or option.
+
+    Or wrap an existing obstore store (``MemoryStore``, ``LocalStore``, ``S3Store``, ...):
+    ``open_adapter(store=store, capabilities=Capabilities(...))``. The capabilities are required (a
+    ConfigurationError without them) and are the caller's declaration of what the store guarantees: run
+    the contract suite to check it. Keys, errors and redaction (the store's credentials included) are the
+    adapter's as for any URL; the store's semantics are obstore's (a wrapped LocalStore follows symlinks
+    and has no compare-and-swap: use ``file://`` for the local backend's confinement and CAS).
+    """
+    return ObjectStorageAdapter(opened_config(url, store, capabilities, options))

@@ -24,8 +24,8 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Generator, 
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from storage_adapter.adapter import AdapterCore
-from storage_adapter.config import AdapterConfig, parse_url
+from storage_adapter.adapter import AdapterCore, opened_config
+from storage_adapter.config import AdapterConfig
 from storage_adapter.derived import root_refused
 from storage_adapter.errors import NotFoundError
 from storage_adapter.keys import validate_prefix
@@ -259,8 +259,10 @@ class AsyncObjectStorageAdapter(AdapterCore, AsyncDerivedOperations):
             return await self._async.remove_orphans(min_age_s)
 
 
-def open_async_adapter(url: str, **options: Any) -> AsyncObjectStorageAdapter:
-    """Open an async adapter for ``url``, as :func:`~storage_adapter.adapter.open_adapter` opens a sync
-    one (same URLs, options and errors). Opening does no I/O that would block for long: it builds the
-    store as the sync adapter does."""
-    return AsyncObjectStorageAdapter(parse_url(url, options))
+def open_async_adapter(
+    url: str | None = None, *, store: Any = None, capabilities: Any = None, **options: Any
+) -> AsyncObjectStorageAdapter:
+    """Open an async adapter for ``url``, or over an obstore ``store`` with its declared
+    ``capabilities``, exactly as :func:`~storage_adapter.adapter.open_adapter` opens a sync one (same
+    arguments, options and errors). Opening builds the store as the sync adapter does."""
+    return AsyncObjectStorageAdapter(opened_config(url, store, capabilities, options))

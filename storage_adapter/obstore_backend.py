@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import builtins
 import io
+import os
+import pickle
 import re
 import threading
 import urllib.error
@@ -29,7 +31,7 @@ from obstore.exceptions import (
     UnauthenticatedError,
 )
 from obstore.exceptions import PermissionDeniedError as ObstorePermissionDenied
-from obstore.store import MemoryStore, S3Store
+from obstore.store import AzureStore, GCSStore, HTTPStore, LocalStore, MemoryStore, S3Store
 
 from storage_adapter.aws_profile import BotocoreCredentials, StaticKeys, profile_source
 from storage_adapter.batch import DELETE_BATCH, DELETE_WORKERS, LIST_PAGE, chunked, delete_each
@@ -37,6 +39,7 @@ from storage_adapter.config import AdapterConfig
 from storage_adapter.errors import (
     BackendUnavailableError,
     BatchDeleteError,
+    ConfigurationError,
     InvalidKeyError,
     NotFoundError,
     PermissionDeniedError,
@@ -133,6 +136,103 @@ def s3_store(config: AdapterConfig) -> Any:
             },
         },
         credential_provider=cast("S3CredentialProvider | None", provider),
+    )
+
+
+# -- a user's own obstore store (open_adapter(store=..., capabilities=...)) -----------------------------
+_STORE_TYPES = (MemoryStore, LocalStore, S3Store, GCSStore, AzureStore, HTTPStore)
+# The fields of a store's config that hold credentials (S3 keys and tokens, Azure keys and SAS, GCS
+# service account keys): masked in everything the adapter reports.
+_SECRET_FIELD = re.compile(r"secret|token|password|sas|service_account|^access_key$", re.IGNORECASE)
+# Wrapped stores obstore cannot pickle, by identity: a pickled adapter over one reopens the very store in
+# this process. Held from the first pickling on, for the process's life.
+_REATTACHABLE: dict[str, Any] = {}
+
+
+def is_obstore_store(candidate: object) -> bool:
+    """Whether ``candidate`` is one of obstore's stores."""
+    return isinstance(candidate, _STORE_TYPES)
+
+
+def store_identity(store: Any) -> str:
+    """A name for the store object itself: its kind, this process and the object (one store wrapped
+    twice is one identity; a store and its pickled copy in another process keep the original's)."""
+    return f"{type(store).__name__.lower()}-{os.getpid()}-{id(store):x}"
+
+
+def store_secrets(store: Any) -> tuple[str, ...]:
+    """The credential values in ``store``'s config (nothing for stores without one)."""
+    config = getattr(store, "config", None) or {}
+    return tuple(str(v) for k, v in config.items() if _SECRET_FIELD.search(k) and isinstance(v, str) and v)
+
+
+class WrappedStore:
+    """A user's obstore store inside an adapter's config: equal (and hashing) by the store's identity,
+    so an adapter and its pickled copy compare equal.
+
+    Pickling: through obstore's own pickling where it has one (S3, GCS, Azure, HTTP, local stores: the
+    copy addresses the same bucket or directory). A store obstore cannot pickle (a MemoryStore, a store
+    with a Python credential provider) is pickled by reference: the copy is the very same store in this
+    process; in another process a MemoryStore copy is a new, empty store there (memory stores are
+    per-process, as ``memory://`` ones), and any other store raises ConfigurationError when unpickled.
+    """
+
+    __slots__ = ("identity", "store")
+
+    def __init__(self, store: Any, identity: str) -> None:
+        self.store, self.identity = store, identity
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, WrappedStore) and other.identity == self.identity
+
+    def __hash__(self) -> int:
+        return hash(self.identity)
+
+    def __repr__(self) -> str:
+        return f"WrappedStore({self.identity})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        try:
+            pickled = pickle.dumps(self.store)  # obstore's own pickling, where it has one
+        except (TypeError, AttributeError, pickle.PicklingError):
+            # obstore refuses (MemoryStore), or what the store holds does not pickle (a local function
+            # as credential provider)
+            with _MEMORY_LOCK:
+                _REATTACHABLE.setdefault(self.identity, self.store)
+            return (_reattached, (self.identity, isinstance(self.store, MemoryStore)))
+        return (_unpickled, (pickled, self.identity))
+
+
+def _unpickled(pickled: bytes, identity: str) -> WrappedStore:
+    return WrappedStore(pickle.loads(pickled), identity)
+
+
+def _reattached(identity: str, per_process: bool) -> WrappedStore:
+    with _MEMORY_LOCK:
+        store = _REATTACHABLE.get(identity)
+        if store is None and per_process:
+            store = _REATTACHABLE[identity] = MemoryStore()
+    if store is None:
+        raise ConfigurationError(
+            f"the wrapped obstore store {identity} cannot be reopened in this process: obstore cannot "
+            "pickle it; wrap the store in each process (or open the adapter from a URL)",
+            key=identity,
+        )
+    return WrappedStore(store, identity)
+
+
+def wrapped_driver(config: AdapterConfig, name: str) -> ObstoreBackend:
+    """The driver of an adapter over a user's store (config option ``store``, a :class:`WrappedStore`),
+    its messages naming the backend ``name``. On S3 it confirms the child prefixes of ``list_dir`` and
+    falls back to signed single deletes, as the ``s3`` backend does."""
+    store = config.option("store").store
+    s3 = isinstance(store, S3Store)
+    return ObstoreBackend(
+        config,
+        lambda _config: store,
+        confirm_prefixes=s3,
+        signed_delete_timeout_s=60.0 if s3 else None,
+        name=name,
     )
 
 
@@ -338,8 +438,9 @@ class ObstoreBackend:
         *,
         confirm_prefixes: bool = False,
         signed_delete_timeout_s: float | None = None,
+        name: str | None = None,
     ) -> None:
-        self.name = config.backend
+        self.name = name or config.backend
         self._prefix = config.prefix
         self._confirm_prefixes = confirm_prefixes
         self._signed_delete_timeout_s = signed_delete_timeout_s

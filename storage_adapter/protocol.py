@@ -50,7 +50,8 @@ class StorageAdapter(Protocol):
 
     @property
     def backend(self) -> str:
-        """The backend's registered name (``memory``, ``local``, ``s3``, ...), used in messages."""
+        """The backend's registered name (``memory``, ``local``, ``s3``, ...), used in messages; over a
+        user's own store (``open_adapter(store=...)``), the name its declared capabilities give."""
         ...
 
     @property
