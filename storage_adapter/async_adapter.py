@@ -20,7 +20,7 @@ import asyncio
 import builtins
 import contextvars
 import functools
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Generator, Iterable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -69,9 +69,7 @@ class ThreadedAsyncDriver:
         return await _in_thread(self._driver.head_token, key)
 
     async def list_pages(self, prefix: str) -> AsyncGenerator[builtins.list[ObjectInfo], None]:
-        pages: Generator[builtins.list[ObjectInfo], None, None] = await _in_thread(
-            self._driver.list_pages, prefix
-        )
+        pages = self._driver.list_pages(prefix)  # a generator: no I/O until the first next()
         try:
             while (page := await _in_thread(next, pages, None)) is not None:
                 yield page

@@ -412,6 +412,10 @@ def _whole_body(result: Any) -> bytes:
 
 
 async def _whole_body_async(result: Any) -> bytes:
+    if int(result.meta["size"]) <= _READ_CHUNK:
+        # One await for the whole (small) body instead of one per chunk plus one for the end of the
+        # stream: each await of obstore's is a round trip between its runtime and the event loop.
+        return bytes(await result.bytes_async())
     body = _Body(result)
     async for chunk in result.stream(min_chunk_size=_READ_CHUNK):
         body.add(chunk)
