@@ -17,11 +17,12 @@ from __future__ import annotations
 import asyncio
 import builtins
 import threading
-from collections.abc import AsyncIterator, Coroutine, Iterable, Iterator
+from collections.abc import AsyncIterator, Coroutine, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
-from storage_adapter.async_adapter import open_async_adapter
+from storage_adapter.async_adapter import AsyncObjectReader, open_async_adapter
 from storage_adapter.protocol import AsyncStorageAdapter
+from storage_adapter.streams import Body, ObjectReader
 from storage_adapter.types import Capabilities, DirListing, ObjectInfo, Versioned
 
 T = TypeVar("T")
@@ -65,6 +66,20 @@ async def _next(iterator: AsyncIterator[T]) -> tuple[T] | None:
         return (await anext(iterator),)
     except StopAsyncIteration:
         return None
+
+
+class _BridgedSource:
+    """The async reader ``reader`` as the RangeSource of a sync ObjectReader: each read awaits it."""
+
+    def __init__(self, reader: AsyncObjectReader) -> None:
+        self._reader = reader
+        self.size, self.token = reader.size, reader.token
+
+    def read_into(self, offset: int, buffer: memoryview) -> int:
+        return run(self._reader.read_at(offset, buffer))
+
+    def close(self) -> None:
+        run(self._reader.close())
 
 
 class SyncBridge:
@@ -119,6 +134,18 @@ class SyncBridge:
     def read_versioned(self, key: str) -> Versioned:
         return run(self.inner.read_versioned(key))
 
+    def read_range(self, key: str, start: int, end: int) -> bytes:
+        return run(self.inner.read_range(key, start, end))
+
+    def read_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> builtins.list[bytes]:
+        return run(self.inner.read_ranges(key, ranges))
+
+    def open_reader(self, key: str) -> ObjectReader:
+        return ObjectReader(_BridgedSource(run(self.inner.open_reader(key))))
+
+    def read_buffer(self, key: str) -> memoryview:
+        return run(self.inner.read_buffer(key))
+
     def exists(self, key: str) -> bool:
         return run(self.inner.exists(key))
 
@@ -134,13 +161,13 @@ class SyncBridge:
     def list_dir(self, prefix: str = "") -> DirListing:
         return run(self.inner.list_dir(prefix))
 
-    def write(self, key: str, data: bytes | str) -> str:
+    def write(self, key: str, data: Body) -> str:
         return run(self.inner.write(key, data))
 
-    def write_if_absent(self, key: str, data: bytes | str) -> str | None:
+    def write_if_absent(self, key: str, data: Body) -> str | None:
         return run(self.inner.write_if_absent(key, data))
 
-    def write_if_match(self, key: str, data: bytes | str, token: str) -> str | None:
+    def write_if_match(self, key: str, data: Body, token: str) -> str | None:
         return run(self.inner.write_if_match(key, data, token))
 
     def delete(self, key: str) -> None:

@@ -35,6 +35,7 @@ from contract_tests.housekeeping_clauses import HousekeepingClauses
 from contract_tests.linearizability import KeyVerdict, check_history
 from contract_tests.plugin import ContractSizes
 from contract_tests.races import Sync, race_in_processes, race_in_threads
+from contract_tests.stream_clauses import StreamClauses
 from contract_tests.verdicts import Inconclusive, Violation
 from contract_tests.workloads import WorkloadSpec, run_processes, run_threads
 from storage_adapter.errors import InvalidKeyError, NotFoundError, StorageError, UnsupportedOperationError
@@ -136,7 +137,7 @@ def _assert_linearizable(history: History, budget_s: float) -> None:
 
 
 @pytest.mark.storage_contract
-class AdapterContract(BulkClauses, ConcurrencyClauses, FailureClauses, HousekeepingClauses):
+class AdapterContract(BulkClauses, ConcurrencyClauses, FailureClauses, HousekeepingClauses, StreamClauses):
     """The contract clauses. Subclass and override the ``adapter`` fixture to run them on your adapter."""
 
     @pytest.fixture

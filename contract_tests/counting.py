@@ -4,7 +4,9 @@ Request counts are deterministic where timings are not, so tests may assert them
 Each counted method is one storage request, except two that stand for several: each page
 ``list_pages`` yields is one request (one ListObjectsV2 on S3), and ``delete_many`` counts one request per
 batch of DELETE_BATCH keys (one DeleteObjects on S3; local unlinks each key, see
-``capabilities.batch_delete``). The derived operations (``read_text``, ``read_if_exists``, ``iter_list``,
+``capabilities.batch_delete``), and ``read_ranges`` one per range (one ranged GET each on S3).
+``open_reader`` counts its opening (one HEAD on S3); each read of the reader is one more request, not
+counted here. A streamed ``write`` counts one (a multipart upload on S3 is several). The derived operations (``read_text``, ``read_if_exists``, ``iter_list``,
 ``delete_prefix``, see storage_adapter.derived) are counted as the requests they make.
 """
 
@@ -15,7 +17,7 @@ import math
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from storage_adapter.batch import DELETE_BATCH
@@ -24,7 +26,7 @@ from storage_adapter.protocol import StorageAdapter
 from storage_adapter.types import ObjectInfo
 
 COUNTED = (
-    "read_bytes", "read_versioned", "exists", "list", "list_dir",
+    "read_bytes", "read_versioned", "read_range", "read_buffer", "open_reader", "exists", "list", "list_dir",
     "write", "write_if_absent", "write_if_match", "delete", "rename",
 )  # fmt: skip
 
@@ -74,6 +76,11 @@ class CountingAdapter(DerivedOperations):
         for page in pages:
             self._count("list_pages")
             yield page
+
+    def read_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> builtins.list[bytes]:
+        parts = self.inner.read_ranges(key, ranges)
+        self._count("read_ranges", len(parts))
+        return parts
 
     def delete_many(self, keys: Iterable[str]) -> int:
         deleted = self.inner.delete_many(keys)

@@ -542,8 +542,8 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "local-orphans-ignore-age",
         _MUTATION,
-        "            if stat.S_ISREG(st.st_mode) and st.st_mtime < cutoff:",
-        "            if stat.S_ISREG(st.st_mode):",
+        "            if stat.S_ISREG(st.st_mode) and st.st_mtime < cutoff and not",
+        "            if stat.S_ISREG(st.st_mode) and not",
         "remove_orphans ignores min_age_s",
         targets=LOCAL,
         equivalent="under the directory lock no staging file belongs to a live writer, so removing a "
@@ -651,8 +651,8 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "local-orphans-age-inverted",
         _MUTATION,
-        "if stat.S_ISREG(st.st_mode) and st.st_mtime < cutoff:",
-        "if stat.S_ISREG(st.st_mode) and st.st_mtime > cutoff:",
+        "st.st_mtime < cutoff and not _streaming(",
+        "st.st_mtime > cutoff and not _streaming(",
         "the age test is inverted: young leftovers are reclaimed, old ones kept forever",
         targets=LOCAL,
     ),

@@ -11,14 +11,18 @@ from storage_adapter.async_adapter import AsyncObjectStorageAdapter, open_async_
 from storage_adapter.errors import (
     BackendUnavailableError,
     ConfigurationError,
+    InvalidBodyError,
     InvalidKeyError,
+    InvalidRangeError,
     NotFoundError,
+    ObjectChangedError,
     PermissionDeniedError,
     StorageError,
     UnsupportedOperationError,
 )
 from storage_adapter.protocol import AsyncStorageAdapter, StorageAdapter
 from storage_adapter.registry import Backend, backend_named, register_backend
+from storage_adapter.streams import Body, ObjectReader
 from storage_adapter.types import Capabilities, DirListing, ObjectInfo, Support, Versioned
 
 del _builtin_backends
@@ -28,12 +32,17 @@ __all__ = [
     "AsyncStorageAdapter",
     "Backend",
     "BackendUnavailableError",
+    "Body",
     "Capabilities",
     "ConfigurationError",
     "DirListing",
+    "InvalidBodyError",
     "InvalidKeyError",
+    "InvalidRangeError",
     "NotFoundError",
+    "ObjectChangedError",
     "ObjectInfo",
+    "ObjectReader",
     "ObjectStorageAdapter",
     "PermissionDeniedError",
     "StorageAdapter",

@@ -3,25 +3,18 @@
 from __future__ import annotations
 
 import builtins
-from collections.abc import Generator, Iterable, Iterator, Mapping
+from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from storage_adapter.builtin_backends import store_config
 from storage_adapter.config import AdapterConfig, parse_url
 from storage_adapter.derived import DerivedOperations
-from storage_adapter.errors import ConfigurationError, NotFoundError
+from storage_adapter.errors import ConfigurationError, NotFoundError, UnsupportedOperationError
 from storage_adapter.keys import validate_key, validate_prefix
 from storage_adapter.redaction import Redactor
 from storage_adapter.registry import Driver
-from storage_adapter.types import Capabilities, DirListing, ObjectInfo, Versioned
-
-
-def _as_bytes(data: bytes | str, key: str) -> bytes:
-    if isinstance(data, str):
-        return data.encode("utf-8")
-    if isinstance(data, (bytes, bytearray, memoryview)):
-        return bytes(data)
-    raise TypeError(f"data for {key!r} must be bytes or str, not {type(data).__name__}")
+from storage_adapter.streams import Body, BytesLike, ObjectReader, body_of, check_ranges
+from storage_adapter.types import Capabilities, DirListing, ObjectInfo, Support, Versioned
 
 
 class AdapterCore:
@@ -80,15 +73,39 @@ class AdapterCore:
     def _prefix(self, prefix: object) -> str:
         return validate_prefix(prefix, self.backend)
 
-    def _write_args(self, key: object, data: bytes | str) -> tuple[str, bytes]:
+    def _write_args(self, key: object, data: Body) -> tuple[str, bytes | Iterator[BytesLike]]:
         key = self._key(key)
-        return key, _as_bytes(data, key)
+        return key, body_of(data, key, self.backend)
 
-    def _match_args(self, key: object, data: bytes | str, token: object) -> tuple[str, bytes, str]:
-        key, body = self._write_args(key, data)
+    def _conditional_args(
+        self, key: object, data: Body, method: str
+    ) -> tuple[str, bytes | Iterator[BytesLike]]:
+        key = self._key(key)
+        return key, self._conditional_body(key, data, method)
+
+    def _conditional_body(self, key: str, data: Body, method: str) -> bytes | Iterator[BytesLike]:
+        """The body of a conditional write; a stream is refused before any I/O where the backend declares
+        streamed conditional writes unsupported."""
+        body = body_of(data, key, self.backend)
+        if (
+            not isinstance(body, bytes)
+            and self._capabilities.streamed_conditional_write is Support.UNSUPPORTED
+        ):
+            raise UnsupportedOperationError(
+                f"{method} of {key!r} on {self.backend}: a streamed body cannot be written conditionally "
+                "here (capabilities.streamed_conditional_write); pass bytes",
+                key=key,
+                backend=self.backend,
+            )
+        return body
+
+    def _match_args(
+        self, key: object, data: Body, token: object
+    ) -> tuple[str, bytes | Iterator[BytesLike], str]:
+        key = self._key(key)
         if not isinstance(token, str) or not token:
             raise TypeError(f"token for {key!r} must be a non-empty str from read_versioned/write")
-        return key, body, token
+        return key, self._conditional_body(key, data, "write_if_match"), token
 
     def _unique_keys(self, keys: Iterable[str]) -> builtins.list[str]:
         if isinstance(keys, str):
@@ -129,6 +146,30 @@ class ObjectStorageAdapter(AdapterCore, DerivedOperations):
         with self._scrubbed:
             data, token = self._backend.get_versioned(key)
         return Versioned(data=data, token=token)
+
+    def read_range(self, key: str, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` (``end`` clipped to the object); InvalidRangeError before any I/O for a
+        bad range, and naming the size for a start past the end. One ranged GET on S3."""
+        return self.read_ranges(key, [(start, end)])[0]
+
+    def read_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> builtins.list[bytes]:
+        """Each range's bytes, all from one version of the object (ObjectChangedError otherwise)."""
+        key = self._key(key)
+        checked = check_ranges(ranges, key, self.backend)
+        with self._scrubbed:
+            return self._backend.get_ranges(key, checked)
+
+    def open_reader(self, key: str) -> ObjectReader:
+        """A seekable reader over the object's current version, read lazily by range."""
+        key = self._key(key)
+        with self._scrubbed:
+            return ObjectReader(self._backend.open_source(key))
+
+    def read_buffer(self, key: str) -> memoryview:
+        """The object's bytes as a read-only memoryview, without a copy into ``bytes``."""
+        key = self._key(key)
+        with self._scrubbed:
+            return self._backend.get_buffer(key)
 
     def exists(self, key: str) -> bool:
         key = self._key(key)
@@ -175,21 +216,27 @@ class ObjectStorageAdapter(AdapterCore, DerivedOperations):
         return self._dir_listing(objects, prefixes)
 
     # -- mutations ------------------------------------------------------------------------------------
-    def write(self, key: str, data: bytes | str) -> str:
-        """Atomically replace (or create) the object; return its new token."""
+
+    def write(self, key: str, data: Body) -> str:
+        """Atomically replace (or create) the object; return its new token. ``data``: bytes, str, a binary
+        file object or an iterable of chunks (streamed: visible only complete, nothing if it fails)."""
         key, body = self._write_args(key, data)
         with self._scrubbed:
-            return self._backend.put(key, body)
+            if isinstance(body, bytes):
+                return self._backend.put(key, body)
+            return self._backend.put_stream(key, body)
 
-    def write_if_absent(self, key: str, data: bytes | str) -> str | None:
+    def write_if_absent(self, key: str, data: Body) -> str | None:
         """Create the object only if absent. Exactly one of any number of concurrent callers wins and gets
         the new object's token (as ``write`` returns it); the winner's bytes are fully readable when it
-        returns; losers get None and change nothing."""
-        key, body = self._write_args(key, data)
+        returns; losers get None and change nothing. Streams: see ``capabilities.streamed_conditional_write``."""
+        key, body = self._conditional_args(key, data, "write_if_absent")
         with self._scrubbed:
-            return self._backend.put_if_absent(key, body)
+            if isinstance(body, bytes):
+                return self._backend.put_if_absent(key, body)
+            return self._backend.put_stream_if_absent(key, body)
 
-    def write_if_match(self, key: str, data: bytes | str, token: str) -> str | None:
+    def write_if_match(self, key: str, data: Body, token: str) -> str | None:
         """Compare-and-swap: replace the object only if its current token is ``token``.
 
         Returns the new token, or None when the object changed since ``token`` or is absent (nothing is
@@ -197,7 +244,9 @@ class ObjectStorageAdapter(AdapterCore, DerivedOperations):
         """
         key, body, token = self._match_args(key, data, token)
         with self._scrubbed:
-            return self._backend.put_if_match(key, body, token)
+            if isinstance(body, bytes):
+                return self._backend.put_if_match(key, body, token)
+            return self._backend.put_stream_if_match(key, body, token)
 
     def delete(self, key: str) -> None:
         """Delete the object. Idempotent: deleting an absent key is not an error."""

@@ -16,89 +16,21 @@ found by :func:`async_driver_of`, the one mechanism for every backend:
 
 from __future__ import annotations
 
-import asyncio
 import builtins
-import contextvars
-import functools
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, TypeVar
+import io
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from storage_adapter.adapter import AdapterCore, opened_config
 from storage_adapter.config import AdapterConfig
 from storage_adapter.derived import root_refused
 from storage_adapter.errors import NotFoundError
 from storage_adapter.keys import validate_prefix
+from storage_adapter.redaction import Redactor
 from storage_adapter.registry import AsyncDriver, Driver, NativeAsync
+from storage_adapter.streams import Body, RangeSource, check_ranges
+from storage_adapter.threaded import ThreadedAsyncDriver, in_thread
 from storage_adapter.types import DirListing, ObjectInfo, Versioned
-
-R = TypeVar("R")
-
-# Threads running the calls of drivers without an async twin, shared by every adapter of the process.
-# Bounded: a thousand concurrent local calls queue here (never on the event loop) instead of starting a
-# thousand threads; 32 keeps the directory locks and fsyncs of a local store busy on any machine.
-THREAD_WORKERS = 32
-_POOL = ThreadPoolExecutor(max_workers=THREAD_WORKERS, thread_name_prefix="storage-adapter-async")
-
-
-async def _in_thread(call: Callable[..., R], *args: Any) -> R:
-    """``call(*args)`` in a worker thread, under the caller's context (so an injected fault plan,
-    :mod:`storage_adapter.faults`, follows the call), awaited without blocking the loop."""
-    context = contextvars.copy_context()
-    return await asyncio.get_running_loop().run_in_executor(
-        _POOL, functools.partial(context.run, call, *args)
-    )
-
-
-class ThreadedAsyncDriver:
-    """The async twin of any :class:`~storage_adapter.registry.Driver`: each call runs the driver's own
-    in a worker thread (at most :data:`THREAD_WORKERS` at a time across the process). Same outcomes and
-    errors as the driver, since it is the driver that runs; a listing's pages are fetched one
-    ``next()`` per page, each in a worker thread."""
-
-    def __init__(self, driver: Driver) -> None:
-        self._driver = driver
-
-    async def get(self, key: str) -> bytes:
-        return await _in_thread(self._driver.get, key)
-
-    async def get_versioned(self, key: str) -> tuple[bytes, str]:
-        return await _in_thread(self._driver.get_versioned, key)
-
-    async def head_token(self, key: str) -> str:
-        return await _in_thread(self._driver.head_token, key)
-
-    async def list_pages(self, prefix: str) -> AsyncGenerator[builtins.list[ObjectInfo], None]:
-        pages = self._driver.list_pages(prefix)  # a generator: no I/O until the first next()
-        try:
-            while (page := await _in_thread(next, pages, None)) is not None:
-                yield page
-        finally:
-            await _in_thread(pages.close)  # releases what the driver holds open (local: directories)
-
-    async def list_dir(self, prefix: str) -> tuple[builtins.list[ObjectInfo], builtins.list[str]]:
-        return await _in_thread(self._driver.list_dir, prefix)
-
-    async def put(self, key: str, data: bytes) -> str:
-        return await _in_thread(self._driver.put, key, data)
-
-    async def put_if_absent(self, key: str, data: bytes) -> str | None:
-        return await _in_thread(self._driver.put_if_absent, key, data)
-
-    async def put_if_match(self, key: str, data: bytes, token: str) -> str | None:
-        return await _in_thread(self._driver.put_if_match, key, data, token)
-
-    async def delete(self, key: str) -> None:
-        await _in_thread(self._driver.delete, key)
-
-    async def delete_many(self, keys: Sequence[str]) -> None:
-        await _in_thread(self._driver.delete_many, keys)
-
-    async def rename(self, src: str, dst: str) -> None:
-        await _in_thread(self._driver.rename, src, dst)
-
-    async def remove_orphans(self, min_age_s: float) -> int:
-        return await _in_thread(self._driver.remove_orphans, min_age_s)
 
 
 class AsyncDerivedOperations:
@@ -150,6 +82,90 @@ def async_driver_of(driver: Driver) -> AsyncDriver:
     return driver.asynchronous() if isinstance(driver, NativeAsync) else ThreadedAsyncDriver(driver)
 
 
+class AsyncObjectReader:
+    """The async twin of :class:`~storage_adapter.streams.ObjectReader`: a seekable reader over one
+    version of one object (the same guarantee: never bytes of two versions), whose reads are
+    coroutines, each one ranged read of the driver's source in a worker thread. ``seek`` and ``tell`` do
+    no I/O and stay plain methods; ``size`` and ``token`` are the opened version's. Use it as an async
+    context manager (or ``await close()``); a closed reader raises ValueError."""
+
+    def __init__(self, source: RangeSource, scrubbed: Redactor) -> None:
+        self._source, self._scrubbed = source, scrubbed
+        self._position, self._closed = 0, False
+
+    @property
+    def size(self) -> int:
+        return self._source.size
+
+    @property
+    def token(self) -> str:
+        return self._source.token
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError("I/O operation on closed reader")
+
+    def tell(self) -> int:
+        self._check_open()
+        return self._position
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        self._check_open()
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._position, io.SEEK_END: self.size}.get(whence)
+        if base is None:
+            raise ValueError(f"invalid whence ({whence!r})")
+        if base + offset < 0:
+            raise ValueError(f"negative seek position {base + offset}")
+        self._position = base + offset
+        return self._position
+
+    async def read_at(self, offset: int, buffer: Any) -> int:
+        """Fill ``buffer`` with the bytes from ``offset`` on (never past the end); return how many. The
+        position does not move."""
+        self._check_open()
+        view = memoryview(buffer).cast("B")
+        wanted = min(len(view), self.size - offset)
+        if wanted <= 0:
+            return 0
+        with self._scrubbed:
+            got: int = await in_thread(self._source.read_into, offset, view[:wanted])
+        return got
+
+    async def readinto(self, buffer: Any) -> int:
+        got = await self.read_at(self._position, buffer)
+        self._position += got
+        return got
+
+    async def read(self, size: int = -1) -> bytes:
+        """Up to ``size`` bytes from the position (the rest of the object when ``size`` is negative)."""
+        self._check_open()
+        rest = max(self.size - self._position, 0)
+        buffer = bytearray(rest if size < 0 else min(size, rest))
+        filled = 0
+        while filled < len(buffer):
+            got = await self.readinto(memoryview(buffer)[filled:])
+            if not got:
+                break
+            filled += got
+        return bytes(buffer[:filled])
+
+    async def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            with self._scrubbed:
+                await in_thread(self._source.close)
+
+    async def __aenter__(self) -> AsyncObjectReader:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
 class AsyncObjectStorageAdapter(AdapterCore, AsyncDerivedOperations):
     """The :class:`~storage_adapter.protocol.AsyncStorageAdapter` over any registered backend: the async
     twin of :class:`~storage_adapter.adapter.ObjectStorageAdapter`, with its keys rules (checked before
@@ -178,6 +194,25 @@ class AsyncObjectStorageAdapter(AdapterCore, AsyncDerivedOperations):
         with self._scrubbed:
             data, token = await self._async.get_versioned(key)
         return Versioned(data=data, token=token)
+
+    async def read_range(self, key: str, start: int, end: int) -> bytes:
+        return (await self.read_ranges(key, [(start, end)]))[0]
+
+    async def read_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> builtins.list[bytes]:
+        key = self._key(key)
+        checked = check_ranges(ranges, key, self.backend)
+        with self._scrubbed:
+            return await self._async.get_ranges(key, checked)
+
+    async def open_reader(self, key: str) -> AsyncObjectReader:
+        key = self._key(key)
+        with self._scrubbed:
+            return AsyncObjectReader(await self._async.open_source(key), self._scrubbed)
+
+    async def read_buffer(self, key: str) -> memoryview:
+        key = self._key(key)
+        with self._scrubbed:
+            return await self._async.get_buffer(key)
 
     async def exists(self, key: str) -> bool:
         key = self._key(key)
@@ -218,20 +253,26 @@ class AsyncObjectStorageAdapter(AdapterCore, AsyncDerivedOperations):
         return self._dir_listing(objects, prefixes)
 
     # -- mutations ------------------------------------------------------------------------------------
-    async def write(self, key: str, data: bytes | str) -> str:
+    async def write(self, key: str, data: Body) -> str:
         key, body = self._write_args(key, data)
         with self._scrubbed:
-            return await self._async.put(key, body)
+            if isinstance(body, bytes):
+                return await self._async.put(key, body)
+            return await self._async.put_stream(key, body)
 
-    async def write_if_absent(self, key: str, data: bytes | str) -> str | None:
-        key, body = self._write_args(key, data)
+    async def write_if_absent(self, key: str, data: Body) -> str | None:
+        key, body = self._conditional_args(key, data, "write_if_absent")
         with self._scrubbed:
-            return await self._async.put_if_absent(key, body)
+            if isinstance(body, bytes):
+                return await self._async.put_if_absent(key, body)
+            return await self._async.put_stream_if_absent(key, body)
 
-    async def write_if_match(self, key: str, data: bytes | str, token: str) -> str | None:
+    async def write_if_match(self, key: str, data: Body, token: str) -> str | None:
         key, body, token = self._match_args(key, data, token)
         with self._scrubbed:
-            return await self._async.put_if_match(key, body, token)
+            if isinstance(body, bytes):
+                return await self._async.put_if_match(key, body, token)
+            return await self._async.put_stream_if_match(key, body, token)
 
     async def delete(self, key: str) -> None:
         key = self._key(key)

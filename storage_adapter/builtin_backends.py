@@ -36,6 +36,9 @@ from storage_adapter.registry import Backend, Driver, FsspecPeer, Option, regist
 from storage_adapter.types import Capabilities, Support
 
 _CHECK_THEN_ACT = "check-then-act (read the token, then write): not atomic"
+# The longest streamed body write_if_absent / write_if_match send to S3 (buffered into one conditional
+# PUT); longer ones are refused with UnsupportedOperationError (docs/streams.md).
+S3_CONDITIONAL_STREAM_LIMIT = 64 * 1024 * 1024
 
 
 def _bucket_and_prefix(what: str) -> Any:
@@ -97,6 +100,8 @@ LOCAL = register_backend(
             single_delete="unlink(2) of the one file, under its directory lock",
             batch_delete="one unlink(2) per key, 8 at a time",
             reclaims_orphans=True,  # a killed writer leaves its staging file
+            # A stream is staged whole in a file, then published by link/rename under the lock.
+            streamed_conditional_write=Support.EMULATED,
         ),
         locate=_locate_directory,
         driver=LocalBackend,
@@ -292,6 +297,10 @@ S3 = register_backend(
             batch_delete="one multi-object POST ?delete (DeleteObjects) per 1000 keys; where the server refused "
             "it, one presigned DeleteObject per key, 8 at a time",
             reclaims_orphans=False,  # incomplete multipart uploads: the bucket's lifecycle rules
+            # Multipart uploads carry no If-None-Match / If-Match on many servers (object_store sends none):
+            # a conditional stream is buffered into one conditional PUT, up to this size.
+            streamed_conditional_write=Support.NATIVE,
+            streamed_conditional_limit=S3_CONDITIONAL_STREAM_LIMIT,
         ),
         locate=_bucket_and_prefix("bucket"),
         driver=_s3_driver,
@@ -347,6 +356,7 @@ MEMORY = register_backend(
             single_delete="removal from the in-process store",
             batch_delete="removal from the in-process store, 1000 keys per call",
             reclaims_orphans=False,
+            streamed_conditional_write=Support.NATIVE,  # buffered into one put: the store is memory anyway
         ),
         locate=_bucket_and_prefix("store name"),
         driver=lambda config: ObstoreBackend(config, memory_store),

@@ -30,6 +30,29 @@ class InvalidKeyError(StorageError, ValueError):
     """The key (or prefix) is not a safe, portable object key. Raised before any I/O. Also a ValueError."""
 
 
+class InvalidRangeError(StorageError, ValueError):
+    """A byte range is not ``0 <= start <= end`` (ints), or starts past the object's end. Raised before
+    any I/O when the range alone is wrong; ``size`` is the object's size when it was the reason, else
+    None. Also a ValueError."""
+
+    def __init__(
+        self, message: str, *, key: str | None = None, backend: str | None = None, size: int | None = None
+    ) -> None:
+        super().__init__(message, key=key, backend=backend)
+        self.size = size
+
+
+class InvalidBodyError(StorageError, TypeError):
+    """A write's body is neither bytes/str, a binary file object nor an iterable of bytes-like chunks,
+    or the stream is closed or yields something that is not bytes-like. Nothing is written. Also a
+    TypeError."""
+
+
+class ObjectChangedError(StorageError):
+    """The object was replaced or deleted while it was being read in parts (``read_ranges``, a reader):
+    the parts would have mixed versions, so none is returned. Reading again sees the new version."""
+
+
 class ConfigurationError(StorageError, ValueError):
     """The URL or an option is not supported, or a required setting is missing."""
 

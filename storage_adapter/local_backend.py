@@ -16,9 +16,10 @@ policy, per operation, is in docs/local.md:
 from __future__ import annotations
 
 import builtins
+import errno
 import os
 import stat
-from collections.abc import Generator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from contextlib import closing
 from datetime import UTC, datetime, timedelta
 
@@ -33,13 +34,16 @@ from storage_adapter.local_mutation import (
     fault_point,
     local_token,
     open_chain,
+    open_object,
     open_subdir,
+    read_into,
     read_object,
     split_path,
     stat_entry,
     walk_in_key_order,
 )
 from storage_adapter.obstore_backend import Translation
+from storage_adapter.streams import BytesLike, clip
 from storage_adapter.types import ObjectInfo
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -105,6 +109,41 @@ class LocalBackend:
             with chain:
                 data, st = read_object(chain.fd, name, path)
             return data, local_token(st)
+
+    def _open(self, key: str) -> tuple[int, os.stat_result]:
+        """The object ``key`` opened for reading (the caller closes the descriptor), with its stat."""
+        chain, name, path = self._parent(key)
+        if chain is None:
+            raise FileNotFoundError(path)
+        with chain:
+            return open_object(chain.fd, name, path)
+
+    def get_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> builtins.list[bytes]:
+        """Every range from one open file: one version, whatever replaces the name meanwhile."""
+        with self.translated(key, "read_range"):
+            fd, st = self._open(key)
+            try:
+                clipped = [clip(start, end, st.st_size, key, self.name) for start, end in ranges]
+                return [_pread(fd, start, end - start) for start, end in clipped]
+            finally:
+                os.close(fd)
+
+    def open_source(self, key: str) -> _LocalSource:
+        with self.translated(key, "open_reader"):
+            fd, st = self._open(key)
+        return _LocalSource(fd, st, self.translated(key, "read"))
+
+    def get_buffer(self, key: str) -> memoryview:
+        """Read straight into a buffer of the object's size: no copy into ``bytes``."""
+        with self.translated(key, "read"):
+            fd, st = self._open(key)
+            try:
+                buffer = bytearray(st.st_size)
+                if read_into(fd, 0, memoryview(buffer)) < st.st_size:
+                    raise OSError(errno.EIO, "object truncated while being read", self.path(key))
+                return memoryview(buffer).toreadonly()
+            finally:
+                os.close(fd)
 
     def head_token(self, key: str) -> str:
         with self.translated(key, "head"):
@@ -200,6 +239,20 @@ class LocalBackend:
         with self.translated(key, "write_if_match"):
             return self._mutator.write_if_match(self.path(key), data, token)
 
+    def put_stream(self, key: str, chunks: Iterator[BytesLike]) -> str:
+        with self.translated(key, "write"):
+            token = self._mutator.write_stream(self.path(key), chunks)
+        assert token is not None  # an unconditional write always publishes
+        return token
+
+    def put_stream_if_absent(self, key: str, chunks: Iterator[BytesLike]) -> str | None:
+        with self.translated(key, "write_if_absent"):
+            return self._mutator.write_stream(self.path(key), chunks, create=True)
+
+    def put_stream_if_match(self, key: str, chunks: Iterator[BytesLike], token: str) -> str | None:
+        with self.translated(key, "write_if_match"):
+            return self._mutator.write_stream(self.path(key), chunks, token=token)
+
     def delete(self, key: str) -> None:
         with self.translated(key, "delete"):
             self._mutator.delete(self.path(key))
@@ -224,3 +277,32 @@ class LocalBackend:
     def remove_orphans(self, min_age_s: float) -> int:
         with self.translated("", "remove_orphans"):
             return self._mutator.remove_orphans(self._prefix, min_age_s)
+
+
+def _pread(fd: int, offset: int, size: int) -> bytes:
+    """``size`` bytes from ``offset`` (fewer at the end of the file), in one copy when one pread does."""
+    fault_point("read")
+    data = os.pread(fd, size, offset)
+    if len(data) == size or not data:
+        return data
+    # One read returns at most ~2 GiB on Linux: fill a buffer instead (a second copy, for such sizes only).
+    buffer = bytearray(size)
+    return bytes(buffer[: read_into(fd, offset, memoryview(buffer))])
+
+
+class _LocalSource:
+    """A reader's source on local: the opened file itself, so every read sees the version opened (files
+    are never modified once published; a replace renames another file over the name)."""
+
+    def __init__(self, fd: int, st: os.stat_result, translated: Translation) -> None:
+        self._fd = fd
+        self.size = st.st_size
+        self.token = local_token(st)
+        self._translated = translated
+
+    def read_into(self, offset: int, buffer: memoryview) -> int:
+        with self._translated:
+            return read_into(self._fd, offset, buffer)
+
+    def close(self) -> None:
+        os.close(self._fd)

@@ -16,8 +16,9 @@ opened. A symlink on a key's path raises :class:`SymlinkRefusedError`; listings 
 * New content is staged in a temporary file named ``<name>#<12 digits>`` in the same directory (a name
   no key can have), then published by ``rename`` (replace) or ``link`` (create): a reader sees the old
   or the new file, never a partial one. A staging file exists only while its writer holds the directory
-  lock, which is what lets :meth:`LocalMutator.remove_orphans` tell a crash leftover from a write in
-  flight.
+  lock, or (a streamed body, :meth:`LocalMutator.write_stream`, staged without the directory lock) a
+  flock on the staging file itself, which is what lets :meth:`LocalMutator.remove_orphans` tell a crash
+  leftover from a write in flight.
 * Tokens are ``"<inode>-<mtime µs>-<size>"`` (object_store's local ETag). Inodes are reused and file
   timestamps are coarse (a kernel tick), so two versions could share a token (ABA). Before publishing,
   each staged file's mtime is set to ``max(now, previous version's mtime + 1 µs)``: along a key's
@@ -40,11 +41,12 @@ import re
 import secrets
 import stat
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager, suppress
 from typing import TypeVar
 
 from storage_adapter.faults import FaultKind, due
+from storage_adapter.streams import BytesLike
 
 # Every directory below the root is opened with these: never through a symlink, never inherited.
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -299,12 +301,11 @@ def stat_entry(parent: int, name: str, path: str) -> os.stat_result | None:
     return _refuse_odd(st, path)
 
 
-def read_object(parent: int, name: str, path: str) -> tuple[bytes, os.stat_result]:
-    """The bytes of the object ``name`` in ``parent`` and the stat of exactly that file.
-
-    One copy: ``os.read`` allocates the result and the kernel fills it. Raises FileNotFoundError when
-    absent (or a directory), SymlinkRefusedError for a symlink.
-    """
+def open_object(parent: int, name: str, path: str) -> tuple[int, os.stat_result]:
+    """The object ``name`` in ``parent`` opened for reading: its descriptor (the caller closes it) and the
+    stat of exactly that file. Files are never modified once published, so every read of the descriptor
+    sees that one version, whatever replaces the name meanwhile. Raises FileNotFoundError when absent
+    (or a directory), SymlinkRefusedError for a symlink."""
     try:
         fault_point("open")
         fd = os.open(name, _READ_FLAGS, dir_fd=parent)
@@ -316,6 +317,33 @@ def read_object(parent: int, name: str, path: str) -> tuple[bytes, os.stat_resul
         st = _refuse_odd(os.fstat(fd), path)
         if stat.S_ISDIR(st.st_mode):
             raise FileNotFoundError(errno.ENOENT, "a prefix, not an object", path)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st
+
+
+def read_into(fd: int, offset: int, view: memoryview) -> int:
+    """Fill ``view`` with the file's bytes from ``offset`` (``pread``: the descriptor's position is
+    untouched, so readers may share it); return how many, fewer only at the end of the file."""
+    filled = 0
+    while filled < len(view):
+        fault_point("read")
+        got = os.preadv(fd, [view[filled:]], offset + filled)
+        if not got:
+            break
+        filled += got
+    return filled
+
+
+def read_object(parent: int, name: str, path: str) -> tuple[bytes, os.stat_result]:
+    """The bytes of the object ``name`` in ``parent`` and the stat of exactly that file.
+
+    One copy: ``os.read`` allocates the result and the kernel fills it. Raises FileNotFoundError when
+    absent (or a directory), SymlinkRefusedError for a symlink.
+    """
+    fd, st = open_object(parent, name, path)
+    try:
         fault_point("read")
         data = os.read(fd, st.st_size)
         if len(data) < st.st_size:
@@ -500,6 +528,85 @@ class LocalMutator:
             # which the token leaves out.
             return token
 
+    def write_stream(
+        self, path: str, chunks: Iterable[BytesLike], *, create: bool = False, token: str | None = None
+    ) -> str | None:
+        """Write the streamed body ``chunks`` to ``path``: replace it (the default), create it only if
+        absent (``create``, as write_if_absent) or replace it only if its token is ``token`` (as
+        write_if_match). Returns the new token, or None when the condition does not hold at publish time.
+
+        The body is staged without holding the directory lock, so a slow stream never holds up the
+        directory's other writers (nor deadlocks a stream that writes beside itself): the staging file is
+        created under the lock with an exclusive flock of its own, which marks it as in flight for
+        remove_orphans until this writer closes it (or dies). Only the publish (the condition, the mtime
+        that keeps tokens increasing, rename or link) runs under the lock, as for every other mutation.
+        If the stream raises, the staging file is removed and nothing is visible.
+        """
+        directory, name = split_path(path)
+        with self._undone_on_failure(directory):
+            staging, fd = self._open_staging(directory, name)
+            published = False
+            try:
+                for chunk in chunks:
+                    view = memoryview(chunk)
+                    while view:
+                        fault_point("write")
+                        view = view[os.write(fd, view) :]
+                self._sync(fd)  # the bulk of the data on disk before taking the lock
+                with self._locked((directory, True)) as (chain,):
+                    current = self._current(chain, name)
+                    if (create and current is not None) or (
+                        token is not None and (current is None or local_token(current) != token)
+                    ):
+                        return None
+                    _date_after(fd, current)
+                    new_token = local_token(os.fstat(fd))
+                    self._sync(fd)  # the new mtime: the token a durable reader will see
+                    if create:
+                        # link fails if the name exists: one winner even against writers that take no lock.
+                        try:
+                            fault_point("link")
+                            os.link(
+                                staging, name, src_dir_fd=chain.fd, dst_dir_fd=chain.fd, follow_symlinks=False
+                            )
+                        except FileExistsError:
+                            return None
+                        fault_point("unlink")
+                        os.unlink(staging, dir_fd=chain.fd)
+                    else:
+                        fault_point("rename")
+                        os.rename(staging, name, src_dir_fd=chain.fd, dst_dir_fd=chain.fd)
+                    published = True
+                    self._sync_entries(chain)
+                    return new_token
+            finally:
+                os.close(fd)  # releases the staging file's flock
+                if not published:
+                    self._discard(directory, staging)
+                    self._prune(directory)  # a lost condition leaves no directory it created
+
+    def _open_staging(self, directory: Sequence[str], name: str) -> tuple[str, int]:
+        """Create a staging file beside ``name`` under the directory lock and flock it before the lock is
+        released: from its first instant it is in flight for remove_orphans. Returns (name, descriptor)."""
+        with self._locked((directory, True)) as (chain,):
+            staging = f"{name}#{secrets.randbelow(10**_STAGING_DIGITS):0{_STAGING_DIGITS}d}"
+            fault_point("open")
+            fd = os.open(staging, _STAGE_FLAGS, 0o644, dir_fd=chain.fd)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            if chain.created:
+                self._sync_entries(chain)  # the directories made here: the publish walk will not see them new
+            return staging, fd
+
+    def _discard(self, directory: Sequence[str], staging: str) -> None:
+        """Remove this writer's own staging file (no lock needed: no one else writes or removes a name
+        flocked by a live writer)."""
+        chain = open_chain(self.root, directory, create=False)
+        if chain is None:
+            return
+        with chain, suppress(FileNotFoundError):
+            fault_point("unlink")
+            os.unlink(staging, dir_fd=chain.fd)
+
     def write_if_match(self, path: str, data: bytes, token: str) -> str | None:
         directory, name = split_path(path)
         try:
@@ -625,10 +732,26 @@ def _remove_abandoned(directory: int, names: list[str], cutoff: float) -> int:
                 st = os.stat(name, dir_fd=directory, follow_symlinks=False)
             except FileNotFoundError:
                 continue
-            if stat.S_ISREG(st.st_mode) and st.st_mtime < cutoff:
+            if stat.S_ISREG(st.st_mode) and st.st_mtime < cutoff and not _streaming(directory, name):
                 fault_point("unlink")
                 os.unlink(name, dir_fd=directory)
                 removed += 1
     finally:
         fcntl.flock(directory, fcntl.LOCK_UN)
     return removed
+
+
+def _streaming(directory: int, name: str) -> bool:
+    """Whether the staging file ``name`` belongs to a live streamed write (LocalMutator.write_stream
+    stages without the directory lock, holding the file's own flock until it publishes or gives up)."""
+    try:
+        fd = os.open(name, _READ_FLAGS, dir_fd=directory)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False

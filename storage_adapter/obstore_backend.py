@@ -9,13 +9,14 @@ from __future__ import annotations
 import asyncio
 import builtins
 import io
+import itertools
 import os
 import pickle
 import re
 import threading
 import urllib.error
 import urllib.request
-from collections.abc import AsyncGenerator, Callable, Generator, Sequence
+from collections.abc import AsyncGenerator, Callable, Generator, Iterable, Iterator, Sequence
 from contextlib import suppress
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal, cast
@@ -42,15 +43,19 @@ from storage_adapter.errors import (
     ConfigurationError,
     InvalidKeyError,
     NotFoundError,
+    ObjectChangedError,
     PermissionDeniedError,
     StorageError,
     UnsupportedOperationError,
 )
 from storage_adapter.faults import FaultKind, due, recovering
 from storage_adapter.keys import join_key
+from storage_adapter.streams import BytesLike, clip
+from storage_adapter.threaded import ThreadedAsyncDriver, in_thread
 from storage_adapter.types import ObjectInfo
 
 if TYPE_CHECKING:  # only in obstore's type stubs
+    from obstore import GetOptions
     from obstore.store import S3Config, S3CredentialProvider
 
 # obstore 0.12 exposes no status attribute: an error's text ends with object_store's error in Rust's
@@ -66,6 +71,10 @@ _TRANSPORT_FIELD = re.compile(r"^ *(?:\w+: )?HttpError \{\n *kind: (\w+),$", re.
 # they save: obstore gathers each chunk from many HTTP frames, and 8 MiB chunks peaked at 1.2-1.3x the
 # object, 1 MiB ones at 1.02-1.05x.
 _READ_CHUNK = 1024 * 1024
+
+# A streamed body goes out as one PUT when it ends within this many bytes, else as a multipart upload in
+# parts of this size (object_store's default; S3's minimum part size is 5 MiB).
+_PART = 5 * 1024 * 1024
 
 _MEMORY_STORES: dict[str, MemoryStore] = {}
 _MEMORY_LOCK = threading.Lock()
@@ -422,6 +431,34 @@ async def _whole_body_async(result: Any) -> bytes:
     return body.value()
 
 
+def _gathered(chunks: Iterator[BytesLike], limit: int | None) -> tuple[bytes, Iterator[BytesLike] | None]:
+    """The first bytes of ``chunks``: all of them and None when they end within ``limit`` bytes (None:
+    no limit), else the first chunks past the limit and the iterator of the rest."""
+    parts, size = [], 0
+    for chunk in chunks:
+        parts.append(chunk)
+        size += len(chunk)
+        if limit is not None and size > limit:
+            return b"".join(parts), chunks
+    return b"".join(parts), None
+
+
+def _owned(chunks: Iterable[BytesLike]) -> Iterator[bytes]:
+    """Each chunk as ``bytes``: a bytearray or memoryview the caller reuses must not change a part obstore
+    still holds (``bytes(b)`` of a ``bytes`` is the object itself, no copy)."""
+    for chunk in chunks:
+        yield bytes(chunk)
+
+
+class _Pin:
+    """The version a multi-part read is pinned to: its ETag and size."""
+
+    __slots__ = ("size", "token")
+
+    def __init__(self, meta: Any) -> None:
+        self.token, self.size = str(meta["e_tag"]), int(meta["size"])
+
+
 class ObstoreBackend:
     """The driver of a backend served by one obstore store: thin and exception-translating.
 
@@ -449,6 +486,7 @@ class ObstoreBackend:
         self._confirm_prefixes = confirm_prefixes
         self._signed_delete_timeout_s = signed_delete_timeout_s
         self._batch_delete_refused = False  # set once the server refused POST ?delete; never reset
+        self._conditional_limit = config.spec.capabilities_for(config).streamed_conditional_limit
         try:
             self._store = build_store(config)
         except BaseException as exc:
@@ -502,6 +540,75 @@ class ObstoreBackend:
             result = obstore.get(self._store, self.path(key))
             return _whole_body(result), str(result.meta["e_tag"])
 
+    def get_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> builtins.list[bytes]:
+        """One ranged GET per non-empty range: the first learns the version (ETag and size), every range
+        is then checked against the size before the next request, and each later GET carries If-Match
+        on that ETag (and its answer's ETag is compared too, for servers that ignore If-Match)."""
+        with self.translated(key, "read_range"):
+            parts: builtins.list[bytes] = []
+            pin = None
+            for start, end in ranges:
+                data, pin = self._range(key, start, end, pin)
+                if not parts:
+                    for other in ranges:
+                        clip(*other, pin.size, key, self.name)
+                parts.append(bytes(data))
+            return parts
+
+    def _range(self, key: str, start: int, end: int, pin: _Pin | None) -> tuple[Any, _Pin]:
+        """The bytes ``[start, end)`` (a buffer) of the version ``pin`` (None: the current one) and that
+        version. A range that needs no bytes costs a HEAD when no version is pinned yet; a range the
+        server refuses is checked against the size (one HEAD), as servers answer a start at or past the
+        end with an error (416) where the contract reads b"" or names the size."""
+        options: dict[str, Any] = {} if pin is None else {"if_match": pin.token}
+        refused: BaseError | None = None
+        if start < end and (pin is None or start < pin.size):
+            try:
+                _fault_point("get")
+                ranged = cast("GetOptions", {**options, "range": (start, end)})
+                result = obstore.get(self._store, self.path(key), options=ranged)
+                return result.bytes(), self._same(key, _Pin(result.meta), pin)
+            except (PreconditionError, FileNotFoundError) as exc:
+                if pin is None and isinstance(exc, FileNotFoundError):
+                    raise
+                raise self._changed(key) from exc
+            except BaseError as exc:
+                if pin is not None:
+                    raise
+                refused = exc
+        if pin is None:
+            _fault_point("head")
+            pin = _Pin(obstore.head(self._store, self.path(key)))
+        clip(start, end, pin.size, key, self.name)
+        if refused is not None and start < pin.size:
+            raise refused
+        return b"", pin
+
+    def _same(self, key: str, got: _Pin, pin: _Pin | None) -> _Pin:
+        if pin is not None and got.token != pin.token:
+            raise self._changed(key)
+        return got
+
+    def _changed(self, key: str) -> ObjectChangedError:
+        return ObjectChangedError(
+            f"changed while read: {key!r} on {self.name} was replaced or deleted since its first part was read",
+            key=key,
+            backend=self.name,
+        )
+
+    def open_source(self, key: str) -> _ObstoreSource:
+        """One HEAD for the version (ETag and size); each read is then one ranged GET pinned to it."""
+        with self.translated(key, "open_reader"):
+            _fault_point("head")
+            pin = _Pin(obstore.head(self._store, self.path(key)))
+        return _ObstoreSource(self, key, pin)
+
+    def get_buffer(self, key: str) -> memoryview:
+        """obstore's own buffer of the body (``Bytes``, read-only), seen through a memoryview: no copy."""
+        with self.translated(key, "read"):
+            _fault_point("get")
+            return memoryview(obstore.get(self._store, self.path(key)).bytes())
+
     def head_token(self, key: str) -> str:
         with self.translated(key, "head"):
             _fault_point("head")
@@ -550,6 +657,36 @@ class ObstoreBackend:
         with self.translated(key, "write"):
             _fault_point("put")
             return str(obstore.put(self._store, self.path(key), data)["e_tag"])
+
+    def put_stream(self, key: str, chunks: Iterator[BytesLike]) -> str:
+        """One PUT when the body ends within a part, else a multipart upload (object_store completes it
+        only once the body ended, so the object appears whole; a body that raises is never completed)."""
+        head, rest = _gathered(chunks, _PART)
+        if rest is None:
+            return self.put(key, head)
+        with self.translated(key, "write"):
+            _fault_point("put")
+            body = _owned(itertools.chain([head], rest))
+            return str(obstore.put(self._store, self.path(key), body, chunk_size=_PART)["e_tag"])
+
+    def _one_request(self, key: str, chunks: Iterator[BytesLike], method: str) -> bytes:
+        """A conditional streamed body, buffered for its one conditional PUT; UnsupportedOperationError,
+        having written nothing, past ``capabilities.streamed_conditional_limit``."""
+        body, rest = _gathered(chunks, self._conditional_limit)
+        if rest is not None:
+            raise UnsupportedOperationError(
+                f"{method} of {key!r} on {self.name}: a streamed body over {self._conditional_limit} bytes "
+                "cannot be written conditionally here (capabilities.streamed_conditional_limit)",
+                key=key,
+                backend=self.name,
+            )
+        return body
+
+    def put_stream_if_absent(self, key: str, chunks: Iterator[BytesLike]) -> str | None:
+        return self.put_if_absent(key, self._one_request(key, chunks, "write_if_absent"))
+
+    def put_stream_if_match(self, key: str, chunks: Iterator[BytesLike], token: str) -> str | None:
+        return self.put_if_match(key, self._one_request(key, chunks, "write_if_match"), token)
 
     def put_if_absent(self, key: str, data: bytes) -> str | None:
         """Native create: the new token, or None when the object already exists."""
@@ -655,14 +792,16 @@ class ObstoreBackend:
         return 0
 
 
-class ObstoreAsyncDriver:
+class ObstoreAsyncDriver(ThreadedAsyncDriver):
     """The :class:`~storage_adapter.registry.AsyncDriver` of an :class:`ObstoreBackend`: the same requests
     over obstore's async calls, on the caller's event loop, through the same translation (panics
     included) and fault points. It shares its sync driver's store, paths and state (a refused
-    multi-object delete is refused for both); only the presigned single delete, plain ``urllib``, runs in a
-    worker thread."""
+    multi-object delete is refused for both). In worker threads (inherited from ThreadedAsyncDriver):
+    the presigned single delete (plain ``urllib``) and the ranged and streamed I/O, whose version pinning
+    and multipart uploads are the sync driver's."""
 
     def __init__(self, sync: ObstoreBackend) -> None:
+        super().__init__(sync)
         self._sync = sync
         self._store = sync.store
 
@@ -791,7 +930,7 @@ class ObstoreAsyncDriver:
             return
         _fault_point("sign")
         url = await obstore.sign_async(self._store, "DELETE", path, timedelta(minutes=5))
-        await asyncio.to_thread(self._sync.signed_delete, url)
+        await in_thread(self._sync.signed_delete, url)
 
     async def rename(self, src: str, dst: str) -> None:
         with self._translated(src, f"rename to {dst!r}"):
@@ -801,3 +940,22 @@ class ObstoreAsyncDriver:
 
     async def remove_orphans(self, min_age_s: float) -> int:
         return self._sync.remove_orphans(min_age_s)
+
+
+class _ObstoreSource:
+    """A reader's source on memory and S3: ranged GETs pinned to one version (If-Match on its ETag, and
+    the answer's ETag compared): ObjectChangedError once that version is replaced or deleted."""
+
+    def __init__(self, driver: ObstoreBackend, key: str, pin: _Pin) -> None:
+        self._driver, self._key, self._pin = driver, key, pin
+        self.size, self.token = pin.size, pin.token
+
+    def read_into(self, offset: int, buffer: memoryview) -> int:
+        with self._driver.translated(self._key, "read"):
+            data, _ = self._driver._range(self._key, offset, offset + len(buffer), self._pin)
+        view = memoryview(data)
+        buffer[: len(view)] = view
+        return len(view)
+
+    def close(self) -> None:
+        """Nothing held open: each read is its own request."""

@@ -14,10 +14,14 @@ method, with the same guarantees (implemented by
 from __future__ import annotations
 
 import builtins
-from collections.abc import AsyncIterator, Iterable, Iterator
-from typing import Protocol, runtime_checkable
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from storage_adapter.streams import Body, ObjectReader
 from storage_adapter.types import Capabilities, DirListing, ObjectInfo, Versioned
+
+if TYPE_CHECKING:
+    from storage_adapter.async_adapter import AsyncObjectReader
 
 
 @runtime_checkable
@@ -35,6 +39,10 @@ class StorageAdapter(Protocol):
       (retry may succeed, a mutation's outcome is unknown) is
       :class:`~storage_adapter.errors.BackendUnavailableError`.
     * **Atomic visibility.** A reader sees an object's previous bytes or its new bytes, never a part.
+    * **Ranges and streams keep these guarantees.** A ranged read, a reader and a no-copy read read one
+      version of the object; a streamed write (a file object or an iterable of chunks) becomes visible
+      only complete, and a stream that fails (raises, or yields something that is not bytes) leaves
+      nothing visible.
     * **Linearizable mutations.** ``write``, ``write_if_absent``, ``write_if_match``, ``delete`` and
       ``rename`` of one key take effect in one instant between call and return, across threads and (where
       ``capabilities.shared_across_processes``) processes.
@@ -82,6 +90,39 @@ class StorageAdapter(Protocol):
         another version). Raises NotFoundError if it does not exist."""
         ...
 
+    def read_range(self, key: str, start: int, end: int) -> bytes:
+        """The bytes ``[start, end)`` of the object, with Python-slice semantics for the end: an ``end``
+        past the object is clipped to it. ``start`` and ``end`` are ints (not bools) with
+        ``0 <= start <= end``, else :class:`~storage_adapter.errors.InvalidRangeError` (a ValueError)
+        naming key, backend and range, before any I/O. A ``start`` past the object's end is
+        InvalidRangeError naming the object's size (``start == size`` reads ``b""``); ``start == end``
+        reads ``b""`` but a missing object is still NotFoundError. On S3 one GET with a Range header:
+        the cost is the range, not the object."""
+        ...
+
+    def read_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> builtins.list[bytes]:
+        """The bytes of each ``(start, end)`` range, in order, by ``read_range``'s rules; every range is
+        validated before any I/O (an out-of-bounds start as soon as the size is known, before any
+        further read). All come from ONE version of the object: S3 and memory pin the reads after the
+        first to its ETag (If-Match), local reads one open file; if the object changed between two
+        reads, :class:`~storage_adapter.errors.ObjectChangedError` and no parts at all."""
+        ...
+
+    def open_reader(self, key: str) -> ObjectReader:
+        """A seekable binary reader (:class:`~storage_adapter.streams.ObjectReader`, an
+        ``io.RawIOBase``: ``readinto``, ``read``, ``seek``/``tell``, ``size``, ``token``) over the
+        object's current version, read lazily by range. It never returns bytes of two versions: reads
+        racing a replace return the opened version (local) or raise ObjectChangedError (S3, memory).
+        Raises NotFoundError now if the object does not exist. Close it (a context manager); a closed
+        reader raises ValueError."""
+        ...
+
+    def read_buffer(self, key: str) -> memoryview:
+        """The object's whole bytes as a read-only ``memoryview`` (format ``B``), without the copy into
+        ``bytes`` that ``read_bytes`` makes: over obstore's own buffer (S3, memory) or a buffer the file
+        was read straight into (local). One version of the object. Raises NotFoundError if absent."""
+        ...
+
     def exists(self, key: str) -> bool:
         """True if an object is stored at ``key`` (a prefix with objects below it is not an object)."""
         ...
@@ -113,22 +154,35 @@ class StorageAdapter(Protocol):
         ...
 
     # -- mutations -----------------------------------------------------------------------------------
-    def write(self, key: str, data: bytes | str) -> str:
-        """Atomically create or replace the object (``str`` is stored as UTF-8); return the token of the
-        bytes written. A concurrent reader sees the old or the new object, never a part."""
+    def write(self, key: str, data: Body) -> str:
+        """Atomically create or replace the object; return the token of the bytes written. A concurrent
+        reader sees the old or the new object, never a part.
+
+        ``data`` is bytes-like, a ``str`` (stored as UTF-8), a binary file object (read in chunks until it
+        returns ``b""``) or an iterable of bytes-like chunks. A streamed body is never held whole: local
+        stages it in a file beside the key, S3 sends it as a multipart upload (one PUT when it fits in
+        one part), and the object appears only once complete. If the stream raises, or yields a chunk
+        that is not bytes-like (:class:`~storage_adapter.errors.InvalidBodyError`), nothing is visible
+        and the previous object (if any) stays. Any other body, or a closed file object, is
+        InvalidBodyError (also a TypeError) naming the key, before any I/O."""
         ...
 
-    def write_if_absent(self, key: str, data: bytes | str) -> str | None:
+    def write_if_absent(self, key: str, data: Body) -> str | None:
         """Create the object only if no object exists at ``key``. Among any number of concurrent callers
         exactly one wins and gets the token of the bytes it wrote (a non-empty str, the one
         ``read_versioned`` and ``list`` report for them, usable at once in ``write_if_match``); its bytes
-        are wholly readable when it returns. The others get None and change nothing."""
+        are wholly readable when it returns. The others get None and change nothing.
+
+        A streamed body (see ``write``) is honoured as ``capabilities.streamed_conditional_write`` says:
+        UNSUPPORTED refuses it with UnsupportedOperationError before any I/O; a stream longer than
+        ``capabilities.streamed_conditional_limit`` is refused the same way, writing nothing."""
         ...
 
-    def write_if_match(self, key: str, data: bytes | str, token: str) -> str | None:
+    def write_if_match(self, key: str, data: Body, token: str) -> str | None:
         """Compare-and-swap: replace the object only if its current token is ``token``; return the new
         token. Return None, writing nothing, when the object changed since ``token`` was read or does not
-        exist. Linearizable with every other mutation of the key: no update is ever lost."""
+        exist. Linearizable with every other mutation of the key: no update is ever lost. Streamed bodies
+        as for ``write_if_absent``."""
         ...
 
     def delete(self, key: str) -> None:
@@ -223,6 +277,24 @@ class AsyncStorageAdapter(Protocol):
         """As :meth:`StorageAdapter.read_versioned`: the token of exactly the bytes returned."""
         ...
 
+    async def read_range(self, key: str, start: int, end: int) -> bytes:
+        """As :meth:`StorageAdapter.read_range`: InvalidRangeError before any I/O."""
+        ...
+
+    async def read_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> builtins.list[bytes]:
+        """As :meth:`StorageAdapter.read_ranges`: every range from one version (ObjectChangedError)."""
+        ...
+
+    async def open_reader(self, key: str) -> AsyncObjectReader:
+        """As :meth:`StorageAdapter.open_reader`, with coroutine reads
+        (:class:`~storage_adapter.async_adapter.AsyncObjectReader`: ``await read()``, ``await
+        readinto()``, ``seek``, ``tell``, ``size``, ``token``, ``async with``)."""
+        ...
+
+    async def read_buffer(self, key: str) -> memoryview:
+        """As :meth:`StorageAdapter.read_buffer`."""
+        ...
+
     async def exists(self, key: str) -> bool:
         """As :meth:`StorageAdapter.exists`."""
         ...
@@ -245,16 +317,18 @@ class AsyncStorageAdapter(Protocol):
         ...
 
     # -- mutations -----------------------------------------------------------------------------------
-    async def write(self, key: str, data: bytes | str) -> str:
-        """As :meth:`StorageAdapter.write`: atomic replace, returns the token."""
+    async def write(self, key: str, data: Body) -> str:
+        """As :meth:`StorageAdapter.write`: atomic replace, returns the token. A streamed body (a file
+        object or an iterable of chunks, as for the sync adapter) is read in a worker thread, never on
+        the loop."""
         ...
 
-    async def write_if_absent(self, key: str, data: bytes | str) -> str | None:
+    async def write_if_absent(self, key: str, data: Body) -> str | None:
         """As :meth:`StorageAdapter.write_if_absent`: exactly one winner among any number of concurrent
         callers, tasks of one loop, threads and processes alike."""
         ...
 
-    async def write_if_match(self, key: str, data: bytes | str, token: str) -> str | None:
+    async def write_if_match(self, key: str, data: Body, token: str) -> str | None:
         """As :meth:`StorageAdapter.write_if_match`: linearizable compare-and-swap."""
         ...
 

@@ -66,6 +66,12 @@ class Capabilities:
     its staging file ``<name>#<12 digits>``) that ``remove_orphans`` reclaims; False where
     ``remove_orphans`` has nothing to reclaim and always returns 0 (memory; S3, whose incomplete multipart
     uploads belong to the bucket's lifecycle rules).
+    ``streamed_conditional_write`` says how ``write_if_absent`` / ``write_if_match`` honour a streamed
+    body (a file object or an iterable of chunks): UNSUPPORTED refuses it with UnsupportedOperationError
+    before any I/O. ``streamed_conditional_limit`` bounds it where the backend sends a conditional write
+    as one request (S3: multipart uploads carry no If-None-Match / If-Match on many servers): a stream is
+    buffered up to that many bytes into one conditional PUT, and a longer one is refused with
+    UnsupportedOperationError, writing nothing. None: no limit (local stages any size; memory buffers).
     """
 
     backend: str
@@ -80,3 +86,5 @@ class Capabilities:
     batch_delete: str
     reclaims_orphans: bool
     compatibility_modes: tuple[str, ...] = ()
+    streamed_conditional_write: Support = Support.UNSUPPORTED
+    streamed_conditional_limit: int | None = None

@@ -27,7 +27,6 @@ from storage_adapter import (
     open_adapter,
     open_async_adapter,
 )
-from storage_adapter.async_adapter import THREAD_WORKERS, ThreadedAsyncDriver
 from storage_adapter.builtin_backends import LOCAL
 from storage_adapter.errors import (
     BackendUnavailableError,
@@ -39,6 +38,7 @@ from storage_adapter.errors import (
 from storage_adapter.faults import FaultKind, FaultPlan, injected
 from storage_adapter.local_backend import LocalBackend
 from storage_adapter.registry import Backend, register_backend, unregister_backend
+from storage_adapter.threaded import THREAD_WORKERS, ThreadedAsyncDriver
 
 
 @pytest.fixture(params=["memory", "local"])
