@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import fcntl
+import io
 import json
 import os
 import pickle
@@ -30,7 +31,9 @@ from storage_adapter import (
 from storage_adapter.builtin_backends import LOCAL
 from storage_adapter.errors import (
     BackendUnavailableError,
+    InvalidBodyError,
     InvalidKeyError,
+    InvalidRangeError,
     NotFoundError,
     PermissionDeniedError,
     StorageError,
@@ -319,3 +322,82 @@ def test_a_third_party_driver_gets_an_async_twin_in_worker_threads(tmp_path: Pat
             asyncio.run(twin.read_bytes("missing"))
     finally:
         unregister_backend("recording")
+
+
+def test_ranged_reads_reader_and_buffer(twin: AsyncObjectStorageAdapter) -> None:
+    body = bytes(range(256)) * 64  # 16 KiB
+
+    async def scenario() -> None:
+        token = await twin.write("obj", body)
+        assert await twin.read_range("obj", 10, 20) == body[10:20]
+        assert await twin.read_range("obj", 16000, 10**9) == body[16000:]  # the end is clipped
+        assert await twin.read_range("obj", len(body), len(body) + 5) == b""
+        assert await twin.read_ranges("obj", [(0, 3), (100, 103), (5, 5)]) == [body[:3], body[100:103], b""]
+        buffer = await twin.read_buffer("obj")
+        assert isinstance(buffer, memoryview) and buffer.readonly and bytes(buffer) == body
+        async with await twin.open_reader("obj") as reader:
+            assert (reader.size, reader.token) == (len(body), token)
+            assert await reader.read(4) == body[:4] and reader.tell() == 4
+            reader.seek(-8, 2)
+            assert await reader.read() == body[-8:]
+            into = bytearray(6)
+            assert await reader.read_at(1000, into) == 6 and bytes(into) == body[1000:1006]
+        assert reader.closed
+        with pytest.raises(ValueError):
+            await reader.read(1)
+        with pytest.raises(InvalidRangeError, match="16384 bytes"):
+            await twin.read_range("obj", len(body) + 1, len(body) + 2)
+        with pytest.raises(NotFoundError):
+            await twin.open_reader("missing")
+        with pytest.raises(NotFoundError):
+            await twin.read_buffer("missing")
+
+    asyncio.run(scenario())
+
+
+def test_bad_ranges_and_bodies_are_refused_before_any_io(twin: AsyncObjectStorageAdapter) -> None:
+    closed = io.BytesIO(b"x")
+    closed.close()
+    with injected(FaultPlan(FaultKind.BROKEN)) as plan:
+        for ranges in ([(5, 2)], [(-1, 3)], [(True, 3)], "ab", [(1,)]):
+            with pytest.raises(InvalidRangeError):
+                asyncio.run(twin.read_ranges("obj", ranges))  # type: ignore[arg-type]
+        with pytest.raises(InvalidRangeError):
+            asyncio.run(twin.read_range("obj", 3, 1))
+        for bad in (42, closed, {"a": b"b"}):
+            with pytest.raises(InvalidBodyError, match="'k'"):
+                asyncio.run(twin.write("k", bad))  # type: ignore[arg-type]
+    assert plan.fired == [] and plan.passed == []
+
+
+def test_streamed_writes_are_read_off_the_loop_and_atomic(twin: AsyncObjectStorageAdapter) -> None:
+    """A slow generator body (each chunk 20 ms) is consumed in a worker thread while the loop ticks; a
+    failing one leaves the previous object; a bad chunk is InvalidBodyError and writes nothing."""
+
+    def slow_chunks() -> Iterator[bytes]:
+        for i in range(10):
+            time.sleep(0.02)
+            yield bytes([i]) * 1000
+
+    def failing() -> Iterator[bytes]:
+        yield b"partial"
+        raise RuntimeError("the producer failed")
+
+    async def scenario() -> Ticker:
+        with Ticker() as ticker:
+            token = await twin.write("s", slow_chunks())
+            assert await twin.read_bytes("s") == b"".join(bytes([i]) * 1000 for i in range(10))
+            assert (await twin.read_versioned("s")).token == token
+            assert (
+                await twin.write("f", io.BytesIO(b"from a file"))
+                and await twin.read_bytes("f") == b"from a file"
+            )
+            with pytest.raises(RuntimeError, match="producer failed"):
+                await twin.write("s", failing())
+            with pytest.raises(InvalidBodyError):
+                await twin.write("s", iter([b"ok", "not bytes"]))  # type: ignore[list-item]
+            assert (await twin.read_versioned("s")).token == token
+        return ticker
+
+    ticker = asyncio.run(scenario())
+    assert ticker.ticks >= 10 and ticker.max_gap < 0.25, (ticker.ticks, ticker.max_gap)
