@@ -29,6 +29,7 @@ T = TypeVar("T")
 
 _LOOP: asyncio.AbstractEventLoop | None = None
 _LOOP_LOCK = threading.Lock()
+_LOOP_THREAD = "async-bridge-loop"
 
 
 def _loop() -> asyncio.AbstractEventLoop:
@@ -37,14 +38,19 @@ def _loop() -> asyncio.AbstractEventLoop:
     with _LOOP_LOCK:
         if _LOOP is None:
             loop = asyncio.new_event_loop()
-            threading.Thread(target=loop.run_forever, name="async-bridge-loop", daemon=True).start()
+            threading.Thread(target=loop.run_forever, name=_LOOP_THREAD, daemon=True).start()
             _LOOP = loop
         return _LOOP
 
 
 def run(coroutine: Coroutine[Any, Any, T]) -> T:
-    """Run ``coroutine`` on the bridges' loop, in a copy of the caller's context, and wait for it."""
-    return asyncio.run_coroutine_threadsafe(coroutine, _loop()).result()
+    """Run ``coroutine`` on the bridges' loop, in a copy of the caller's context, and wait for it. From
+    the loop's own thread (a bridge used inside a coroutine) that would wait forever: RuntimeError."""
+    loop = _loop()
+    if threading.current_thread().name == _LOOP_THREAD:
+        coroutine.close()
+        raise RuntimeError("a SyncBridge call from its own event loop would deadlock; await the adapter")
+    return asyncio.run_coroutine_threadsafe(coroutine, loop).result()
 
 
 def _synchronous(iterator: AsyncIterator[T]) -> Iterator[T]:
