@@ -458,6 +458,13 @@ class AdapterContract(BulkClauses, ConcurrencyClauses, FailureClauses, Housekeep
             "delete": lambda: adapter.delete(bad),
             "rename(src)": lambda: adapter.rename(bad, "ok"),
             "rename(dst)": lambda: adapter.rename("ok", bad),
+            "read_range": lambda: adapter.read_range(bad, 0, 1),
+            "read_ranges": lambda: adapter.read_ranges(bad, [(0, 1)]),
+            "open_reader": lambda: adapter.open_reader(bad),
+            "read_buffer": lambda: adapter.read_buffer(bad),
+            "write(stream)": lambda: adapter.write(bad, iter([b"x"])),
+            "write_if_absent(stream)": lambda: adapter.write_if_absent(bad, iter([b"x"])),
+            "write_if_match(stream)": lambda: adapter.write_if_match(bad, iter([b"x"]), '"token"'),
         }
         # "" and a trailing "/" are valid prefixes (the root, a directory); delete_prefix refuses the root
         # with a StorageError of its own (test_delete_prefix_refuses_the_root).

@@ -35,6 +35,7 @@ _KEYS = "storage_adapter/keys.py"
 _OBSTORE = "storage_adapter/obstore_backend.py"
 _LOCAL = "storage_adapter/local_backend.py"
 _MUTATION = "storage_adapter/local_mutation.py"
+_STREAMS = "storage_adapter/streams.py"
 
 CATALOGUE: tuple[Mutant, ...] = (
     # -- adapter: the layer every backend shares --------------------------------------------------------
@@ -542,12 +543,13 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "local-orphans-ignore-age",
         _MUTATION,
-        "            if stat.S_ISREG(st.st_mode) and st.st_mtime < cutoff and not",
-        "            if stat.S_ISREG(st.st_mode) and not",
+        "            if stat.S_ISREG(st.st_mode) and st.st_mtime < cutoff:",
+        "            if stat.S_ISREG(st.st_mode):",
         "remove_orphans ignores min_age_s",
         targets=LOCAL,
-        equivalent="under the directory lock no staging file belongs to a live writer, so removing a "
-        "young leftover is harmless; only the count differs, which no clause can predict",
+        equivalent="under the directory lock no staging file belongs to a live writer (a stream's, staged "
+        "outside the lock, is skipped by its own flock), so removing a young leftover is harmless; only the "
+        "count differs, which no clause can predict",
     ),
     Mutant(
         "local-orphans-without-lock",
@@ -651,8 +653,8 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "local-orphans-age-inverted",
         _MUTATION,
-        "st.st_mtime < cutoff and not _streaming(",
-        "st.st_mtime > cutoff and not _streaming(",
+        "if stat.S_ISREG(st.st_mode) and st.st_mtime < cutoff:",
+        "if stat.S_ISREG(st.st_mode) and st.st_mtime > cutoff:",
         "the age test is inverted: young leftovers are reclaimed, old ones kept forever",
         targets=LOCAL,
     ),
@@ -774,6 +776,62 @@ CATALOGUE: tuple[Mutant, ...] = (
         "                os.unlink(name, dir_fd=directory)\n                removed += 1",
         "                os.unlink(name, dir_fd=directory)",
         "remove_orphans reclaims but reports 0",
+        targets=LOCAL,
+    ),
+    # -- ranged reads and streamed writes (streams.py, shared; the drivers' own) ------------------------------
+    Mutant(
+        "streams-start-past-end-reads-empty",
+        _STREAMS,
+        "    if start > size:\n",
+        "    if start > size and False:\n",
+        'a range starting past the object\'s end reads b"" instead of InvalidRangeError naming the size',
+        smoke=True,
+    ),
+    Mutant(
+        "streams-bool-is-an-int",
+        _STREAMS,
+        "if any(isinstance(v, bool) or not isinstance(v, int) for v in (start, end)):",
+        "if any(not isinstance(v, int) for v in (start, end)):",
+        "a bool is accepted as a range bound (True reads from byte 1)",
+    ),
+    Mutant(
+        "streams-bad-chunk-dropped",
+        _STREAMS,
+        "        if not isinstance(chunk, (bytes, bytearray, memoryview)):\n            raise InvalidBodyError(",
+        "        if not isinstance(chunk, (bytes, bytearray, memoryview)):\n            continue\n"
+        "            raise InvalidBodyError(",
+        "a chunk that is not bytes is skipped: a corrupt stream is published without it",
+    ),
+    Mutant(
+        "obstore-reader-unpinned",
+        _OBSTORE,
+        "data, _ = self._driver._range(self._key, offset, offset + len(buffer), self._pin)",
+        "data, _ = self._driver._range(self._key, offset, offset + len(buffer), None)",
+        "a reader's reads are not pinned to the version it opened: after a replace it returns the new bytes",
+        targets=OBSTORE,
+    ),
+    Mutant(
+        "obstore-conditional-stream-truncated",
+        _OBSTORE,
+        "        body, rest = _gathered(chunks, self._conditional_limit)\n        if rest is not None:",
+        "        body, rest = _gathered(chunks, self._conditional_limit)\n        if False:",
+        "a conditional stream past the limit is written truncated to its buffered head instead of refused",
+        targets=("seaweedfs",),
+    ),
+    Mutant(
+        "local-orphans-reclaim-streams-in-flight",
+        _MUTATION,
+        "                if _streaming(directory, name):",
+        "                if False:",
+        "remove_orphans removes the staging file of a stream in flight (its flock is ignored): the write fails",
+        targets=LOCAL,
+    ),
+    Mutant(
+        "local-aborted-stream-leaves-staging",
+        _MUTATION,
+        "                    self._discard(directory, staging)\n",
+        "",
+        "an aborted stream leaves its staging file behind (invisible, but an orphan to reclaim)",
         targets=LOCAL,
     ),
 )

@@ -43,6 +43,7 @@ from contract_tests.mutants import CATALOGUE, Mutant
 from contract_tests.targets import EMBEDDED
 
 PACKAGE = "storage_adapter"
+REFEREE = "contract_tests"
 SOURCE_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_RUNS = 3
 DEFAULT_MIN_SCORE = 0.95
@@ -145,8 +146,11 @@ def check_catalogue(catalogue: Sequence[Mutant], root: Path = SOURCE_ROOT) -> No
 
 def planted_copy(mutant: Mutant | None, into: Path, root: Path = SOURCE_ROOT) -> Path:
     """A copy of the package under ``into`` with ``mutant`` applied (none: unmutated); returns the
-    directory to put first on PYTHONPATH."""
-    shutil.copytree(root / PACKAGE, into / PACKAGE, ignore=shutil.ignore_patterns("__pycache__"))
+    directory to put first on PYTHONPATH. The contract is copied beside it, unmutated: the sessions run
+    the clauses of this source tree, not those of whatever tree is installed (an editable install of
+    another checkout would judge the mutant by its own, older clauses)."""
+    for package in (PACKAGE, REFEREE):
+        shutil.copytree(root / package, into / package, ignore=shutil.ignore_patterns("__pycache__"))
     if mutant is not None:
         path = into / mutant.path
         path.write_text(path.read_text(encoding="utf-8").replace(mutant.find, mutant.replace, 1), "utf-8")

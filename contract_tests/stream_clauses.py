@@ -287,13 +287,15 @@ class StreamClauses:
         assert adapter.list() == before
         assert adapter.remove_orphans(0.0) == 0
 
-    @pytest.mark.parametrize("body", [3, None, object(), {"a": b"b"}, "closed-file"], ids=repr)
+    @pytest.mark.parametrize("body", [3, None, object(), {"a": b"b"}, "closed-file", "text-file"], ids=repr)
     def test_a_bad_body_is_refused_before_any_io(self, adapter: StorageAdapter, body: Any) -> None:
-        """Not bytes, str, a file object or an iterable of bytes, or a closed file object:
+        """Not bytes, str, a file object or an iterable of bytes, a closed file object or one in text mode:
         InvalidBodyError (a TypeError) naming the key, before any I/O step, from every write."""
         if body == "closed-file":
             body = io.BytesIO(b"x")
             body.close()
+        elif body == "text-file":
+            body = io.StringIO("text")
         adapter.write("present", b"p")
         token = adapter.read_versioned("present").token
         calls: tuple[Callable[[], object], ...] = (

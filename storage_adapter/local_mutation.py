@@ -732,7 +732,9 @@ def _remove_abandoned(directory: int, names: list[str], cutoff: float) -> int:
                 st = os.stat(name, dir_fd=directory, follow_symlinks=False)
             except FileNotFoundError:
                 continue
-            if stat.S_ISREG(st.st_mode) and st.st_mtime < cutoff and not _streaming(directory, name):
+            if stat.S_ISREG(st.st_mode) and st.st_mtime < cutoff:
+                if _streaming(directory, name):  # in flight: its writer holds the file's own flock
+                    continue
                 fault_point("unlink")
                 os.unlink(name, dir_fd=directory)
                 removed += 1

@@ -163,7 +163,7 @@ class StorageAdapter(Protocol):
         stages it in a file beside the key, S3 sends it as a multipart upload (one PUT when it fits in
         one part), and the object appears only once complete. If the stream raises, or yields a chunk
         that is not bytes-like (:class:`~storage_adapter.errors.InvalidBodyError`), nothing is visible
-        and the previous object (if any) stays. Any other body, or a closed file object, is
+        and the previous object (if any) stays. Any other body, a closed file object or one in text mode is
         InvalidBodyError (also a TypeError) naming the key, before any I/O."""
         ...
 

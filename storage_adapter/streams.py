@@ -197,7 +197,7 @@ def _file_chunks(stream: Readable) -> Iterator[Any]:
 def body_of(data: object, key: str, backend: str) -> bytes | Iterator[BytesLike]:
     """A write's body: ``bytes`` for a whole one (bytes-like, or ``str`` as UTF-8), else an iterator of
     checked chunks read lazily from the file object or iterable. InvalidBodyError naming the key, before
-    any I/O, for anything else and for a closed file object; a chunk that is not bytes-like raises it
+    any I/O, for anything else, a closed file object and one in text mode; a chunk that is not bytes-like raises it
     while the body is being read."""
     if isinstance(data, bytes):
         return data
@@ -205,6 +205,12 @@ def body_of(data: object, key: str, backend: str) -> bytes | Iterator[BytesLike]
         return data.encode("utf-8")
     if isinstance(data, (bytearray, memoryview)):
         return bytes(data)
+    if isinstance(data, io.TextIOBase):
+        raise InvalidBodyError(
+            f"write of {key!r} on {backend}: the body's stream is in text mode; open it in binary mode",
+            key=key,
+            backend=backend,
+        )
     if getattr(data, "closed", False) is True:
         raise InvalidBodyError(
             f"write of {key!r} on {backend}: the body's stream is closed", key=key, backend=backend

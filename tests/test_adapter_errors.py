@@ -38,7 +38,7 @@ def test_missing_bucket_reads_not_found_and_writes_are_refused(embedded_seaweedf
 
 def test_write_rejects_non_bytes_and_cas_rejects_non_tokens() -> None:
     adapter = open_adapter("memory://errors")
-    with pytest.raises(TypeError, match="bytes or str"):
+    with pytest.raises(TypeError, match="must be bytes, str, a binary file object or an iterable of bytes"):
         adapter.write("k", 42)  # type: ignore[arg-type]
     adapter.write("k", b"v")
     with pytest.raises(TypeError, match="token"):

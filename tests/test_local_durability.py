@@ -124,3 +124,19 @@ def test_durable_false_opts_out_and_says_so(tmp_path: Path, monkeypatch: pytest.
     scratch.delete("b/k")
     assert calls.syncs() == []
     assert scratch.read_bytes("a/j") == b"v"
+
+
+@pytest.mark.parametrize("how", ["write", "write_if_absent"])
+def test_a_streamed_write_syncs_created_directories_then_the_file_before_publishing(
+    local: StorageAdapter, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """Staged outside the directory lock: the directories it created are synced in their parents when the
+    staging file is made, the file (data, then its token's mtime) before the name points at it, and the
+    directory after."""
+    calls = Syscalls(tmp_path, monkeypatch)
+    assert getattr(local, how)("a/b/k", iter([b"one", b"two"])) is not None
+    published = calls.index(("rename" if how == "write" else "link", "k"))
+    syncs_before = [where for op, where in calls.events[:published] if op == "fsync"]
+    assert syncs_before == ["dir:a/b", "dir:a", "dir:.", "file", "file"], calls.events
+    assert [where for op, where in calls.events[published:] if op == "fsync"] == ["dir:a/b"], calls.events
+    assert local.read_bytes("a/b/k") == b"onetwo"

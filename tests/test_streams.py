@@ -7,6 +7,8 @@
   process by less than 128 MiB (tests/stream_peak_worker.py).
 * Local streams stage outside the directory lock: a slow stream does not hold up other writers of its
   directory, and a generator that writes beside its own key does not deadlock.
+* A stream killed mid-write (kill -9) leaves nothing visible, and its staging file, whose flock died
+  with it, is an orphan remove_orphans reclaims.
 * CountingAdapter counts ranged reads as the requests they are.
 """
 
@@ -187,3 +189,37 @@ def test_counting_adapter_counts_ranged_reads(adapter: StorageAdapter) -> None:
     with counting.open_reader("k") as reader:
         assert reader.read() == b"0123456789"
     assert counting.counts == {"read_range": 1, "read_ranges": 2, "read_buffer": 1, "open_reader": 1}
+
+
+_DYING_WRITER = """
+import os, sys, time
+from storage_adapter import open_adapter
+
+def chunks():
+    yield b"staged before the crash"
+    print("staging", flush=True)
+    time.sleep(60)
+    yield b"never"
+
+open_adapter(sys.argv[1]).write("d/k", chunks())
+"""
+
+
+def test_a_stream_killed_mid_write_leaves_an_orphan_remove_orphans_reclaims(tmp_path: Path) -> None:
+    """kill -9 of a process in the middle of a streamed write: nothing visible, and its staging file,
+    whose flock died with it, is an ordinary orphan that remove_orphans reclaims."""
+    root = str(Path(__file__).parent.parent)
+    writer = subprocess.Popen(
+        [sys.executable, "-c", _DYING_WRITER, f"file://{tmp_path}"],
+        stdout=subprocess.PIPE, text=True, cwd=root, env={"PYTHONPATH": root, "PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    try:
+        assert writer.stdout is not None and writer.stdout.readline().strip() == "staging"
+        adapter = open_adapter(f"file://{tmp_path}")
+        assert adapter.remove_orphans(0.0) == 0  # in flight: its flock is held
+    finally:
+        writer.kill()
+        writer.wait(30)
+    assert not adapter.exists("d/k") and adapter.list() == []
+    assert adapter.remove_orphans(0.0) == 1
+    assert not (tmp_path / "d").exists()
