@@ -10,8 +10,8 @@ found by :func:`async_driver_of`, the one mechanism for every backend:
 * a driver that offers its own (:class:`~storage_adapter.registry.NativeAsync`) uses it: memory and S3
   run on obstore's async calls, on the caller's event loop, with no thread per request;
 * any other driver (local, whose mutations wait on directory ``flock`` s and fsync; a third-party
-  backend's) gets :class:`ThreadedAsyncDriver`, which runs each of its calls in a bounded pool of worker
-  threads, so a call that blocks never blocks the event loop.
+  backend's) gets :class:`~storage_adapter.threaded.ThreadedAsyncDriver`, which runs each of its calls
+  in a bounded pool of worker threads, so a call that blocks never blocks the event loop.
 """
 
 from __future__ import annotations
@@ -34,8 +34,9 @@ from storage_adapter.types import DirListing, ObjectInfo, Versioned
 
 
 class AsyncDerivedOperations:
-    """Mixin, the async twin of :class:`DerivedOperations` (same meaning, same requests): needs the async
-    ``read_bytes``, ``list_pages``, ``list``, ``delete``, and ``backend`` and ``url``."""
+    """Mixin, the async twin of :class:`~storage_adapter.derived.DerivedOperations` (same meaning, same
+    requests): needs the async ``read_bytes``, ``list_pages``, ``list`` and ``delete``, and ``backend``
+    and ``url``."""
 
     if TYPE_CHECKING:  # what the class provides; declared for the type checker only
 
