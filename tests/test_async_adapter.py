@@ -401,3 +401,29 @@ def test_streamed_writes_are_read_off_the_loop_and_atomic(twin: AsyncObjectStora
 
     ticker = asyncio.run(scenario())
     assert ticker.ticks >= 10 and ticker.max_gap < 0.25, (ticker.ticks, ticker.max_gap)
+
+
+def test_the_async_protocol_mirrors_the_sync_one_method_for_method() -> None:
+    """Every member of StorageAdapter is in AsyncStorageAdapter with the same parameters (a method added to
+    one protocol and not the other fails here), and the async adapter has each of them."""
+    import inspect
+
+    from storage_adapter import StorageAdapter
+
+    def members(protocol: type) -> dict[str, object]:
+        return {
+            name: value
+            for name, value in vars(protocol).items()
+            if not name.startswith("_") and (callable(value) or isinstance(value, property))
+        }
+
+    sync, twin = members(StorageAdapter), members(AsyncStorageAdapter)
+    assert sorted(sync) == sorted(twin)
+    for name, member in sync.items():
+        if isinstance(member, property):
+            assert isinstance(twin[name], property), name
+            continue
+        assert list(inspect.signature(member).parameters) == list(  # type: ignore[arg-type]
+            inspect.signature(twin[name]).parameters  # type: ignore[arg-type]
+        ), name
+        assert callable(getattr(AsyncObjectStorageAdapter, name)), name
