@@ -1,6 +1,6 @@
 """The clients compared by the benchmark, behind one small interface.
 
-* ``adapter``: storage-adapter's ObjectStorageAdapter;
+* ``adapter``: storage-adapter's ObjectStorageAdapter (and its async twin, for ``async_get``);
 * ``obstore``: raw obstore calls on the same kind of store (the baseline the adapter's overhead is
   measured against; the bench, not the package, is the one place besides ``obstore_backend`` that
   imports obstore, because the baseline *is* obstore);
@@ -19,7 +19,7 @@ from typing import Any
 
 import obstore
 
-from storage_adapter.protocol import StorageAdapter
+from storage_adapter.protocol import AsyncStorageAdapter, StorageAdapter
 
 OPS = ("get", "put", "write_if_absent", "write_if_match", "list")
 
@@ -37,18 +37,19 @@ class Client:
         return op in self.ops
 
 
-def adapter_client(name: str, adapter: StorageAdapter) -> Client:
-    """Our adapter, or the fsspec peer adapter (same API)."""
-    return Client(
-        name,
-        {
-            "get": adapter.read_bytes,
-            "put": adapter.write,
-            "write_if_absent": adapter.write_if_absent,
-            "write_if_match": adapter.write_if_match,
-            "list": adapter.list,
-        },
-    )
+def adapter_client(name: str, adapter: StorageAdapter, twin: AsyncStorageAdapter | None = None) -> Client:
+    """Our adapter, or the fsspec peer adapter (same API). With ``twin`` (the async adapter of the same
+    location), also ``async_get``: its ``read_bytes``, a coroutine function."""
+    ops: dict[str, Callable[..., Any]] = {
+        "get": adapter.read_bytes,
+        "put": adapter.write,
+        "write_if_absent": adapter.write_if_absent,
+        "write_if_match": adapter.write_if_match,
+        "list": adapter.list,
+    }
+    if twin is not None:
+        ops["async_get"] = twin.read_bytes
+    return Client(name, ops)
 
 
 def obstore_client(store: Any, prefix: str, supports_update: bool) -> Client:

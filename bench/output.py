@@ -9,10 +9,11 @@ from pathlib import Path
 from typing import Any
 
 from bench.contention import ContentionResult
-from bench.timing import Measurement, Throughput
+from bench.timing import ASYNC_CLIENT, THREADS_CLIENT, Measurement, Throughput, median_ops_per_s
 
 OVERHEAD_LIMIT = 1.10
 BOTO3_FACTOR, S3FS_FACTOR, CAS_FLOOR_FRACTION = 2.0, 5.0, 0.5
+ASYNC_FACTOR = 1.0  # the async twin on one loop at least as fast as the sync adapter on 64 threads
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,7 @@ class BenchResults:
     contention: tuple[ContentionResult, ...]
     settings: dict[str, Any]
     versions: dict[str, str]
+    async_gets: tuple[Throughput, ...] = ()
 
 
 def _find(results: BenchResults, backend: str, size: str, op: str, client: str) -> Measurement | None:
@@ -70,6 +72,19 @@ def target_checks(results: BenchResults) -> list[TargetCheck]:
                 f"SeaweedFS 1 KiB get ops/s, adapter / {peer} (one in flight)", ratio, factor, ratio >= factor,
                 f"{ours.ops_per_s:.0f} vs {theirs.ops_per_s:.0f} ops/s",
             ))  # fmt: skip
+    seaweedfs = [t for t in results.async_gets if t.backend == "seaweedfs"]
+    on_loop, on_threads = (
+        median_ops_per_s(seaweedfs, ASYNC_CLIENT),
+        median_ops_per_s(seaweedfs, THREADS_CLIENT),
+    )
+    if on_loop is not None and on_threads is not None:
+        ratio = on_loop / on_threads
+        checks.append(TargetCheck(
+            f"SeaweedFS {seaweedfs[0].ops} concurrent 1 KiB gets ops/s, async twin on one event loop / sync "
+            f"adapter on {next(t.in_flight for t in seaweedfs if t.client == THREADS_CLIENT)} threads "
+            "(medians)", ratio, ASYNC_FACTOR, ratio >= ASYNC_FACTOR,
+            f"{on_loop:.0f} vs {on_threads:.0f} ops/s",
+        ))  # fmt: skip
     for n in sorted({c.processes for c in results.contention}):
         by_mode = {c.mode: c for c in results.contention if c.processes == n}
         if {"adapter", "floor"} <= set(by_mode):
@@ -108,6 +123,12 @@ def markdown(results: BenchResults) -> str:
         f"| {t.backend} | {t.client} | {t.in_flight} | {t.ops} | {t.ops_per_s:.0f} |"
         for t in results.throughput
     ]
+    lines += ["", "## Async twin (1 KiB gets, one event loop vs a thread pool; every round)", "",
+              "| backend | client | in flight | ops | ops/s |", "|---|---|---|---|---|"]  # fmt: skip
+    lines += [
+        f"| {t.backend} | {t.client} | {t.in_flight} | {t.ops} | {t.ops_per_s:.0f} |"
+        for t in results.async_gets
+    ]
     lines += [
         "",
         "## Local CAS under contention",
@@ -134,6 +155,7 @@ def to_json(results: BenchResults) -> dict[str, Any]:
         "targets": [asdict(c) for c in target_checks(results)],
         "latency": [_latency_row(m) for m in results.measurements],
         "concurrency": [{**asdict(t), "ops_per_s": t.ops_per_s} for t in results.throughput],
+        "async_gets": [{**asdict(t), "ops_per_s": t.ops_per_s} for t in results.async_gets],
         "local_cas": [{**asdict(c), "ops_per_s": c.ops_per_s} for c in results.contention],
     }
 

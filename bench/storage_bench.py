@@ -3,7 +3,8 @@
 Per operation (get, put, write_if_absent, write_if_match, list) on memory, local and an embedded
 SeaweedFS, with 1 KiB and 4 MiB objects: this adapter against raw obstore on the same kind of store,
 boto3 and s3fs (S3) and fsspec (memory, local), interleaved in one run; then 1 KiB get throughput with
-1, 8 and 64 requests in flight; then local CAS under contention (1, 2, 4 processes) against a raw
+1, 8 and 64 requests in flight; 1,000 concurrent 1 KiB gets from one event loop through the async twin
+against the sync adapter on 64 threads; then local CAS under contention (1, 2, 4 processes) against a raw
 flock + temp file + rename floor. Writes ``bench.md``, ``bench.json`` and ``bench.png`` to the results
 directory and prints the table. Numbers are reported against the issue's targets, never asserted.
 
@@ -26,7 +27,7 @@ from pathlib import Path
 from bench.clients import OPS, Client, adapter_client, boto3_client, obstore_client
 from bench.contention import MODES, run_contention
 from bench.output import BenchResults, markdown, write_results
-from bench.timing import measure, measure_concurrency
+from bench.timing import measure, measure_async_gets, measure_concurrency
 
 SIZES = {"1KiB": 1024, "4MiB": 4 * 1024 * 1024}
 BACKENDS = ("memory", "local", "seaweedfs")
@@ -42,12 +43,15 @@ class Plan:
     concurrency_ops: int
     cas_processes: tuple[int, ...]
     cas_seconds: float
+    async_gets: int = 1000
+    async_threads: int = 64
+    async_rounds: int = 5
 
 
 FULL = Plan(rounds=6, batch={"1KiB": 40, "4MiB": 3}, concurrency_levels=(1, 8, 64), concurrency_ops=512,
             cas_processes=(1, 2, 4), cas_seconds=3.0)  # fmt: skip
 QUICK = Plan(rounds=2, batch={"1KiB": 5, "4MiB": 1}, concurrency_levels=(1, 8, 64), concurrency_ops=64,
-             cas_processes=(1, 2, 4), cas_seconds=0.5)  # fmt: skip
+             cas_processes=(1, 2, 4), cas_seconds=0.5, async_gets=200, async_rounds=1)  # fmt: skip
 
 
 @contextlib.contextmanager
@@ -56,10 +60,11 @@ def backend_clients(backend: str, run: str) -> Iterator[list[Client]]:
     import obstore.store
 
     from contract_tests.peers import open_peer
-    from storage_adapter import open_adapter
+    from storage_adapter import open_adapter, open_async_adapter
 
     if backend == "memory":
-        yield [adapter_client("adapter", open_adapter(f"memory://bench-{run}")),
+        yield [adapter_client("adapter", open_adapter(f"memory://bench-{run}"),
+                              open_async_adapter(f"memory://bench-{run}")),
                obstore_client(obstore.store.MemoryStore(), f"bench-{run}", supports_update=True),
                adapter_client("fsspec", open_peer(f"memory://bench-fsspec-{run}"))]  # fmt: skip
         return
@@ -67,7 +72,8 @@ def backend_clients(backend: str, run: str) -> Iterator[list[Client]]:
         with tempfile.TemporaryDirectory(prefix="bench-local-") as root:
             # Local writes are durable by default (fsync file, then directory); "adapter-scratch" is the
             # documented opt-out (durable=False), so the table shows what durability costs.
-            yield [adapter_client("adapter", open_adapter(f"file://{root}/adapter")),
+            yield [adapter_client("adapter", open_adapter(f"file://{root}/adapter"),
+                                  open_async_adapter(f"file://{root}/adapter")),
                    adapter_client("adapter-scratch", open_adapter(f"file://{root}/scratch", durable=False)),
                    obstore_client(obstore.store.LocalStore(f"{root}/obstore", mkdir=True), "p", supports_update=False),
                    adapter_client("fsspec", open_peer(f"file://{root}/fsspec"))]  # fmt: skip
@@ -89,7 +95,8 @@ def backend_clients(backend: str, run: str) -> Iterator[list[Client]]:
             aws_secret_access_key=endpoint.secret_access_key, region_name=endpoint.region,
             config=Config(max_pool_connections=64),  # as many connections as the most requests in flight
         )  # fmt: skip
-        yield [adapter_client("adapter", open_adapter(endpoint.url(f"adapter-{run}"), **options)),
+        yield [adapter_client("adapter", open_adapter(endpoint.url(f"adapter-{run}"), **options),
+                              open_async_adapter(endpoint.url(f"adapter-{run}"), **options)),
                obstore_client(raw, f"obstore-{run}", supports_update=True),
                boto3_client(s3, endpoint.bucket, f"boto3-{run}"),
                adapter_client("s3fs", open_peer(endpoint.url(f"s3fs-{run}"), **options))]  # fmt: skip
@@ -106,7 +113,7 @@ def _versions() -> dict[str, str]:
 def run(plan: Plan, backends: tuple[str, ...], seed: int) -> BenchResults:
     rng = random.Random(seed)
     run_id = uuid.uuid4().hex[:8]
-    measurements, throughput = [], []
+    measurements, throughput, async_gets = [], [], []
     for backend in backends:
         print(f"bench: {backend} ...", file=sys.stderr, flush=True)
         with backend_clients(backend, run_id) as clients:
@@ -120,6 +127,9 @@ def run(plan: Plan, backends: tuple[str, ...], seed: int) -> BenchResults:
                     )
             throughput += measure_concurrency(backend, rng.randbytes(SIZES["1KiB"]), clients,
                                               plan.concurrency_levels, plan.concurrency_ops, rng)  # fmt: skip
+            ours = next(c for c in clients if c.supports("async_get"))
+            async_gets += measure_async_gets(backend, rng.randbytes(SIZES["1KiB"]), ours, plan.async_gets,
+                                             plan.async_threads, plan.async_rounds)  # fmt: skip
     print("bench: local CAS under contention ...", file=sys.stderr, flush=True)
     contention = []
     for processes in plan.cas_processes:
@@ -128,7 +138,8 @@ def run(plan: Plan, backends: tuple[str, ...], seed: int) -> BenchResults:
         contention += [run_contention(mode, processes, plan.cas_seconds) for mode in modes]
     settings = {"plan": "quick" if plan == QUICK else "full", "rounds": plan.rounds, "batch": plan.batch,
                 "concurrency_levels": plan.concurrency_levels, "cas_seconds": plan.cas_seconds, "seed": seed}  # fmt: skip
-    return BenchResults(tuple(measurements), tuple(throughput), tuple(contention), settings, _versions())
+    return BenchResults(tuple(measurements), tuple(throughput), tuple(contention), settings, _versions(),
+                        tuple(async_gets))  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:

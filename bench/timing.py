@@ -7,7 +7,9 @@ favouring one. Arguments are prepared outside the timed region.
 
 from __future__ import annotations
 
+import asyncio
 import random
+import statistics
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -142,3 +144,41 @@ def measure_concurrency(backend: str, payload: bytes, clients: Sequence[Client],
                 wall = time.perf_counter() - started
             results.append(Throughput(backend, "get", client.name, level, total, wall))
     return results
+
+
+ASYNC_CLIENT, THREADS_CLIENT = "adapter-async (one event loop)", "adapter (thread pool)"
+
+
+def measure_async_gets(backend: str, payload: bytes, client: Client, total: int, threads: int,
+                       rounds: int) -> list[Throughput]:  # fmt: skip
+    """``total`` concurrent 1 KiB gets of one object, ``rounds`` times each way, interleaved: all from one
+    event loop through the async twin (``async_get``), against the sync adapter (``get``) on ``threads``
+    threads. The loop is started and the thread pool filled outside the timed region."""
+    key = "bench/async/object"
+    client.ops["put"](key, payload)
+    get, async_get = client.ops["get"], client.ops["async_get"]
+
+    async def gather_gets() -> float:
+        await async_get(key)  # the twin's first request sets up its connections, as the pool's threads'
+        started = time.perf_counter()
+        bodies = await asyncio.gather(*(async_get(key) for _ in range(total)))
+        wall = time.perf_counter() - started
+        assert all(len(b) == len(payload) for b in bodies)
+        return wall
+
+    results = []
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        list(pool.map(get, [key] * threads))  # start the threads and their connections
+        for _ in range(rounds):
+            started = time.perf_counter()
+            list(pool.map(get, [key] * total))
+            results.append(
+                Throughput(backend, "get", THREADS_CLIENT, threads, total, time.perf_counter() - started)
+            )
+            results.append(Throughput(backend, "get", ASYNC_CLIENT, total, total, asyncio.run(gather_gets())))
+    return results
+
+
+def median_ops_per_s(runs: Sequence[Throughput], client: str) -> float | None:
+    rates = [t.ops_per_s for t in runs if t.client == client]
+    return statistics.median(rates) if rates else None

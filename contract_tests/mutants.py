@@ -215,7 +215,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "obstore-cas-unconditional",
         _OBSTORE,
-        'mode: Any = {"e_tag": token}',
+        'mode: Any = {"e_tag": self.if_match_token(token)}',
         'mode: Any = "overwrite"',
         "CAS writes unconditionally (the If-Match is dropped)",
         targets=OBSTORE,

@@ -37,7 +37,7 @@ import threading
 import traceback
 import uuid
 from collections.abc import Iterator
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -214,12 +214,10 @@ def storage_contract_servers() -> Iterator[ServerPool]:
         yield ServerPool(stack)
 
 
-@pytest.fixture(scope="session")
-def storage_contract_root(
-    storage_contract_target: Target, request: pytest.FixtureRequest
-) -> Iterator[StorageAdapter]:
-    """An adapter at the target's root. Embedded targets get a private root for the session."""
-    target = storage_contract_target
+@contextmanager
+def target_root(target: Target, request: pytest.FixtureRequest) -> Iterator[StorageAdapter]:
+    """An adapter at ``target``'s root, opened by its factory. Embedded targets get a private root (a
+    scratch instance, or a fresh bucket of a server of ``storage_contract_servers``) for the block."""
     if target.url is not None:
         yield target.open()
         return
@@ -232,12 +230,28 @@ def storage_contract_root(
     yield target.open(endpoint.url(f"contract-{uuid.uuid4().hex[:8]}"), **endpoint.adapter_options())
 
 
+@contextmanager
+def fresh_prefix(root: StorageAdapter) -> Iterator[StorageAdapter]:
+    """``root``'s child under a fresh random prefix; everything under it is deleted afterwards."""
+    prefix = f"contract-{uuid.uuid4().hex[:12]}"
+    yield root.child(prefix)
+    root.delete_prefix(prefix)
+
+
+@pytest.fixture(scope="session")
+def storage_contract_root(
+    storage_contract_target: Target, request: pytest.FixtureRequest
+) -> Iterator[StorageAdapter]:
+    """An adapter at the target's root. Embedded targets get a private root for the session."""
+    with target_root(storage_contract_target, request) as root:
+        yield root
+
+
 @pytest.fixture
 def storage_contract_adapter(storage_contract_root: StorageAdapter) -> Iterator[StorageAdapter]:
     """An adapter under a fresh random prefix of the target; everything under it is deleted afterwards."""
-    prefix = f"contract-{uuid.uuid4().hex[:12]}"
-    yield storage_contract_root.child(prefix)
-    storage_contract_root.delete_prefix(prefix)
+    with fresh_prefix(storage_contract_root) as adapter:
+        yield adapter
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:
@@ -247,4 +261,11 @@ def pytest_report_header(config: pytest.Config) -> str | None:
     return "storage contract targets: " + ", ".join(t.name for t in targets)
 
 
-__all__ = ["ContractSizes", "ServerPool", "configured_targets", "embedded_choices"]
+__all__ = [
+    "ContractSizes",
+    "ServerPool",
+    "configured_targets",
+    "embedded_choices",
+    "fresh_prefix",
+    "target_root",
+]

@@ -7,6 +7,7 @@ The core (this package's top-level modules) needs obstore only. Above it: ``stor
 
 from storage_adapter import builtin_backends as _builtin_backends  # registers memory, local, s3
 from storage_adapter.adapter import ObjectStorageAdapter, open_adapter
+from storage_adapter.async_adapter import AsyncObjectStorageAdapter, open_async_adapter
 from storage_adapter.errors import (
     BackendUnavailableError,
     ConfigurationError,
@@ -19,7 +20,7 @@ from storage_adapter.errors import (
     StorageError,
     UnsupportedOperationError,
 )
-from storage_adapter.protocol import StorageAdapter
+from storage_adapter.protocol import AsyncStorageAdapter, StorageAdapter
 from storage_adapter.registry import Backend, backend_named, register_backend
 from storage_adapter.streams import Body, ObjectReader
 from storage_adapter.types import Capabilities, DirListing, ObjectInfo, Support, Versioned
@@ -27,6 +28,8 @@ from storage_adapter.types import Capabilities, DirListing, ObjectInfo, Support,
 del _builtin_backends
 
 __all__ = [
+    "AsyncObjectStorageAdapter",
+    "AsyncStorageAdapter",
     "Backend",
     "BackendUnavailableError",
     "Body",
@@ -49,5 +52,6 @@ __all__ = [
     "Versioned",
     "backend_named",
     "open_adapter",
+    "open_async_adapter",
     "register_backend",
 ]

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import builtins
-from collections.abc import Generator, Iterable, Iterator, Sequence
+from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from storage_adapter.builtin_backends import store_config
 from storage_adapter.config import AdapterConfig, parse_url
 from storage_adapter.derived import DerivedOperations
-from storage_adapter.errors import NotFoundError, UnsupportedOperationError
+from storage_adapter.errors import ConfigurationError, NotFoundError, UnsupportedOperationError
 from storage_adapter.keys import validate_key, validate_prefix
 from storage_adapter.redaction import Redactor
 from storage_adapter.registry import Driver
@@ -19,13 +20,9 @@ if TYPE_CHECKING:
     from storage_adapter.fsspec_filesystem import AdapterFileSystem
 
 
-class ObjectStorageAdapter(DerivedOperations):
-    """The :class:`~storage_adapter.protocol.StorageAdapter` over any registered backend: validates keys,
-    then hands each call to the backend's driver (:mod:`storage_adapter.registry`). Every guarantee is
-    the protocol's, stated there and checked by the contract suite (``contract_tests``).
-
-    Adapters pickle (reopened from their config on the other side) and compare equal when built from the
-    same configuration. Use :func:`open_adapter` to build one.
+class AdapterCore:
+    """What the sync adapter and its async twin share: the configuration, the driver built from it, the
+    identity (URL, equality, pickling) and the checks every call makes before any I/O.
 
     Every call into the driver runs under the config's :class:`~storage_adapter.redaction.Redactor`, so no
     error leaving the adapter (nor any exception chained to it) quotes a secret option's value, whatever
@@ -40,7 +37,6 @@ class ObjectStorageAdapter(DerivedOperations):
             self._backend: Driver = self._spec.driver(config)
         self._capabilities = self._spec.capabilities_for(config)
 
-    # -- identity -------------------------------------------------------------------------------------
     @property
     def config(self) -> AdapterConfig:
         return self._config
@@ -51,18 +47,94 @@ class ObjectStorageAdapter(DerivedOperations):
 
     @property
     def backend(self) -> str:
-        return self._config.backend
+        # The declared name: the registered one, except over a user's store (its declared capabilities').
+        return self._capabilities.backend
 
     @property
     def capabilities(self) -> Capabilities:
         return self._capabilities
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self._config,))
+
+    def _identity(self) -> tuple[str, tuple[tuple[str, Any], ...]]:
+        # The URL, not the config: file:///r with child "p" and file:///r/p address the same objects.
+        return (self._config.url, self._config.options)
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and other._identity() == self._identity()
+
+    def __hash__(self) -> int:
+        return hash(self._identity())
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.url!r})"
+
+    def _key(self, key: object) -> str:
+        return validate_key(key, self.backend)
+
+    def _prefix(self, prefix: object) -> str:
+        return validate_prefix(prefix, self.backend)
+
+    def _write_args(self, key: object, data: Body) -> tuple[str, bytes | Iterator[BytesLike]]:
+        key = self._key(key)
+        return key, body_of(data, key, self.backend)
+
+    def _conditional_args(
+        self, key: object, data: Body, method: str
+    ) -> tuple[str, bytes | Iterator[BytesLike]]:
+        key = self._key(key)
+        return key, self._conditional_body(key, data, method)
+
+    def _conditional_body(self, key: str, data: Body, method: str) -> bytes | Iterator[BytesLike]:
+        """The body of a conditional write; a stream is refused before any I/O where the backend declares
+        streamed conditional writes unsupported."""
+        body = body_of(data, key, self.backend)
+        if (
+            not isinstance(body, bytes)
+            and self._capabilities.streamed_conditional_write is Support.UNSUPPORTED
+        ):
+            raise UnsupportedOperationError(
+                f"{method} of {key!r} on {self.backend}: a streamed body cannot be written conditionally "
+                "here (capabilities.streamed_conditional_write); pass bytes",
+                key=key,
+                backend=self.backend,
+            )
+        return body
+
+    def _match_args(
+        self, key: object, data: Body, token: object
+    ) -> tuple[str, bytes | Iterator[BytesLike], str]:
+        key = self._key(key)
+        if not isinstance(token, str) or not token:
+            raise TypeError(f"token for {key!r} must be a non-empty str from read_versioned/write")
+        return key, self._conditional_body(key, data, "write_if_match"), token
+
+    def _unique_keys(self, keys: Iterable[str]) -> builtins.list[str]:
+        if isinstance(keys, str):
+            raise TypeError("delete_many takes an iterable of keys, not one str")
+        return builtins.list(dict.fromkeys(self._key(key) for key in keys))
+
+    @staticmethod
+    def _dir_listing(objects: Iterable[ObjectInfo], prefixes: Iterable[str]) -> DirListing:
+        return DirListing(
+            objects=tuple(sorted(objects, key=lambda i: i.key)), prefixes=tuple(sorted(prefixes))
+        )
+
+
+class ObjectStorageAdapter(AdapterCore, DerivedOperations):
+    """The :class:`~storage_adapter.protocol.StorageAdapter` over any registered backend: validates keys,
+    then hands each call to the backend's driver (:mod:`storage_adapter.registry`). Every guarantee is
+    the protocol's, stated there and checked by the contract suite (``contract_tests``).
+
+    Adapters pickle (reopened from their config on the other side) and compare equal when built from the
+    same configuration. Use :func:`open_adapter` to build one; its async twin is
+    :class:`~storage_adapter.async_adapter.AsyncObjectStorageAdapter`.
+    """
+
     def child(self, prefix: str) -> ObjectStorageAdapter:
         """An adapter rooted at ``prefix`` below this one (same store, same options)."""
         return ObjectStorageAdapter(self._config.child(prefix))
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (ObjectStorageAdapter, (self._config,))
 
     def to_fsspec(self, block_size: int | None = None, cache_type: str | None = None) -> AdapterFileSystem:
         """This adapter as an fsspec filesystem (paths are its keys; needs fsspec, the ``peers`` extra),
@@ -70,22 +142,6 @@ class ObjectStorageAdapter(DerivedOperations):
         from storage_adapter.fsspec_filesystem import AdapterFileSystem
 
         return AdapterFileSystem(self, block_size=block_size, cache_type=cache_type)
-
-    def _identity(self) -> tuple[str, tuple[tuple[str, Any], ...]]:
-        # The URL, not the config: file:///r with child "p" and file:///r/p address the same objects.
-        return (self._config.url, self._config.options)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, ObjectStorageAdapter) and other._identity() == self._identity()
-
-    def __hash__(self) -> int:
-        return hash(self._identity())
-
-    def __repr__(self) -> str:
-        return f"ObjectStorageAdapter({self.url!r})"
-
-    def _key(self, key: object) -> str:
-        return validate_key(key, self.backend)
 
     # -- reads ----------------------------------------------------------------------------------------
     def read_bytes(self, key: str) -> bytes:
@@ -142,7 +198,7 @@ class ObjectStorageAdapter(DerivedOperations):
     def list_pages(self, prefix: str = "") -> Iterator[builtins.list[ObjectInfo]]:
         """``list(prefix)`` in pages of at most 1000 objects, each fetched when the previous one is taken
         (one request per page on S3). The prefix is validated now, before any I/O."""
-        prefix = validate_prefix(prefix, self.backend)
+        prefix = self._prefix(prefix)
         return self._pages(self._backend.list_pages(prefix))
 
     def _pages(
@@ -164,35 +220,17 @@ class ObjectStorageAdapter(DerivedOperations):
         """Objects directly under ``prefix`` and its child prefixes (those holding at least one object),
         each sorted. One request, plus one per child prefix on S3: some servers (SeaweedFS) report
         emptied directories as prefixes, so each is confirmed."""
-        prefix = validate_prefix(prefix, self.backend)
+        prefix = self._prefix(prefix)
         with self._scrubbed:
             objects, prefixes = self._backend.list_dir(prefix)
-        return DirListing(
-            objects=tuple(sorted(objects, key=lambda i: i.key)), prefixes=tuple(sorted(prefixes))
-        )
+        return self._dir_listing(objects, prefixes)
 
     # -- mutations ------------------------------------------------------------------------------------
-    def _conditional_stream(self, key: str, data: object, method: str) -> bytes | Iterator[BytesLike]:
-        """The body of a conditional write; a stream is refused before any I/O where the backend declares
-        streamed conditional writes unsupported."""
-        body = body_of(data, key, self.backend)
-        if (
-            not isinstance(body, bytes)
-            and self._capabilities.streamed_conditional_write is Support.UNSUPPORTED
-        ):
-            raise UnsupportedOperationError(
-                f"{method} of {key!r} on {self.backend}: a streamed body cannot be written conditionally "
-                "here (capabilities.streamed_conditional_write); pass bytes",
-                key=key,
-                backend=self.backend,
-            )
-        return body
 
     def write(self, key: str, data: Body) -> str:
         """Atomically replace (or create) the object; return its new token. ``data``: bytes, str, a binary
         file object or an iterable of chunks (streamed: visible only complete, nothing if it fails)."""
-        key = self._key(key)
-        body = body_of(data, key, self.backend)
+        key, body = self._write_args(key, data)
         with self._scrubbed:
             if isinstance(body, bytes):
                 return self._backend.put(key, body)
@@ -202,8 +240,7 @@ class ObjectStorageAdapter(DerivedOperations):
         """Create the object only if absent. Exactly one of any number of concurrent callers wins and gets
         the new object's token (as ``write`` returns it); the winner's bytes are fully readable when it
         returns; losers get None and change nothing. Streams: see ``capabilities.streamed_conditional_write``."""
-        key = self._key(key)
-        body = self._conditional_stream(key, data, "write_if_absent")
+        key, body = self._conditional_args(key, data, "write_if_absent")
         with self._scrubbed:
             if isinstance(body, bytes):
                 return self._backend.put_if_absent(key, body)
@@ -215,10 +252,7 @@ class ObjectStorageAdapter(DerivedOperations):
         Returns the new token, or None when the object changed since ``token`` or is absent (nothing is
         written then). Linearizable with every other mutation of the key on every backend.
         """
-        key = self._key(key)
-        if not isinstance(token, str) or not token:
-            raise TypeError(f"token for {key!r} must be a non-empty str from read_versioned/write")
-        body = self._conditional_stream(key, data, "write_if_match")
+        key, body, token = self._match_args(key, data, token)
         with self._scrubbed:
             if isinstance(body, bytes):
                 return self._backend.put_if_match(key, body, token)
@@ -235,9 +269,7 @@ class ObjectStorageAdapter(DerivedOperations):
         before any I/O. One multi-object delete per 1000 keys where the backend has it, single deletes 8
         at a time elsewhere (``capabilities.batch_delete``); BatchDeleteError names every key not
         confirmed deleted."""
-        if isinstance(keys, str):
-            raise TypeError("delete_many takes an iterable of keys, not one str")
-        unique = builtins.list(dict.fromkeys(self._key(key) for key in keys))
+        unique = self._unique_keys(keys)
         with self._scrubbed:
             self._backend.delete_many(unique)
         return len(unique)
@@ -269,7 +301,35 @@ class ObjectStorageAdapter(DerivedOperations):
             return self._backend.remove_orphans(min_age_s)
 
 
-def open_adapter(url: str, **options: Any) -> ObjectStorageAdapter:
+def opened_config(
+    url: str | None, store: object, capabilities: object, options: Mapping[str, Any]
+) -> AdapterConfig:
+    """The configuration :func:`open_adapter` (and its async twin) opens: from ``url`` and ``options``, or
+    over a user's obstore ``store`` with its declared ``capabilities`` (exactly one of url and store)."""
+    if store is None:
+        if capabilities is not None:
+            raise ConfigurationError(
+                f"capabilities are declared only for a wrapped store (open_adapter(store=...)); the backend "
+                f"of {url!r} declares its own",
+                key=str(url),
+            )
+        return parse_url(url, options)  # type: ignore[arg-type]  # parse_url refuses a non-str itself
+    if url is not None:
+        raise ConfigurationError("open_adapter takes a URL or a store=, not both", key=str(url))
+    return store_config(store, capabilities, options)
+
+
+def open_adapter(
+    url: str | None = None, *, store: Any = None, capabilities: Any = None, **options: Any
+) -> ObjectStorageAdapter:
     """Open an adapter for ``url``: ``file:///abs/root`` (or ``/abs/root``), ``s3://bucket/prefix`` or
-    ``memory://name``. Raises ConfigurationError for an unknown scheme or option."""
-    return ObjectStorageAdapter(parse_url(url, options))
+    ``memory://name``. Raises ConfigurationError for an unknown scheme or option.
+
+    Or wrap an existing obstore store (``MemoryStore``, ``LocalStore``, ``S3Store``, ...):
+    ``open_adapter(store=store, capabilities=Capabilities(...))``. The capabilities are required (a
+    ConfigurationError without them) and are the caller's declaration of what the store guarantees: run
+    the contract suite to check it. Keys, errors and redaction (the store's credentials included) are the
+    adapter's as for any URL; the store's semantics are obstore's (a wrapped LocalStore follows symlinks
+    and has no compare-and-swap: use ``file://`` for the local backend's confinement and CAS).
+    """
+    return ObjectStorageAdapter(opened_config(url, store, capabilities, options))

@@ -21,7 +21,16 @@ from storage_adapter.config import AdapterConfig, url_path
 from storage_adapter.errors import ConfigurationError, InvalidKeyError
 from storage_adapter.keys import validate_prefix
 from storage_adapter.local_backend import LocalBackend
-from storage_adapter.obstore_backend import ObstoreBackend, memory_store, s3_store
+from storage_adapter.obstore_backend import (
+    ObstoreBackend,
+    WrappedStore,
+    is_obstore_store,
+    memory_store,
+    s3_store,
+    store_identity,
+    store_secrets,
+    wrapped_driver,
+)
 from storage_adapter.redaction import redact_url, reject_userinfo
 from storage_adapter.registry import Backend, Driver, FsspecPeer, Option, register_backend
 from storage_adapter.types import Capabilities, Support
@@ -247,8 +256,8 @@ class _UnquotedIfMatch(ObstoreBackend):
     """The S3 driver in compatibility mode ``unquoted-if-match``: If-Match carries the ETag without its
     quotes (a token is still the quoted ETag everywhere else)."""
 
-    def put_if_match(self, key: str, data: bytes, token: str) -> str | None:
-        return super().put_if_match(key, data, token.strip('"'))
+    def if_match_token(self, token: str) -> str:
+        return token.strip('"')
 
 
 def _s3_driver(config: AdapterConfig) -> Driver:
@@ -402,3 +411,90 @@ MEMORY = register_backend(
         ),
     )
 )
+
+
+# -- a user's own obstore store --------------------------------------------------------------------------
+def _store_url(parts: SplitResult, url: str) -> tuple[str, str]:
+    raise ConfigurationError(
+        f"{url!r}: an obstore:// adapter wraps a store object; open it with "
+        "open_adapter(store=<obstore store>, capabilities=Capabilities(...))",
+        key=url,
+    )
+
+
+def _declared(_placeholder: Capabilities, config: AdapterConfig) -> Capabilities:
+    declared: Capabilities = config.option("capabilities")
+    return declared
+
+
+WRAPPED = register_backend(
+    Backend(
+        name="obstore",
+        scheme="obstore",
+        # Never used as is: an adapter over a user's store has the capabilities its caller declared
+        # (``configured``), and the contract checks them.
+        capabilities=Capabilities(
+            backend="obstore",
+            write_if_absent=Support.UNSUPPORTED,
+            write_if_match=Support.UNSUPPORTED,
+            atomic_rename=False,
+            shared_across_processes=False,
+            equal_content_equal_token=True,
+            token_semantics="declared by the caller of open_adapter(store=...)",
+            durable=False,
+            single_delete="declared by the caller of open_adapter(store=...)",
+            batch_delete="declared by the caller of open_adapter(store=...)",
+            reclaims_orphans=False,
+        ),
+        locate=_store_url,
+        driver=lambda config: wrapped_driver(config, config.option("capabilities").backend),
+        options=MappingProxyType(
+            {
+                "store": Option(WrappedStore),
+                "capabilities": Option(Capabilities),
+                "secrets": Option(tuple, secret=True),
+            }
+        ),
+        configured=_declared,
+    )
+)
+
+
+def store_config(store: object, capabilities: object, options: Mapping[str, Any]) -> AdapterConfig:
+    """The configuration of an adapter over the user's obstore ``store`` (MemoryStore, LocalStore,
+    S3Store, ...) with the declared ``capabilities``. Raises ConfigurationError for anything but an
+    obstore store, for missing or ill-typed capabilities, and for options (the store carries its own
+    configuration)."""
+    kind = type(store).__name__
+    if not is_obstore_store(store):
+        raise ConfigurationError(f"store must be an obstore store (obstore.store.*Store), not {kind}")
+    identity = store_identity(store)
+    if capabilities is None:
+        raise ConfigurationError(
+            f"the obstore {kind} {identity} has no declared capabilities: pass "
+            "open_adapter(store=..., capabilities=Capabilities(...)) saying what it guarantees (the "
+            "contract suite checks the declaration)",
+            key=identity,
+        )
+    if not isinstance(capabilities, Capabilities):
+        raise ConfigurationError(
+            f"capabilities for the obstore {kind} {identity} must be a Capabilities, not "
+            f"{type(capabilities).__name__}",
+            key=identity,
+        )
+    if options:
+        raise ConfigurationError(
+            f"unknown option(s) {', '.join(sorted(options))} for the obstore {kind} {identity}: a wrapped "
+            "store carries its own configuration",
+            key=identity,
+        )
+    return AdapterConfig(
+        WRAPPED.name,
+        identity,
+        "",
+        (
+            ("capabilities", capabilities),
+            ("secrets", store_secrets(store)),
+            ("store", WrappedStore(store, identity)),
+        ),
+    )

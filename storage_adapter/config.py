@@ -63,7 +63,9 @@ class AdapterConfig:
         """The values of the secret options that are set (what :class:`~storage_adapter.redaction.Redactor`
         masks in this adapter's errors)."""
         secret = self.spec.secret_options
-        return tuple(v for k, v in self.options if k in secret and v)
+        values = [v for k, v in self.options if k in secret and v]
+        # An option may hold several secrets (a wrapped store's credentials).
+        return tuple(s for v in values for s in (v if isinstance(v, tuple) else (v,)))
 
     def child(self, prefix: str) -> AdapterConfig:
         """The config of an adapter rooted at ``prefix`` below this one."""

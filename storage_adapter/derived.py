@@ -4,6 +4,7 @@ ObjectStorageAdapter, the peer adapters and CountingAdapter inherit these, so ``
 ``read_if_exists``, ``iter_list`` and ``delete_prefix`` mean the same thing (and cost the same requests)
 everywhere. ``list_pages`` and ``delete_many`` are here in their plainest form (one page; one delete per
 key), for the peers; ObjectStorageAdapter streams and batches them through its driver.
+``storage_adapter.async_adapter.AsyncDerivedOperations`` builds the same four for the async adapter.
 """
 
 from __future__ import annotations
@@ -68,12 +69,16 @@ class DerivedOperations:
         Not atomic: one listing, then one ``delete`` per object.
         """
         if not validate_prefix(prefix, self.backend):
-            raise StorageError(
-                f"delete_prefix needs a non-empty prefix on {self.url} (refusing to empty the root)",
-                key=prefix,
-                backend=self.backend,
-            )
+            raise root_refused(prefix, self.url, self.backend)
         infos = self.list(prefix)
         for info in infos:
             self.delete(info.key)
         return len(infos)
+
+
+def root_refused(prefix: str, url: str, backend: str) -> StorageError:
+    return StorageError(
+        f"delete_prefix needs a non-empty prefix on {url} (refusing to empty the root)",
+        key=prefix,
+        backend=backend,
+    )

@@ -15,6 +15,7 @@ the contract reports as "fault injection not supported" rather than as a pass.
 
 from __future__ import annotations
 
+import contextvars
 import enum
 import functools
 import threading
@@ -82,42 +83,46 @@ class FaultPlan:
             return None
 
 
-_ACTIVE = threading.local()
+# A context variable rather than a thread-local: a new thread starts without a plan (so the plan stays in
+# the thread that set it), while an asyncio task and ``asyncio.to_thread`` inherit their caller's context,
+# so the faults of an async adapter's call follow it onto the event loop and into its worker threads.
+_ACTIVE: contextvars.ContextVar[FaultPlan | None] = contextvars.ContextVar("fault_plan", default=None)
 
 
 @contextmanager
 def injected(plan: FaultPlan) -> Iterator[FaultPlan]:
-    """Run the block with ``plan`` active in this thread (and no other). Not reentrant."""
-    if getattr(_ACTIVE, "plan", None) is not None:
+    """Run the block with ``plan`` active in this thread (and no other; the asyncio tasks it starts and
+    the threads they hand work to inherit it). Not reentrant."""
+    if _ACTIVE.get() is not None:
         raise RuntimeError("a fault plan is already active in this thread")
-    _ACTIVE.plan = plan
+    token = _ACTIVE.set(plan)
     try:
         yield plan
     finally:
-        _ACTIVE.plan = None
+        _ACTIVE.reset(token)
 
 
 def carried(call: Callable[P, R]) -> Callable[P, R]:
     """``call``, run under the plan active in this thread (if any) wherever it is called: a driver that
     fans one operation out to worker threads wraps each piece, so the operation's faults follow it."""
-    plan: FaultPlan | None = getattr(_ACTIVE, "plan", None)
+    plan = _ACTIVE.get()
     if plan is None:
         return call
 
     @functools.wraps(call)
     def under_plan(*args: P.args, **kwargs: P.kwargs) -> R:
-        _ACTIVE.plan = plan
+        token = _ACTIVE.set(plan)
         try:
             return call(*args, **kwargs)
         finally:
-            _ACTIVE.plan = None
+            _ACTIVE.reset(token)
 
     return under_plan
 
 
 def due(point: str) -> FaultKind | None:
     """Called by a driver just before the I/O step ``point``: the kind of fault to raise there, if any."""
-    plan: FaultPlan | None = getattr(_ACTIVE, "plan", None)
+    plan = _ACTIVE.get()
     kind = None if plan is None else plan.step(point)
     if kind is FaultKind.PANIC:
         raise InjectedPanic(f"injected panic before {point}")
@@ -128,6 +133,6 @@ def recovering(point: str) -> None:
     """Called by a driver that deliberately works around the failure of ``point`` by another route (the
     S3 driver's single-object delete after a refused multi-object delete). Only then may an operation
     whose step failed return normally, and only with the answer and the effect of an unfailed one."""
-    plan: FaultPlan | None = getattr(_ACTIVE, "plan", None)
+    plan = _ACTIVE.get()
     if plan is not None:
         plan.recovered.append(point)

@@ -6,14 +6,17 @@ outcomes that are not errors (a lost create, a failed precondition) come back as
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 import io
 import itertools
+import os
+import pickle
 import re
 import threading
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
+from collections.abc import AsyncGenerator, Callable, Generator, Iterable, Iterator, Sequence
 from contextlib import suppress
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal, cast
@@ -29,14 +32,15 @@ from obstore.exceptions import (
     UnauthenticatedError,
 )
 from obstore.exceptions import PermissionDeniedError as ObstorePermissionDenied
-from obstore.store import MemoryStore, S3Store
+from obstore.store import AzureStore, GCSStore, HTTPStore, LocalStore, MemoryStore, S3Store
 
 from storage_adapter.aws_profile import BotocoreCredentials, StaticKeys, profile_source
-from storage_adapter.batch import DELETE_BATCH, LIST_PAGE, chunked, delete_each
+from storage_adapter.batch import DELETE_BATCH, DELETE_WORKERS, LIST_PAGE, chunked, delete_each
 from storage_adapter.config import AdapterConfig
 from storage_adapter.errors import (
     BackendUnavailableError,
     BatchDeleteError,
+    ConfigurationError,
     InvalidKeyError,
     NotFoundError,
     ObjectChangedError,
@@ -47,6 +51,7 @@ from storage_adapter.errors import (
 from storage_adapter.faults import FaultKind, due, recovering
 from storage_adapter.keys import join_key
 from storage_adapter.streams import BytesLike, clip
+from storage_adapter.threaded import ThreadedAsyncDriver, in_thread
 from storage_adapter.types import ObjectInfo
 
 if TYPE_CHECKING:  # only in obstore's type stubs
@@ -157,6 +162,103 @@ def s3_store(config: AdapterConfig) -> Any:
             },
         },
         credential_provider=cast("S3CredentialProvider | None", provider),
+    )
+
+
+# -- a user's own obstore store (open_adapter(store=..., capabilities=...)) -----------------------------
+_STORE_TYPES = (MemoryStore, LocalStore, S3Store, GCSStore, AzureStore, HTTPStore)
+# The fields of a store's config that hold credentials (S3 keys and tokens, Azure keys and SAS, GCS
+# service account keys): masked in everything the adapter reports.
+_SECRET_FIELD = re.compile(r"secret|token|password|sas|service_account|^access_key$", re.IGNORECASE)
+# Wrapped stores obstore cannot pickle, by identity: a pickled adapter over one reopens the very store in
+# this process. Held from the first pickling on, for the process's life.
+_REATTACHABLE: dict[str, Any] = {}
+
+
+def is_obstore_store(candidate: object) -> bool:
+    """Whether ``candidate`` is one of obstore's stores."""
+    return isinstance(candidate, _STORE_TYPES)
+
+
+def store_identity(store: Any) -> str:
+    """A name for the store object itself: its kind, this process and the object (one store wrapped
+    twice is one identity; a store and its pickled copy in another process keep the original's)."""
+    return f"{type(store).__name__.lower()}-{os.getpid()}-{id(store):x}"
+
+
+def store_secrets(store: Any) -> tuple[str, ...]:
+    """The credential values in ``store``'s config (nothing for stores without one)."""
+    config = getattr(store, "config", None) or {}
+    return tuple(str(v) for k, v in config.items() if _SECRET_FIELD.search(k) and isinstance(v, str) and v)
+
+
+class WrappedStore:
+    """A user's obstore store inside an adapter's config: equal (and hashing) by the store's identity,
+    so an adapter and its pickled copy compare equal.
+
+    Pickling: through obstore's own pickling where it has one (S3, GCS, Azure, HTTP, local stores: the
+    copy addresses the same bucket or directory). A store obstore cannot pickle (a MemoryStore, a store
+    with a Python credential provider) is pickled by reference: the copy is the very same store in this
+    process; in another process a MemoryStore copy is a new, empty store there (memory stores are
+    per-process, as ``memory://`` ones), and any other store raises ConfigurationError when unpickled.
+    """
+
+    __slots__ = ("identity", "store")
+
+    def __init__(self, store: Any, identity: str) -> None:
+        self.store, self.identity = store, identity
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, WrappedStore) and other.identity == self.identity
+
+    def __hash__(self) -> int:
+        return hash(self.identity)
+
+    def __repr__(self) -> str:
+        return f"WrappedStore({self.identity})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        try:
+            pickled = pickle.dumps(self.store)  # obstore's own pickling, where it has one
+        except (TypeError, AttributeError, pickle.PicklingError):
+            # obstore refuses (MemoryStore), or what the store holds does not pickle (a local function
+            # as credential provider)
+            with _MEMORY_LOCK:
+                _REATTACHABLE.setdefault(self.identity, self.store)
+            return (_reattached, (self.identity, isinstance(self.store, MemoryStore)))
+        return (_unpickled, (pickled, self.identity))
+
+
+def _unpickled(pickled: bytes, identity: str) -> WrappedStore:
+    return WrappedStore(pickle.loads(pickled), identity)
+
+
+def _reattached(identity: str, per_process: bool) -> WrappedStore:
+    with _MEMORY_LOCK:
+        store = _REATTACHABLE.get(identity)
+        if store is None and per_process:
+            store = _REATTACHABLE[identity] = MemoryStore()
+    if store is None:
+        raise ConfigurationError(
+            f"the wrapped obstore store {identity} cannot be reopened in this process: obstore cannot "
+            "pickle it; wrap the store in each process (or open the adapter from a URL)",
+            key=identity,
+        )
+    return WrappedStore(store, identity)
+
+
+def wrapped_driver(config: AdapterConfig, name: str) -> ObstoreBackend:
+    """The driver of an adapter over a user's store (config option ``store``, a :class:`WrappedStore`),
+    its messages naming the backend ``name``. On S3 it confirms the child prefixes of ``list_dir`` and
+    falls back to signed single deletes, as the ``s3`` backend does."""
+    store = config.option("store").store
+    s3 = isinstance(store, S3Store)
+    return ObstoreBackend(
+        config,
+        lambda _config: store,
+        confirm_prefixes=s3,
+        signed_delete_timeout_s=60.0 if s3 else None,
+        name=name,
     )
 
 
@@ -289,8 +391,9 @@ def _fault_point(point: str) -> None:
     raise (ObstorePermissionDenied if kind is FaultKind.DENIED else GenericError)(message)
 
 
-def _whole_body(result: Any) -> bytes:
-    """A GET's whole body as ``bytes``, holding one copy of it (plus at most two chunks).
+class _Body:
+    """A GET's whole body as ``bytes``, assembled from its stream holding one copy of it (plus at most
+    two chunks); fed chunk by chunk by the sync and the async GET alike.
 
     ``bytes(result.bytes())`` held two on S3: object_store gathers the body into one Rust buffer, then
     ``bytes`` copies it. obstore's stream hands over each chunk as a fresh Python ``bytes`` (a copy out of
@@ -303,16 +406,46 @@ def _whole_body(result: Any) -> bytes:
       object once it is exactly full (CPython since 3.5; elsewhere a copy, never a wrong result).
       ``truncate`` keeps a body shorter than announced exact.
     """
-    chunks = iter(result.stream(min_chunk_size=_READ_CHUNK))
-    first = next(chunks, b"")
-    second = next(chunks, None)
-    if second is None:
-        return first
-    buffer = io.BytesIO(bytes(int(result.meta["size"])))
-    for chunk in itertools.chain((first, second), chunks):
-        buffer.write(chunk)
-    buffer.truncate()
-    return buffer.getvalue()
+
+    __slots__ = ("_buffer", "_first", "_size")
+
+    def __init__(self, result: Any) -> None:
+        self._size = int(result.meta["size"])
+        self._first: bytes | None = None
+        self._buffer: io.BytesIO | None = None
+
+    def add(self, chunk: bytes) -> None:
+        if self._first is None:
+            self._first = chunk
+            return
+        if self._buffer is None:
+            self._buffer = io.BytesIO(bytes(self._size))
+            self._buffer.write(self._first)
+        self._buffer.write(chunk)
+
+    def value(self) -> bytes:
+        if self._buffer is None:
+            return self._first or b""
+        self._buffer.truncate()
+        return self._buffer.getvalue()
+
+
+def _whole_body(result: Any) -> bytes:
+    body = _Body(result)
+    for chunk in result.stream(min_chunk_size=_READ_CHUNK):
+        body.add(chunk)
+    return body.value()
+
+
+async def _whole_body_async(result: Any) -> bytes:
+    if int(result.meta["size"]) <= _READ_CHUNK:
+        # One await for the whole (small) body instead of one per chunk plus one for the end of the
+        # stream: each await of obstore's is a round trip between its runtime and the event loop.
+        return bytes(await result.bytes_async())
+    body = _Body(result)
+    async for chunk in result.stream(min_chunk_size=_READ_CHUNK):
+        body.add(chunk)
+    return body.value()
 
 
 def _gathered(chunks: Iterator[BytesLike], limit: int | None) -> tuple[bytes, Iterator[BytesLike] | None]:
@@ -363,8 +496,9 @@ class ObstoreBackend:
         *,
         confirm_prefixes: bool = False,
         signed_delete_timeout_s: float | None = None,
+        name: str | None = None,
     ) -> None:
-        self.name = config.backend
+        self.name = name or config.backend
         self._prefix = config.prefix
         self._confirm_prefixes = confirm_prefixes
         self._signed_delete_timeout_s = signed_delete_timeout_s
@@ -385,8 +519,28 @@ class ObstoreBackend:
     def path(self, key: str) -> str:
         return join_key(self._prefix, key)
 
+    def listed(self, prefix: str) -> str | None:
+        """The store path a listing of ``prefix`` starts at (None: the whole store)."""
+        return self.path(prefix) if prefix else self._prefix or None
+
     def relative(self, path: str) -> str:
         return path[len(self._prefix) + 1 :] if self._prefix else path
+
+    @property
+    def store(self) -> Any:
+        return self._store
+
+    @property
+    def confirms_prefixes(self) -> bool:
+        return self._confirm_prefixes
+
+    @property
+    def batch_delete_refused(self) -> bool:
+        return self._batch_delete_refused
+
+    def asynchronous(self) -> ObstoreAsyncDriver:
+        """This driver's non-blocking twin over obstore's async calls (same store, same state)."""
+        return ObstoreAsyncDriver(self)
 
     def translated(self, key: str, action: str) -> Translation:
         """A context manager translating obstore's (and the OS's) exceptions raised inside it."""
@@ -482,27 +636,21 @@ class ObstoreBackend:
         so each batch is one ListObjectsV2 request, made when the batch is asked for. A short batch is
         the last (obstore fills every batch but the last), so no request follows it."""
         with self.translated(prefix, "list"):
-            stream = iter(
-                obstore.list(
-                    self._store, self.path(prefix) if prefix else self._prefix or None, chunk_size=LIST_PAGE
-                )
-            )
+            stream = iter(obstore.list(self._store, self.listed(prefix), chunk_size=LIST_PAGE))
             while True:
                 _fault_point("list")
                 batch = next(stream, None)
                 if not batch:
                     return
-                yield [self._info(meta) for meta in batch]
+                yield [self.info(meta) for meta in batch]
                 if len(batch) < LIST_PAGE:
                     return
 
     def list_dir(self, prefix: str) -> tuple[builtins.list[ObjectInfo], builtins.list[str]]:
         with self.translated(prefix, "list_dir"):
             _fault_point("list_with_delimiter")
-            result = obstore.list_with_delimiter(
-                self._store, self.path(prefix) if prefix else self._prefix or None
-            )
-        objects = [self._info(meta) for meta in result["objects"]]
+            result = obstore.list_with_delimiter(self._store, self.listed(prefix))
+        objects = [self.info(meta) for meta in result["objects"]]
         prefixes = [p.rstrip("/") for p in result["common_prefixes"]]
         if self._confirm_prefixes:
             prefixes = [p for p in prefixes if self._has_objects(prefix, p)]
@@ -513,7 +661,7 @@ class ObstoreBackend:
             _fault_point("list")
             return next(iter(obstore.list(self._store, path, chunk_size=1)), None) is not None
 
-    def _info(self, meta: Any) -> ObjectInfo:
+    def info(self, meta: Any) -> ObjectInfo:
         return ObjectInfo(
             key=self.relative(meta["path"]),
             size=int(meta["size"]),
@@ -569,11 +717,15 @@ class ObstoreBackend:
                 # S3 answers a lost If-None-Match race with 412; object_store maps that to Precondition.
                 return None
 
+    def if_match_token(self, token: str) -> str:
+        """The ETag to send in If-Match for ``token`` (a compatibility mode may rewrite it)."""
+        return token
+
     def put_if_match(self, key: str, data: bytes, token: str) -> str | None:
         """Native update: the new token, or None when the object changed or is absent."""
         with self.translated(key, "write_if_match"):
             try:
-                mode: Any = {"e_tag": token}
+                mode: Any = {"e_tag": self.if_match_token(token)}
                 _fault_point("put")
                 return str(obstore.put(self._store, self.path(key), data, mode=mode)["e_tag"])
             except (PreconditionError, FileNotFoundError):
@@ -614,20 +766,32 @@ class ObstoreBackend:
             obstore.delete(self._store, paths)
             return True
         except GenericError as exc:
-            status = http_status(exc)
-            refused = status is not None and status_error_class(status) in _REFUSALS
-            if self._signed_delete_timeout_s is None or not refused:
-                raise  # no fallback here, or not a refusal of the call itself (missing bucket, denied, ...)
-            self._batch_delete_refused = True
-            recovering("delete")
+            if not self.falls_back_from(exc):
+                raise
             return False
+
+    def falls_back_from(self, exc: GenericError) -> bool:
+        """Whether the failed multi-object delete ``exc`` is the server's refusal of that request and
+        the signed fallback is on; if so it is never sent again. Otherwise (no fallback here, or not a
+        refusal of the call itself: missing bucket, denied, ...) the error stands."""
+        status = http_status(exc)
+        refused = status is not None and status_error_class(status) in _REFUSALS
+        if self._signed_delete_timeout_s is None or not refused:
+            return False
+        self._batch_delete_refused = True
+        recovering("delete")
+        return True
 
     def _delete_path(self, path: str) -> None:
         if self._multi_delete(path):
             return
-        # Presigned for immediate use; DeleteObject answers 204, and urllib raises HTTPError otherwise.
+        # Presigned for immediate use.
         _fault_point("sign")
-        url = obstore.sign(self._store, "DELETE", path, timedelta(minutes=5))
+        self.signed_delete(obstore.sign(self._store, "DELETE", path, timedelta(minutes=5)))
+
+    def signed_delete(self, url: str) -> None:
+        """One DeleteObject to the presigned ``url``: it answers 204, and urllib raises HTTPError
+        otherwise."""
         _fault_point("signed_delete")
         urllib.request.urlopen(
             urllib.request.Request(url, method="DELETE"), timeout=self._signed_delete_timeout_s
@@ -643,6 +807,156 @@ class ObstoreBackend:
     def remove_orphans(self, min_age_s: float) -> int:
         """Crash leftovers to reclaim: none here (S3 multipart leftovers belong to bucket lifecycle rules)."""
         return 0
+
+
+class ObstoreAsyncDriver(ThreadedAsyncDriver):
+    """The :class:`~storage_adapter.registry.AsyncDriver` of an :class:`ObstoreBackend`: the same requests
+    over obstore's async calls, on the caller's event loop, through the same translation (panics
+    included) and fault points. It shares its sync driver's store, paths and state (a refused
+    multi-object delete is refused for both). In worker threads (inherited from ThreadedAsyncDriver):
+    the presigned single delete (plain ``urllib``) and the ranged and streamed I/O, whose version pinning
+    and multipart uploads are the sync driver's."""
+
+    def __init__(self, sync: ObstoreBackend) -> None:
+        super().__init__(sync)
+        self._sync = sync
+        self._store = sync.store
+
+    def _translated(self, key: str, action: str) -> Translation:
+        return self._sync.translated(key, action)
+
+    # -- reads ---------------------------------------------------------------------------------------
+    async def get(self, key: str) -> bytes:
+        return (await self.get_versioned(key))[0]
+
+    async def get_versioned(self, key: str) -> tuple[bytes, str]:
+        with self._translated(key, "read"):
+            _fault_point("get")
+            result = await obstore.get_async(self._store, self._sync.path(key))
+            return await _whole_body_async(result), str(result.meta["e_tag"])
+
+    async def head_token(self, key: str) -> str:
+        with self._translated(key, "head"):
+            _fault_point("head")
+            return str((await obstore.head_async(self._store, self._sync.path(key)))["e_tag"])
+
+    async def list_pages(self, prefix: str) -> AsyncGenerator[builtins.list[ObjectInfo], None]:
+        """As :meth:`ObstoreBackend.list_pages`: one request per page, made when it is asked for."""
+        with self._translated(prefix, "list"):
+            stream = obstore.list(self._store, self._sync.listed(prefix), chunk_size=LIST_PAGE)
+            while True:
+                _fault_point("list")
+                batch = await anext(stream, None)
+                if not batch:
+                    return
+                yield [self._sync.info(meta) for meta in batch]
+                if len(batch) < LIST_PAGE:
+                    return
+
+    async def list_dir(self, prefix: str) -> tuple[builtins.list[ObjectInfo], builtins.list[str]]:
+        """As :meth:`ObstoreBackend.list_dir`; the child prefixes are confirmed concurrently."""
+        with self._translated(prefix, "list_dir"):
+            _fault_point("list_with_delimiter")
+            result = await obstore.list_with_delimiter_async(self._store, self._sync.listed(prefix))
+        objects = [self._sync.info(meta) for meta in result["objects"]]
+        prefixes = [p.rstrip("/") for p in result["common_prefixes"]]
+        if self._sync.confirms_prefixes:
+            held = await asyncio.gather(*(self._has_objects(prefix, p) for p in prefixes))
+            prefixes = [p for p, holds in zip(prefixes, held, strict=True) if holds]
+        return objects, [self._sync.relative(p) for p in prefixes]
+
+    async def _has_objects(self, key: str, path: str) -> bool:
+        with self._translated(key, "list_dir"):
+            _fault_point("list")
+            return await anext(obstore.list(self._store, path, chunk_size=1), None) is not None
+
+    # -- mutations -----------------------------------------------------------------------------------
+    async def put(self, key: str, data: bytes) -> str:
+        with self._translated(key, "write"):
+            _fault_point("put")
+            return str((await obstore.put_async(self._store, self._sync.path(key), data))["e_tag"])
+
+    async def put_if_absent(self, key: str, data: bytes) -> str | None:
+        with self._translated(key, "write_if_absent"):
+            try:
+                _fault_point("put")
+                put = await obstore.put_async(self._store, self._sync.path(key), data, mode="create")
+                return str(put["e_tag"])
+            except (AlreadyExistsError, PreconditionError):  # as the sync driver: a lost create
+                return None
+
+    async def put_if_match(self, key: str, data: bytes, token: str) -> str | None:
+        with self._translated(key, "write_if_match"):
+            try:
+                mode: Any = {"e_tag": self._sync.if_match_token(token)}
+                _fault_point("put")
+                put = await obstore.put_async(self._store, self._sync.path(key), data, mode=mode)
+                return str(put["e_tag"])
+            except (FileNotFoundError, PreconditionError):  # as the sync driver: the object moved
+                return None
+
+    async def delete(self, key: str) -> None:
+        with self._translated(key, "delete"), suppress(FileNotFoundError):
+            await self._delete_path(self._sync.path(key))
+
+    async def delete_many(self, keys: Sequence[str]) -> None:
+        """As :meth:`ObstoreBackend.delete_many`: one multi-object delete per batch, single signed deletes
+        (DELETE_WORKERS at a time) once the server refused it; BatchDeleteError names the failures."""
+        failures: dict[str, StorageError] = {}
+        for batch in chunked(keys, DELETE_BATCH):
+            try:
+                with self._translated(batch[0], f"delete (with {len(batch) - 1} more keys)"):
+                    if await self._multi_delete([self._sync.path(key) for key in batch]):
+                        continue
+            except StorageError as exc:
+                failures.update(dict.fromkeys(batch, exc))
+                continue
+            failures.update(await self._delete_each(batch))
+        if failures:
+            raise BatchDeleteError.of(failures, self._sync.name)
+
+    async def _delete_each(self, keys: builtins.list[str]) -> dict[str, StorageError]:
+        """``delete`` of every key, DELETE_WORKERS at a time; the keys that failed, with their errors."""
+        slots = asyncio.Semaphore(DELETE_WORKERS)
+
+        async def delete(key: str) -> StorageError | None:
+            async with slots:
+                try:
+                    await self.delete(key)
+                except StorageError as exc:
+                    return exc
+                return None
+
+        outcomes = await asyncio.gather(*(delete(key) for key in keys))
+        return {key: exc for key, exc in zip(keys, outcomes, strict=True) if exc is not None}
+
+    async def _multi_delete(self, paths: str | builtins.list[str]) -> bool:
+        if self._sync.batch_delete_refused:
+            return False
+        try:
+            _fault_point("delete")
+            await obstore.delete_async(self._store, paths)
+            return True
+        except GenericError as exc:
+            if not self._sync.falls_back_from(exc):
+                raise
+            return False
+
+    async def _delete_path(self, path: str) -> None:
+        if await self._multi_delete(path):
+            return
+        _fault_point("sign")
+        url = await obstore.sign_async(self._store, "DELETE", path, timedelta(minutes=5))
+        await in_thread(self._sync.signed_delete, url)
+
+    async def rename(self, src: str, dst: str) -> None:
+        with self._translated(src, f"rename to {dst!r}"):
+            _fault_point("copy")
+            await obstore.copy_async(self._store, self._sync.path(src), self._sync.path(dst))
+            await self._delete_path(self._sync.path(src))
+
+    async def remove_orphans(self, min_age_s: float) -> int:
+        return self._sync.remove_orphans(min_age_s)
 
 
 class _ObstoreSource:

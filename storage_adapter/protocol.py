@@ -6,17 +6,22 @@ implements it over obstore; a downstream backend implements it (or registers a
 :class:`~storage_adapter.registry.Backend`) and proves it by running the contract suite, which checks
 each docstring below as executable clauses.
 
-It is synchronous. An asynchronous twin will mirror it method for method, with the same guarantees.
+:class:`StorageAdapter` is synchronous; :class:`AsyncStorageAdapter` is its asynchronous twin, method for
+method, with the same guarantees (implemented by
+:class:`~storage_adapter.async_adapter.AsyncObjectStorageAdapter`).
 """
 
 from __future__ import annotations
 
 import builtins
-from collections.abc import Iterable, Iterator, Sequence
-from typing import Protocol, runtime_checkable
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from storage_adapter.streams import Body, ObjectReader
 from storage_adapter.types import Capabilities, DirListing, ObjectInfo, Versioned
+
+if TYPE_CHECKING:
+    from storage_adapter.async_adapter import AsyncObjectReader
 
 
 @runtime_checkable
@@ -53,7 +58,8 @@ class StorageAdapter(Protocol):
 
     @property
     def backend(self) -> str:
-        """The backend's registered name (``memory``, ``local``, ``s3``, ...), used in messages."""
+        """The backend's registered name (``memory``, ``local``, ``s3``, ...), used in messages; over a
+        user's own store (``open_adapter(store=...)``), the name its declared capabilities give."""
         ...
 
     @property
@@ -211,4 +217,137 @@ class StorageAdapter(Protocol):
         files) and that are older than ``min_age_s``; return how many. Never touches a visible object
         or a write in flight, whatever ``min_age_s``. Always 0 where ``capabilities.reclaims_orphans``
         is False."""
+        ...
+
+
+@runtime_checkable
+class AsyncStorageAdapter(Protocol):
+    """The asynchronous twin of :class:`StorageAdapter`: the same methods, arguments, results, errors and
+    guarantees (each method's are stated on its sync twin), for asyncio code.
+
+    In addition:
+
+    * **Never blocks the event loop.** No method blocks the thread running the loop while it waits for
+      storage: I/O is awaited (memory and S3: obstore's async calls), and whatever can only block
+      (local: directory ``flock`` s, fsync) runs in worker threads. Any number of calls may be in flight
+      from one loop.
+    * **Validation first.** Keys, prefixes, bodies and tokens are checked when the call starts, before any
+      I/O; a listing's prefix when ``list_pages``/``iter_list`` is called, not at the first ``anext``.
+    * **Cancellation.** Cancelling a call (or dropping a listing) is allowed; a cancelled mutation has the
+      status of one that raised BackendUnavailableError: it took effect entirely or not at all (a
+      reader never sees a part), and which one is unknown.
+    * **Pickling and equality** as for the sync adapter; an async adapter never equals a sync one.
+    """
+
+    # -- identity ------------------------------------------------------------------------------------
+    @property
+    def url(self) -> str:
+        """As :attr:`StorageAdapter.url`."""
+        ...
+
+    @property
+    def backend(self) -> str:
+        """As :attr:`StorageAdapter.backend`."""
+        ...
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """As :attr:`StorageAdapter.capabilities`: the same declaration as the sync adapter of the same
+        configuration."""
+        ...
+
+    def child(self, prefix: str) -> AsyncStorageAdapter:
+        """As :meth:`StorageAdapter.child` (no I/O, so not a coroutine)."""
+        ...
+
+    # -- reads ---------------------------------------------------------------------------------------
+    async def read_bytes(self, key: str) -> bytes:
+        """As :meth:`StorageAdapter.read_bytes`."""
+        ...
+
+    async def read_text(self, key: str, encoding: str = "utf-8") -> str:
+        """As :meth:`StorageAdapter.read_text`."""
+        ...
+
+    async def read_if_exists(self, key: str) -> bytes | None:
+        """As :meth:`StorageAdapter.read_if_exists`."""
+        ...
+
+    async def read_versioned(self, key: str) -> Versioned:
+        """As :meth:`StorageAdapter.read_versioned`: the token of exactly the bytes returned."""
+        ...
+
+    async def read_range(self, key: str, start: int, end: int) -> bytes:
+        """As :meth:`StorageAdapter.read_range`: InvalidRangeError before any I/O."""
+        ...
+
+    async def read_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> builtins.list[bytes]:
+        """As :meth:`StorageAdapter.read_ranges`: every range from one version (ObjectChangedError)."""
+        ...
+
+    async def open_reader(self, key: str) -> AsyncObjectReader:
+        """As :meth:`StorageAdapter.open_reader`, with coroutine reads
+        (:class:`~storage_adapter.async_adapter.AsyncObjectReader`: ``await read()``, ``await
+        readinto()``, ``seek``, ``tell``, ``size``, ``token``, ``async with``)."""
+        ...
+
+    async def read_buffer(self, key: str) -> memoryview:
+        """As :meth:`StorageAdapter.read_buffer`."""
+        ...
+
+    async def exists(self, key: str) -> bool:
+        """As :meth:`StorageAdapter.exists`."""
+        ...
+
+    async def list(self, prefix: str = "") -> builtins.list[ObjectInfo]:
+        """As :meth:`StorageAdapter.list`: recursive, sorted, whole segments."""
+        ...
+
+    def list_pages(self, prefix: str = "") -> AsyncIterator[builtins.list[ObjectInfo]]:
+        """As :meth:`StorageAdapter.list_pages`, as an async iterator (``async for page in ...``): each
+        page fetched only when the previous one has been taken. The prefix is validated at this call."""
+        ...
+
+    def iter_list(self, prefix: str = "") -> AsyncIterator[ObjectInfo]:
+        """As :meth:`StorageAdapter.iter_list`, as an async iterator."""
+        ...
+
+    async def list_dir(self, prefix: str = "") -> DirListing:
+        """As :meth:`StorageAdapter.list_dir`."""
+        ...
+
+    # -- mutations -----------------------------------------------------------------------------------
+    async def write(self, key: str, data: Body) -> str:
+        """As :meth:`StorageAdapter.write`: atomic replace, returns the token. A streamed body (a file
+        object or an iterable of chunks, as for the sync adapter) is read in a worker thread, never on
+        the loop."""
+        ...
+
+    async def write_if_absent(self, key: str, data: Body) -> str | None:
+        """As :meth:`StorageAdapter.write_if_absent`: exactly one winner among any number of concurrent
+        callers, tasks of one loop, threads and processes alike."""
+        ...
+
+    async def write_if_match(self, key: str, data: Body, token: str) -> str | None:
+        """As :meth:`StorageAdapter.write_if_match`: linearizable compare-and-swap."""
+        ...
+
+    async def delete(self, key: str) -> None:
+        """As :meth:`StorageAdapter.delete`: idempotent."""
+        ...
+
+    async def delete_many(self, keys: Iterable[str]) -> int:
+        """As :meth:`StorageAdapter.delete_many`: every key validated before any I/O."""
+        ...
+
+    async def rename(self, src: str, dst: str) -> None:
+        """As :meth:`StorageAdapter.rename`."""
+        ...
+
+    async def delete_prefix(self, prefix: str) -> int:
+        """As :meth:`StorageAdapter.delete_prefix`: the root is refused."""
+        ...
+
+    async def remove_orphans(self, min_age_s: float = 3600.0) -> int:
+        """As :meth:`StorageAdapter.remove_orphans`."""
         ...

@@ -37,6 +37,11 @@ def test_bench_quick_memory_and_local(tmp_path: Path) -> None:
         (m, n) for m in ("adapter", "floor") for n in (1, 2, 4)
     }
     assert all(isinstance(t["met"], bool) for t in data["targets"])
+    assert {(r["backend"], r["client"]) for r in data["async_gets"]} == {
+        (b, c)
+        for b in ("memory", "local")
+        for c in ("adapter-async (one event loop)", "adapter (thread pool)")
+    }
 
 
 @pytest.mark.stress
@@ -46,6 +51,7 @@ def test_bench_quick_with_seaweedfs(tmp_path: Path) -> None:
     clients = {r["client"] for r in data["latency"] if r["backend"] == "seaweedfs"}
     assert clients == {"adapter", "obstore", "boto3", "s3fs"}
     assert any("boto3" in t["target"] for t in data["targets"])
+    assert any("async twin" in t["target"] for t in data["targets"])
 
 
 def test_scaling_curves_quick_on_memory(tmp_path: Path) -> None:

@@ -71,7 +71,7 @@ from storage_adapter.engine.tables import (
     write_fragment,
 )
 from storage_adapter.engine.vacuum import VacuumReport, vacuum
-from storage_adapter.errors import NotFoundError
+from storage_adapter.errors import ConfigurationError, NotFoundError
 from storage_adapter.protocol import StorageAdapter
 
 log = logging.getLogger(__name__)
@@ -132,8 +132,16 @@ class Engine:
         Read-only: only checks the manifest is present and valid (NotFoundError, CorruptManifestError);
         pending or corrupt sidecars do not matter to readers.
         """
-        adapter = open_adapter(url_or_adapter, **dict(options or {})) if isinstance(url_or_adapter, str) \
-            else url_or_adapter  # fmt: skip
+        adapter: StorageAdapter
+        if isinstance(url_or_adapter, str):
+            adapter = open_adapter(url_or_adapter, **dict(options or {}))
+        elif isinstance(url_or_adapter, StorageAdapter):
+            adapter = url_or_adapter
+        else:  # e.g. an obstore store: it needs its capabilities declared to become an adapter
+            raise ConfigurationError(
+                f"Engine.open takes a URL or a StorageAdapter, not {type(url_or_adapter).__name__}; wrap an "
+                "obstore store with open_adapter(store=..., capabilities=Capabilities(...)) first"
+            )
         settings = settings or EngineSettings()
         engine = cls(adapter, actor=actor, read_only=read_only, settings=settings)
         if read_only:

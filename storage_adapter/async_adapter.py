@@ -1,0 +1,308 @@
+"""AsyncObjectStorageAdapter: the async twin of ObjectStorageAdapter, for asyncio code.
+
+Same configuration, keys, errors, redaction, identity and guarantees as the sync adapter (it shares its
+:class:`~storage_adapter.adapter.AdapterCore`); each I/O method is a coroutine, and the listings are async
+iterators. It is typed against :class:`~storage_adapter.protocol.AsyncStorageAdapter`.
+
+The I/O goes through the backend driver's async twin (:class:`~storage_adapter.registry.AsyncDriver`),
+found by :func:`async_driver_of`, the one mechanism for every backend:
+
+* a driver that offers its own (:class:`~storage_adapter.registry.NativeAsync`) uses it: memory and S3
+  run on obstore's async calls, on the caller's event loop, with no thread per request;
+* any other driver (local, whose mutations wait on directory ``flock`` s and fsync; a third-party
+  backend's) gets :class:`~storage_adapter.threaded.ThreadedAsyncDriver`, which runs each of its calls
+  in a bounded pool of worker threads, so a call that blocks never blocks the event loop.
+"""
+
+from __future__ import annotations
+
+import builtins
+import io
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from storage_adapter.adapter import AdapterCore, opened_config
+from storage_adapter.config import AdapterConfig
+from storage_adapter.derived import root_refused
+from storage_adapter.errors import NotFoundError
+from storage_adapter.keys import validate_prefix
+from storage_adapter.redaction import Redactor
+from storage_adapter.registry import AsyncDriver, Driver, NativeAsync
+from storage_adapter.streams import Body, RangeSource, check_ranges
+from storage_adapter.threaded import ThreadedAsyncDriver, in_thread
+from storage_adapter.types import DirListing, ObjectInfo, Versioned
+
+
+class AsyncDerivedOperations:
+    """Mixin, the async twin of :class:`~storage_adapter.derived.DerivedOperations` (same meaning, same
+    requests): needs the async ``read_bytes``, ``list_pages``, ``list`` and ``delete``, and ``backend``
+    and ``url``."""
+
+    if TYPE_CHECKING:  # what the class provides; declared for the type checker only
+
+        @property
+        def backend(self) -> str: ...
+        @property
+        def url(self) -> str: ...
+        async def read_bytes(self, key: str) -> bytes: ...
+        def list_pages(self, prefix: str = "") -> AsyncIterator[builtins.list[ObjectInfo]]: ...
+        async def list(self, prefix: str = "") -> builtins.list[ObjectInfo]: ...
+        async def delete(self, key: str) -> None: ...
+
+    async def read_text(self, key: str, encoding: str = "utf-8") -> str:
+        return (await self.read_bytes(key)).decode(encoding)
+
+    async def read_if_exists(self, key: str) -> bytes | None:
+        try:
+            return await self.read_bytes(key)
+        except NotFoundError:  # absent; every other failure raises
+            return None
+
+    def iter_list(self, prefix: str = "") -> AsyncIterator[ObjectInfo]:
+        """The objects of ``list_pages(prefix)`` one at a time (the prefix is validated at the call)."""
+        return _flattened(self.list_pages(prefix))
+
+    async def delete_prefix(self, prefix: str) -> int:
+        """As the sync one: one listing, then one ``delete`` per object."""
+        if not validate_prefix(prefix, self.backend):  # "" or "/": the root
+            raise root_refused(prefix, self.url, self.backend)
+        listed = await self.list(prefix)
+        for info in listed:
+            await self.delete(info.key)
+        return len(listed)
+
+
+async def _flattened(pages: AsyncIterator[builtins.list[ObjectInfo]]) -> AsyncIterator[ObjectInfo]:
+    async for page in pages:
+        for info in page:
+            yield info
+
+
+def async_driver_of(driver: Driver) -> AsyncDriver:
+    """The async twin of ``driver``: its own where it offers one, else :class:`ThreadedAsyncDriver`."""
+    return driver.asynchronous() if isinstance(driver, NativeAsync) else ThreadedAsyncDriver(driver)
+
+
+class AsyncObjectReader:
+    """The async twin of :class:`~storage_adapter.streams.ObjectReader`: a seekable reader over one
+    version of one object (the same guarantee: never bytes of two versions), whose reads are
+    coroutines, each one ranged read of the driver's source in a worker thread. ``seek`` and ``tell`` do
+    no I/O and stay plain methods; ``size`` and ``token`` are the opened version's. Use it as an async
+    context manager (or ``await close()``); a closed reader raises ValueError."""
+
+    def __init__(self, source: RangeSource, scrubbed: Redactor) -> None:
+        self._source, self._scrubbed = source, scrubbed
+        self._position, self._closed = 0, False
+
+    @property
+    def size(self) -> int:
+        return self._source.size
+
+    @property
+    def token(self) -> str:
+        return self._source.token
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError("I/O operation on closed reader")
+
+    def tell(self) -> int:
+        self._check_open()
+        return self._position
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        self._check_open()
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._position, io.SEEK_END: self.size}.get(whence)
+        if base is None:
+            raise ValueError(f"invalid whence ({whence!r})")
+        if base + offset < 0:
+            raise ValueError(f"negative seek position {base + offset}")
+        self._position = base + offset
+        return self._position
+
+    async def read_at(self, offset: int, buffer: Any) -> int:
+        """Fill ``buffer`` with the bytes from ``offset`` on (never past the end); return how many. The
+        position does not move."""
+        self._check_open()
+        view = memoryview(buffer).cast("B")
+        wanted = min(len(view), self.size - offset)
+        if wanted <= 0:
+            return 0
+        with self._scrubbed:
+            got: int = await in_thread(self._source.read_into, offset, view[:wanted])
+        return got
+
+    async def readinto(self, buffer: Any) -> int:
+        got = await self.read_at(self._position, buffer)
+        self._position += got
+        return got
+
+    async def read(self, size: int = -1) -> bytes:
+        """Up to ``size`` bytes from the position (the rest of the object when ``size`` is negative)."""
+        self._check_open()
+        rest = max(self.size - self._position, 0)
+        buffer = bytearray(rest if size < 0 else min(size, rest))
+        filled = 0
+        while filled < len(buffer):
+            got = await self.readinto(memoryview(buffer)[filled:])
+            if not got:
+                break
+            filled += got
+        return bytes(buffer[:filled])
+
+    async def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            with self._scrubbed:
+                await in_thread(self._source.close)
+
+    async def __aenter__(self) -> AsyncObjectReader:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+class AsyncObjectStorageAdapter(AdapterCore, AsyncDerivedOperations):
+    """The :class:`~storage_adapter.protocol.AsyncStorageAdapter` over any registered backend: the async
+    twin of :class:`~storage_adapter.adapter.ObjectStorageAdapter`, with its keys rules (checked before
+    any I/O, before the first ``await`` suspends), errors, redaction and guarantees.
+
+    It pickles (reopened from its config) and compares equal to another async adapter of the same
+    configuration, never to a sync one. Use :func:`open_async_adapter` to build one.
+    """
+
+    def __init__(self, config: AdapterConfig) -> None:
+        super().__init__(config)
+        self._async = async_driver_of(self._backend)
+
+    def child(self, prefix: str) -> AsyncObjectStorageAdapter:
+        """An adapter rooted at ``prefix`` below this one (same store, same options)."""
+        return AsyncObjectStorageAdapter(self._config.child(prefix))
+
+    # -- reads ----------------------------------------------------------------------------------------
+    async def read_bytes(self, key: str) -> bytes:
+        key = self._key(key)
+        with self._scrubbed:
+            return await self._async.get(key)
+
+    async def read_versioned(self, key: str) -> Versioned:
+        key = self._key(key)
+        with self._scrubbed:
+            data, token = await self._async.get_versioned(key)
+        return Versioned(data=data, token=token)
+
+    async def read_range(self, key: str, start: int, end: int) -> bytes:
+        return (await self.read_ranges(key, [(start, end)]))[0]
+
+    async def read_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> builtins.list[bytes]:
+        key = self._key(key)
+        checked = check_ranges(ranges, key, self.backend)
+        with self._scrubbed:
+            return await self._async.get_ranges(key, checked)
+
+    async def open_reader(self, key: str) -> AsyncObjectReader:
+        key = self._key(key)
+        with self._scrubbed:
+            return AsyncObjectReader(await self._async.open_source(key), self._scrubbed)
+
+    async def read_buffer(self, key: str) -> memoryview:
+        key = self._key(key)
+        with self._scrubbed:
+            return await self._async.get_buffer(key)
+
+    async def exists(self, key: str) -> bool:
+        key = self._key(key)
+        try:
+            with self._scrubbed:
+                await self._async.head_token(key)
+        except NotFoundError:
+            return False
+        return True
+
+    async def list(self, prefix: str = "") -> builtins.list[ObjectInfo]:
+        infos = [info async for page in self.list_pages(prefix) for info in page]
+        return sorted(infos, key=lambda i: i.key)
+
+    def list_pages(self, prefix: str = "") -> AsyncIterator[builtins.list[ObjectInfo]]:
+        """The prefix is validated now, at the call, before any I/O (not at the first ``anext``)."""
+        return self._pages(self._async.list_pages(self._prefix(prefix)))
+
+    async def _pages(
+        self, pages: AsyncGenerator[builtins.list[ObjectInfo], None]
+    ) -> AsyncGenerator[builtins.list[ObjectInfo], None]:
+        # The driver's I/O happens inside each anext(), so each one runs under the redactor.
+        try:
+            while True:
+                with self._scrubbed:
+                    page = await anext(pages, None)
+                if page is None:
+                    return
+                yield page
+        finally:
+            with self._scrubbed:
+                await pages.aclose()
+
+    async def list_dir(self, prefix: str = "") -> DirListing:
+        prefix = self._prefix(prefix)
+        with self._scrubbed:
+            objects, prefixes = await self._async.list_dir(prefix)
+        return self._dir_listing(objects, prefixes)
+
+    # -- mutations ------------------------------------------------------------------------------------
+    async def write(self, key: str, data: Body) -> str:
+        key, body = self._write_args(key, data)
+        with self._scrubbed:
+            if isinstance(body, bytes):
+                return await self._async.put(key, body)
+            return await self._async.put_stream(key, body)
+
+    async def write_if_absent(self, key: str, data: Body) -> str | None:
+        key, body = self._conditional_args(key, data, "write_if_absent")
+        with self._scrubbed:
+            if isinstance(body, bytes):
+                return await self._async.put_if_absent(key, body)
+            return await self._async.put_stream_if_absent(key, body)
+
+    async def write_if_match(self, key: str, data: Body, token: str) -> str | None:
+        key, body, token = self._match_args(key, data, token)
+        with self._scrubbed:
+            if isinstance(body, bytes):
+                return await self._async.put_if_match(key, body, token)
+            return await self._async.put_stream_if_match(key, body, token)
+
+    async def delete(self, key: str) -> None:
+        key = self._key(key)
+        with self._scrubbed:
+            await self._async.delete(key)
+
+    async def delete_many(self, keys: Iterable[str]) -> int:
+        unique = self._unique_keys(keys)
+        with self._scrubbed:
+            await self._async.delete_many(unique)
+        return len(unique)
+
+    async def rename(self, src: str, dst: str) -> None:
+        src, dst = self._key(src), self._key(dst)
+        with self._scrubbed:
+            if src == dst:  # as the sync adapter: only a check that the object exists
+                await self._async.head_token(src)
+                return
+            await self._async.rename(src, dst)
+
+    async def remove_orphans(self, min_age_s: float = 3600.0) -> int:
+        with self._scrubbed:
+            return await self._async.remove_orphans(min_age_s)
+
+
+def open_async_adapter(
+    url: str | None = None, *, store: Any = None, capabilities: Any = None, **options: Any
+) -> AsyncObjectStorageAdapter:
+    """Open an async adapter for ``url``, or over an obstore ``store`` with its declared
+    ``capabilities``, exactly as :func:`~storage_adapter.adapter.open_adapter` opens a sync one (same
+    arguments, options and errors). Opening builds the store as the sync adapter does."""
+    return AsyncObjectStorageAdapter(opened_config(url, store, capabilities, options))

@@ -1,0 +1,108 @@
+"""The generic async twin of a driver: its own calls, each run in a bounded pool of worker threads.
+
+:class:`ThreadedAsyncDriver` is the :class:`~storage_adapter.registry.AsyncDriver` of every driver that
+offers no native one (local, whose mutations wait on directory ``flock`` s; any third-party backend), and
+the base of the native ones, which inherit from it the calls they do not make natively (the ranged and
+streamed I/O of the obstore driver). A call that blocks blocks a worker thread, never the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import contextvars
+import functools
+from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from storage_adapter.registry import Driver
+from storage_adapter.streams import BytesLike, RangeSource
+from storage_adapter.types import ObjectInfo
+
+R = TypeVar("R")
+
+# Threads running the calls of drivers without an async twin, shared by every adapter of the process.
+# Bounded: a thousand concurrent local calls queue here (never on the event loop) instead of starting a
+# thousand threads; 32 keeps the directory locks and fsyncs of a local store busy on any machine.
+THREAD_WORKERS = 32
+_POOL = ThreadPoolExecutor(max_workers=THREAD_WORKERS, thread_name_prefix="storage-adapter-async")
+
+
+async def in_thread(call: Callable[..., R], *args: Any) -> R:
+    """``call(*args)`` in a worker thread, under the caller's context (so an injected fault plan,
+    :mod:`storage_adapter.faults`, follows the call), awaited without blocking the loop."""
+    context = contextvars.copy_context()
+    return await asyncio.get_running_loop().run_in_executor(
+        _POOL, functools.partial(context.run, call, *args)
+    )
+
+
+class ThreadedAsyncDriver:
+    """The async twin of any :class:`~storage_adapter.registry.Driver`: each call runs the driver's own
+    in a worker thread (at most :data:`THREAD_WORKERS` at a time across the process). Same outcomes and
+    errors as the driver, since it is the driver that runs; a listing's pages are fetched one
+    ``next()`` per page, each in a worker thread."""
+
+    def __init__(self, driver: Driver) -> None:
+        self._driver = driver
+
+    async def get(self, key: str) -> bytes:
+        return await in_thread(self._driver.get, key)
+
+    async def get_versioned(self, key: str) -> tuple[bytes, str]:
+        return await in_thread(self._driver.get_versioned, key)
+
+    async def head_token(self, key: str) -> str:
+        return await in_thread(self._driver.head_token, key)
+
+    async def list_pages(self, prefix: str) -> AsyncGenerator[builtins.list[ObjectInfo], None]:
+        pages = self._driver.list_pages(prefix)  # a generator: no I/O until the first next()
+        try:
+            while (page := await in_thread(next, pages, None)) is not None:
+                yield page
+        finally:
+            await in_thread(pages.close)  # releases what the driver holds open (local: directories)
+
+    async def list_dir(self, prefix: str) -> tuple[builtins.list[ObjectInfo], builtins.list[str]]:
+        return await in_thread(self._driver.list_dir, prefix)
+
+    async def get_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> builtins.list[bytes]:
+        return await in_thread(self._driver.get_ranges, key, ranges)
+
+    async def open_source(self, key: str) -> RangeSource:
+        return await in_thread(self._driver.open_source, key)
+
+    async def get_buffer(self, key: str) -> memoryview:
+        return await in_thread(self._driver.get_buffer, key)
+
+    async def put(self, key: str, data: bytes) -> str:
+        return await in_thread(self._driver.put, key, data)
+
+    async def put_if_absent(self, key: str, data: bytes) -> str | None:
+        return await in_thread(self._driver.put_if_absent, key, data)
+
+    async def put_if_match(self, key: str, data: bytes, token: str) -> str | None:
+        return await in_thread(self._driver.put_if_match, key, data, token)
+
+    # A streamed body is consumed in the worker thread: reading a file object or a generator may block.
+    async def put_stream(self, key: str, chunks: Iterator[BytesLike]) -> str:
+        return await in_thread(self._driver.put_stream, key, chunks)
+
+    async def put_stream_if_absent(self, key: str, chunks: Iterator[BytesLike]) -> str | None:
+        return await in_thread(self._driver.put_stream_if_absent, key, chunks)
+
+    async def put_stream_if_match(self, key: str, chunks: Iterator[BytesLike], token: str) -> str | None:
+        return await in_thread(self._driver.put_stream_if_match, key, chunks, token)
+
+    async def delete(self, key: str) -> None:
+        await in_thread(self._driver.delete, key)
+
+    async def delete_many(self, keys: Sequence[str]) -> None:
+        await in_thread(self._driver.delete_many, keys)
+
+    async def rename(self, src: str, dst: str) -> None:
+        await in_thread(self._driver.rename, src, dst)
+
+    async def remove_orphans(self, min_age_s: float) -> int:
+        return await in_thread(self._driver.remove_orphans, min_age_s)
