@@ -345,9 +345,9 @@ CATALOGUE: tuple[Mutant, ...] = (
     ),
     Mutant(
         "local-head-accepts-directory",
-        _LOCAL,
-        "            if st is None or not stat.S_ISREG(st.st_mode):",
-        "            if st is None:",
+        _MUTATION,
+        '        os.close(fd)\n    if stat.S_ISDIR(st.st_mode):\n        raise FileNotFoundError(errno.ENOENT, "a prefix, not an object", path)\n    return st',
+        "        os.close(fd)\n    return st",
         "exists() is True for a prefix (a directory)",
         targets=LOCAL,
     ),
@@ -380,9 +380,9 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "local-read-error-is-absent",
         _LOCAL,
-        "                data, st = read_object(chain.fd, name, path)",
-        "                try:\n                    data, st = read_object(chain.fd, name, path)\n"
-        "                except OSError as exc:\n                    raise FileNotFoundError(path) from exc",
+        "            data, st = read_object(self._root, self.path(key))",
+        "            try:\n                data, st = read_object(self._root, self.path(key))\n"
+        "            except OSError as exc:\n                raise FileNotFoundError(key) from exc",
         "a failing read (EIO, EACCES) is reported as an absent object",
         targets=LOCAL,
     ),

@@ -35,8 +35,7 @@ from storage_adapter.local_mutation import (
     open_chain,
     open_subdir,
     read_object,
-    split_path,
-    stat_entry,
+    stat_object,
     walk_in_key_order,
 )
 from storage_adapter.obstore_backend import Translation
@@ -86,36 +85,20 @@ class LocalBackend:
         """The open directory of the listing ``prefix`` (``""``: the adapter's own), None if absent."""
         return open_chain(self._root, dir_names(self.path(prefix) if prefix else self._prefix), create=False)
 
-    def _parent(self, key: str) -> tuple[DirChain | None, str, str]:
-        """``key``'s parent directory (None if absent), its name there and its store path."""
-        path = self.path(key)
-        directory, name = split_path(path)
-        return open_chain(self._root, directory, create=False), name, path
-
     # -- reads ---------------------------------------------------------------------------------------
     def get(self, key: str) -> bytes:
         return self.get_versioned(key)[0]
 
     def get_versioned(self, key: str) -> tuple[bytes, str]:
-        """The bytes and the token of exactly those bytes (both from one open file)."""
+        """The bytes and the token of exactly those bytes (both from one open file), read in the calling
+        thread (one openat2, fstat, read and close where no symlink is on the path)."""
         with self.translated(key, "read"):
-            chain, name, path = self._parent(key)
-            if chain is None:
-                raise FileNotFoundError(path)
-            with chain:
-                data, st = read_object(chain.fd, name, path)
+            data, st = read_object(self._root, self.path(key))
             return data, local_token(st)
 
     def head_token(self, key: str) -> str:
         with self.translated(key, "head"):
-            chain, name, path = self._parent(key)
-            st = None
-            if chain is not None:
-                with chain:
-                    st = stat_entry(chain.fd, name, path)
-            if st is None or not stat.S_ISREG(st.st_mode):
-                raise FileNotFoundError(path)
-            return local_token(st)
+            return local_token(stat_object(self._root, self.path(key)))
 
     def list_pages(self, prefix: str) -> Generator[builtins.list[ObjectInfo], None, None]:
         """Pages of LIST_PAGE objects from a lazy walk in key order: the directories stay open (one
