@@ -393,17 +393,30 @@ def stat_object(root: str, path: str) -> os.stat_result:
     return st
 
 
-def read_object(root: str, path: str) -> tuple[bytes, os.stat_result]:
-    """The bytes of the object at ``path`` below ``root`` and the stat of exactly that file.
-
-    One copy: ``os.read`` allocates the result and the kernel fills it. Raises FileNotFoundError when
-    absent (or a directory), SymlinkRefusedError for a symlink or special file on its path.
-    """
+def open_object(root: str, path: str) -> tuple[int, os.stat_result]:
+    """The object at ``path`` below ``root`` opened for reading: its descriptor (the caller closes it) and
+    the stat of exactly that file. Files are never modified once published, so every read of the
+    descriptor sees that one version, whatever replaces the name meanwhile. Raises FileNotFoundError
+    when absent (or a directory), SymlinkRefusedError for a symlink or special file on its path."""
     fd = open_below(root, path, _READ_FLAGS)
     try:
         st = _refuse_odd(os.fstat(fd), path)
         if stat.S_ISDIR(st.st_mode):
             raise FileNotFoundError(errno.ENOENT, "a prefix, not an object", path)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st
+
+
+def read_object(root: str, path: str) -> tuple[bytes, os.stat_result]:
+    """The bytes of the object at ``path`` below ``root`` and the stat of exactly that file (see
+    :func:`open_object`).
+
+    One copy: ``os.read`` allocates the result and the kernel fills it.
+    """
+    fd, st = open_object(root, path)
+    try:
         fault_point("read")
         data = os.read(fd, st.st_size)
         if len(data) < st.st_size:
