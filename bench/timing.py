@@ -16,7 +16,9 @@ from typing import Any
 
 from bench.clients import Client
 
-LIST_OBJECTS = 100
+# The sizes of issue 20's targets: a list of 1,000 objects, a list_dir of 200 child prefixes.
+LIST_OBJECTS = 1000
+LIST_DIR_PREFIXES = 200
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,9 @@ class _Runner:
         elif op == "list":
             for n in range(LIST_OBJECTS):
                 call["put"](f"bench/{tag}/list/{n:04d}", payload)
+        elif op == "list_dir":
+            for n in range(LIST_DIR_PREFIXES):
+                call["put"](f"bench/{tag}/dirs/{n:03d}/object", payload)
 
     def next_call(self) -> Callable[[], None]:
         self.i += 1
@@ -92,6 +97,9 @@ class _Runner:
         if self.op == "write_if_match":
             body = unique_body(self.payload, self.i)
             return lambda: self._advance(ops["write_if_match"](self.key, body, self.token))
+        if self.op == "list_dir":
+            prefix = f"bench/{self.tag}/dirs"
+            return lambda: self._expect(len(ops["list_dir"](prefix)) == LIST_DIR_PREFIXES, prefix)
         prefix = f"bench/{self.tag}/list"
         return lambda: self._expect(len(ops["list"](prefix)) == LIST_OBJECTS, prefix)
 

@@ -119,6 +119,20 @@ CATALOGUE: tuple[Mutant, ...] = (
         "        return len(infos) - 1 if infos else 0",
         "delete_prefix reports one object fewer than it deleted",
     ),
+    Mutant(
+        "derived-iter-list-limit-off-by-one",
+        _DERIVED,
+        "yield from itertools.islice(itertools.chain.from_iterable(pages), limit)",
+        "yield from itertools.islice(itertools.chain.from_iterable(pages), None if limit is None else limit + 1)",
+        "iter_list(limit=n) yields one object more than asked",
+    ),
+    Mutant(
+        "derived-limit-accepts-bool",
+        _DERIVED,
+        "isinstance(limit, int) and not isinstance(limit, bool) and limit >= 0",
+        "isinstance(limit, int) and limit >= 0",
+        "iter_list(limit=True) lists one object instead of refusing a bool",
+    ),
     # -- keys ---------------------------------------------------------------------------------------------------
     Mutant(
         "keys-length-in-characters",
@@ -299,6 +313,14 @@ CATALOGUE: tuple[Mutant, ...] = (
         "versions)",
         targets=OBSTORE,
     ),
+    Mutant(
+        "obstore-list-ignores-start-after",
+        _OBSTORE,
+        "offset=None if start_after is None else self.path(start_after),",
+        "offset=None,",
+        "a resumed listing starts again from the first object (callers paging a prefix loop or duplicate)",
+        targets=OBSTORE,
+    ),
     # -- declared capabilities (checked by the contract, not believed) -----------------------------------------
     Mutant(
         "caps-local-not-shared",
@@ -384,6 +406,22 @@ CATALOGUE: tuple[Mutant, ...] = (
         "            try:\n                data, st = read_object(self._root, self.path(key))\n"
         "            except OSError as exc:\n                raise FileNotFoundError(key) from exc",
         "a failing read (EIO, EACCES) is reported as an absent object",
+        targets=LOCAL,
+    ),
+    Mutant(
+        "local-list-resumes-at-start-after",
+        _MUTATION,
+        "        elif after is None or key > after:",
+        "        elif after is None or key >= after:",
+        "a resumed listing repeats the object it resumes after",
+        targets=LOCAL,
+    ),
+    Mutant(
+        "local-list-skips-directory-of-start-after",
+        _MUTATION,
+        'if after is None or after < key + "/" or after.startswith(key + "/"):',
+        'if after is None or after < key + "/":',
+        "a listing resumed inside a directory skips the rest of that directory",
         targets=LOCAL,
     ),
     # -- local mutations -------------------------------------------------------------------------------------

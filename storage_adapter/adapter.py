@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import builtins
+import itertools
+import operator
 from collections.abc import Generator, Iterable, Iterator
 from typing import Any
 
 from storage_adapter.config import AdapterConfig, parse_url
-from storage_adapter.derived import DerivedOperations
+from storage_adapter.derived import DerivedOperations, validate_start_after
 from storage_adapter.errors import NotFoundError
 from storage_adapter.keys import validate_key, validate_prefix
 from storage_adapter.redaction import Redactor
 from storage_adapter.registry import Driver
 from storage_adapter.types import Capabilities, DirListing, ObjectInfo, Versioned
+
+_BY_KEY = operator.attrgetter("key")
 
 
 def _as_bytes(data: bytes | str, key: str) -> bytes:
@@ -109,14 +113,17 @@ class ObjectStorageAdapter(DerivedOperations):
 
     def list(self, prefix: str = "") -> list[ObjectInfo]:
         """Every object under ``prefix`` (recursive), sorted by key. ``a/b`` never lists ``a/bc``."""
-        infos = [info for page in self.list_pages(prefix) for info in page]
-        return sorted(infos, key=lambda i: i.key)
+        return sorted(itertools.chain.from_iterable(self.list_pages(prefix)), key=_BY_KEY)
 
-    def list_pages(self, prefix: str = "") -> Iterator[builtins.list[ObjectInfo]]:
+    def list_pages(
+        self, prefix: str = "", *, start_after: str | None = None
+    ) -> Iterator[builtins.list[ObjectInfo]]:
         """``list(prefix)`` in pages of at most 1000 objects, each fetched when the previous one is taken
-        (one request per page on S3). The prefix is validated now, before any I/O."""
+        (one request per page on S3), resuming after the key ``start_after`` if given. The arguments are
+        validated now, before any I/O."""
         prefix = validate_prefix(prefix, self.backend)
-        return self._pages(self._backend.list_pages(prefix))
+        after = validate_start_after(start_after, self.backend)
+        return self._pages(self._backend.list_pages(prefix, after))
 
     def _pages(
         self, pages: Generator[builtins.list[ObjectInfo], None, None]
@@ -140,9 +147,7 @@ class ObjectStorageAdapter(DerivedOperations):
         prefix = validate_prefix(prefix, self.backend)
         with self._scrubbed:
             objects, prefixes = self._backend.list_dir(prefix)
-        return DirListing(
-            objects=tuple(sorted(objects, key=lambda i: i.key)), prefixes=tuple(sorted(prefixes))
-        )
+        return DirListing(objects=tuple(sorted(objects, key=_BY_KEY)), prefixes=tuple(sorted(prefixes)))
 
     # -- mutations ------------------------------------------------------------------------------------
     def write(self, key: str, data: bytes | str) -> str:

@@ -100,15 +100,18 @@ class LocalBackend:
         with self.translated(key, "head"):
             return local_token(stat_object(self._root, self.path(key)))
 
-    def list_pages(self, prefix: str) -> Generator[builtins.list[ObjectInfo], None, None]:
-        """Pages of LIST_PAGE objects from a lazy walk in key order: the directories stay open (one
-        descriptor per level) until the pages are taken or the generator is closed."""
+    def list_pages(
+        self, prefix: str, start_after: str | None = None
+    ) -> Generator[builtins.list[ObjectInfo], None, None]:
+        """Pages of LIST_PAGE objects from a lazy walk in key order, from the first key after
+        ``start_after`` (directories wholly before it are not even opened): the directories stay open
+        (one descriptor per level) until the pages are taken or the generator is closed."""
         with self.translated(prefix, "list"):
             chain = self._listed(prefix)
             if chain is None:
                 return
             with chain:
-                yield from chunked(self._objects(chain.fd, prefix), LIST_PAGE)
+                yield from chunked(self._objects(chain.fd, prefix, start_after), LIST_PAGE)
 
     def list_dir(self, prefix: str) -> tuple[builtins.list[ObjectInfo], builtins.list[str]]:
         with self.translated(prefix, "list_dir"):
@@ -129,10 +132,12 @@ class LocalBackend:
                 ]
             return objects, prefixes
 
-    def _objects(self, top: int, prefix: str) -> Generator[ObjectInfo, None, None]:
+    def _objects(
+        self, top: int, prefix: str, start_after: str | None = None
+    ) -> Generator[ObjectInfo, None, None]:
         """Every object below the open directory ``top`` (whose keys start with ``prefix``), lazily, in
-        key order."""
-        for fd, path, entry in walk_in_key_order(top, prefix):
+        key order; only those after ``start_after`` if given."""
+        for fd, path, entry in walk_in_key_order(top, prefix, start_after):
             info = self._info(fd, path, entry)
             if info is not None:
                 yield info

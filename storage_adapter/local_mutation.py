@@ -47,6 +47,7 @@ import stat
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager, suppress
+from functools import partial
 from typing import TypeVar
 
 from storage_adapter.faults import FaultKind, due
@@ -265,19 +266,26 @@ def walk(top: int, path: str) -> Iterator[tuple[int, str, list[os.DirEntry[str]]
             yield from _below(top, path, entry.name, walk)
 
 
-def walk_in_key_order(top: int, path: str) -> Iterator[tuple[int, str, os.DirEntry[str]]]:
+def walk_in_key_order(
+    top: int, path: str, after: str | None = None
+) -> Iterator[tuple[int, str, os.DirEntry[str]]]:
     """``(fd, path, entry)`` for every entry that is not a directory, in ``top`` and every real directory
     below it, in key order: a directory's entries sorted by name, a subdirectory's name followed by ``/``
     as its keys are (``a.txt`` < ``a/x`` < ``a0``). Lazy: it holds one directory's entries per level,
     never the whole tree. Never follows a symlink; directories that vanish while walked are skipped. The
-    caller owns ``top``."""
+    caller owns ``top``. With ``after``, only entries whose key (``path/name``) sorts after it: a
+    subdirectory whose keys all sort before it is skipped unopened."""
     fault_point("scandir")
     with os.scandir(top) as scan:
         entries = sorted(scan, key=lambda e: e.name + "/" if e.is_dir(follow_symlinks=False) else e.name)
     for entry in entries:
+        key = f"{path}/{entry.name}" if path else entry.name
         if entry.is_dir(follow_symlinks=False):
-            yield from _below(top, path, entry.name, walk_in_key_order)
-        else:
+            # Every key below starts with key + "/": all sort before ``after`` iff it is past that
+            # string without extending it.
+            if after is None or after < key + "/" or after.startswith(key + "/"):
+                yield from _below(top, path, entry.name, partial(walk_in_key_order, after=after))
+        elif after is None or key > after:
             yield top, path, entry
 
 
