@@ -135,6 +135,7 @@ def measure_concurrency(backend: str, payload: bytes, clients: Sequence[Client],
                         ops_per_level: int, rng: random.Random) -> list[Throughput]:  # fmt: skip
     """Throughput of 1 KiB gets with ``level`` requests in flight (a thread pool), clients interleaved."""
     results = []
+    clients = [client for client in clients if client.supports("get")]
     for client in clients:
         client.ops["put"]("bench/concurrency/object", payload)
     for level in levels:

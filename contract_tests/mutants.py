@@ -274,9 +274,9 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "obstore-list-dir-no-confirm",
         _OBSTORE,
-        "        if self._confirm_prefixes:\n            prefixes = [p for p in prefixes if self._has_objects(prefix, p)]\n",
-        "",
-        "list_dir reports emptied directories as prefixes (SeaweedFS keeps them)",
+        "            return [p for p in reported if p in held]",
+        "            return reported",
+        "list_dir reports emptied directories as prefixes (SeaweedFS keeps them) when one page shows the whole listing",
         targets=("seaweedfs",),
     ),
     Mutant(

@@ -142,8 +142,9 @@ class ObjectStorageAdapter(DerivedOperations):
 
     def list_dir(self, prefix: str = "") -> DirListing:
         """Objects directly under ``prefix`` and its child prefixes (those holding at least one object),
-        each sorted. One request, plus one per child prefix on S3: some servers (SeaweedFS) report
-        emptied directories as prefixes, so each is confirmed."""
+        each sorted. One request; on S3 servers that report emptied directories as prefixes (SeaweedFS;
+        the option ``confirm_prefixes``) a second one beside it, plus one per prefix beyond its first
+        page, run concurrently (docs/s3.md)."""
         prefix = validate_prefix(prefix, self.backend)
         with self._scrubbed:
             objects, prefixes = self._backend.list_dir(prefix)

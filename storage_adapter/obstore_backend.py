@@ -17,6 +17,7 @@ import urllib.request
 from collections.abc import Callable, Generator, Iterable, Sequence
 from contextlib import suppress
 from datetime import timedelta
+from functools import partial
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 import obstore
@@ -33,7 +34,7 @@ from obstore.exceptions import PermissionDeniedError as ObstorePermissionDenied
 from obstore.store import MemoryStore, S3Store
 
 from storage_adapter.aws_profile import BotocoreCredentials, StaticKeys, profile_source
-from storage_adapter.batch import DELETE_BATCH, LIST_PAGE, chunked, delete_each
+from storage_adapter.batch import DELETE_BATCH, LIST_PAGE, chunked, delete_each, side_by_side
 from storage_adapter.config import AdapterConfig
 from storage_adapter.errors import (
     BackendUnavailableError,
@@ -298,9 +299,10 @@ def _whole_body(result: Any) -> bytes:
 class ObstoreBackend:
     """The driver of a backend served by one obstore store: thin and exception-translating.
 
-    ``build_store(config)`` makes the store. ``confirm_prefixes`` makes ``list_dir`` confirm each child
-    prefix with one single-page list: some S3 servers (SeaweedFS) keep a directory after its last object
-    is deleted and report it as a common prefix, and a prefix is only a child if an object lives under it.
+    ``build_store(config)`` makes the store. ``confirm_prefixes`` makes ``list_dir`` confirm the child
+    prefixes it reports: some S3 servers (SeaweedFS) keep a directory after its last object is deleted
+    and report it as a common prefix, and a prefix is only a child if an object lives under it (see
+    :meth:`list_dir` for what that costs).
 
     ``signed_delete_timeout_s`` (S3) enables the single-object delete fallback: object_store 0.13 deletes
     even one key with the multi-object ``POST ?delete``, which some S3-compatible servers refuse (a
@@ -385,16 +387,51 @@ class ObstoreBackend:
                     return
 
     def list_dir(self, prefix: str) -> tuple[builtins.list[ObjectInfo], builtins.list[str]]:
-        with self.translated(prefix, "list_dir"):
-            _fault_point("list_with_delimiter")
-            result = obstore.list_with_delimiter(
-                self._store, self.path(prefix) if prefix else self._prefix or None
+        """One delimited list. With ``confirm_prefixes``, beside it (concurrently) the first page of the
+        recursive listing: every prefix an object of that page lies under is confirmed by it, and when
+        the page is the whole listing, every other reported prefix is empty; the prefixes left (beyond
+        the first page) are confirmed by one single-object list each, REQUEST_WORKERS at a time."""
+        base = self.path(prefix) if prefix else self._prefix or None
+        if not self._confirm_prefixes:
+            result = self._delimited(prefix, base)
+            reported = [p.rstrip("/") for p in result["common_prefixes"]]
+        else:
+            result, page = side_by_side(
+                [partial(self._delimited, prefix, base), partial(self._first_page, prefix, base)]
             )
-        objects = self._infos(result["objects"])
-        prefixes = [p.rstrip("/") for p in result["common_prefixes"]]
-        if self._confirm_prefixes:
-            prefixes = [p for p in prefixes if self._has_objects(prefix, p)]
-        return objects, [self.relative(p) for p in prefixes]
+            common = [p.rstrip("/") for p in result["common_prefixes"]]
+            reported = self._confirmed(prefix, base, common, page)
+        return self._infos(result["objects"]), [self.relative(p) for p in reported]
+
+    def _delimited(self, key: str, base: str | None) -> Any:
+        with self.translated(key, "list_dir"):
+            _fault_point("list_with_delimiter")
+            return obstore.list_with_delimiter(self._store, base)
+
+    def _first_page(self, key: str, base: str | None) -> Sequence[Any]:
+        """The first LIST_PAGE objects of the recursive listing below ``base`` (one request on S3)."""
+        with self.translated(key, "list_dir"):
+            _fault_point("list")
+            return next(iter(obstore.list(self._store, base, chunk_size=LIST_PAGE)), [])
+
+    def _confirmed(
+        self, key: str, base: str | None, reported: builtins.list[str], page: Sequence[Any]
+    ) -> builtins.list[str]:
+        """The ``reported`` child prefix paths of ``base`` that hold an object, given the first page of
+        the recursive listing of ``base``."""
+        start = len(base) + 1 if base else 0  # where a child's name begins in a path below base
+        held: set[str] = set()
+        for meta in page:
+            end = meta["path"].find("/", start)
+            if end >= 0:
+                held.add(meta["path"][:end])
+        if len(page) < LIST_PAGE:  # the whole listing: nothing it does not show holds an object
+            return [p for p in reported if p in held]
+        rest = [p for p in reported if p not in held]
+        confirmed = dict(
+            zip(rest, side_by_side([partial(self._has_objects, key, p) for p in rest]), strict=True)
+        )
+        return [p for p in reported if p in held or confirmed[p]]
 
     def _has_objects(self, key: str, path: str) -> bool:
         with self.translated(key, "list_dir"):
