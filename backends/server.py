@@ -30,6 +30,9 @@ class S3Endpoint:
     access_key_id: str
     secret_access_key: str = field(repr=False)
     region: str = "us-east-1"
+    # The server reports a directory emptied by deletes as a common prefix (SeaweedFS): the adapter's
+    # list_dir must confirm prefixes there (the S3 option confirm_prefixes).
+    confirm_prefixes: bool = False
 
     def url(self, prefix: str = "") -> str:
         return f"s3://{self.bucket}/{prefix}" if prefix else f"s3://{self.bucket}"
@@ -41,16 +44,19 @@ class S3Endpoint:
             "secret_access_key": self.secret_access_key,
             "region": self.region,
             "allow_http": self.endpoint.startswith("http://"),
+            "confirm_prefixes": self.confirm_prefixes,
         }
 
     def environment(self) -> dict[str, str]:
-        """The ``AWS_*`` variables that point boto3, s3fs and ``open_adapter`` at this server."""
+        """The ``AWS_*`` variables that point boto3, s3fs and ``open_adapter`` at this server (and the
+        adapter's own for what the server needs)."""
         return {
             "AWS_ENDPOINT_URL": self.endpoint,
             "AWS_ACCESS_KEY_ID": self.access_key_id,
             "AWS_SECRET_ACCESS_KEY": self.secret_access_key,
             "AWS_REGION": self.region,
             "AWS_ALLOW_HTTP": "true" if self.endpoint.startswith("http://") else "false",
+            "STORAGE_ADAPTER_S3_CONFIRM_PREFIXES": "true" if self.confirm_prefixes else "false",
         }
 
 

@@ -18,7 +18,9 @@ from typing import Any
 
 from bench.clients import Client
 
-LIST_OBJECTS = 100
+# The sizes of issue 20's targets: a list of 1,000 objects, a list_dir of 200 child prefixes.
+LIST_OBJECTS = 1000
+LIST_DIR_PREFIXES = 200
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,9 @@ class _Runner:
         elif op == "list":
             for n in range(LIST_OBJECTS):
                 call["put"](f"bench/{tag}/list/{n:04d}", payload)
+        elif op == "list_dir":
+            for n in range(LIST_DIR_PREFIXES):
+                call["put"](f"bench/{tag}/dirs/{n:03d}/object", payload)
 
     def next_call(self) -> Callable[[], None]:
         self.i += 1
@@ -94,6 +99,9 @@ class _Runner:
         if self.op == "write_if_match":
             body = unique_body(self.payload, self.i)
             return lambda: self._advance(ops["write_if_match"](self.key, body, self.token))
+        if self.op == "list_dir":
+            prefix = f"bench/{self.tag}/dirs"
+            return lambda: self._expect(len(ops["list_dir"](prefix)) == LIST_DIR_PREFIXES, prefix)
         prefix = f"bench/{self.tag}/list"
         return lambda: self._expect(len(ops["list"](prefix)) == LIST_OBJECTS, prefix)
 
@@ -129,6 +137,7 @@ def measure_concurrency(backend: str, payload: bytes, clients: Sequence[Client],
                         ops_per_level: int, rng: random.Random) -> list[Throughput]:  # fmt: skip
     """Throughput of 1 KiB gets with ``level`` requests in flight (a thread pool), clients interleaved."""
     results = []
+    clients = [client for client in clients if client.supports("get")]
     for client in clients:
         client.ops["put"]("bench/concurrency/object", payload)
     for level in levels:

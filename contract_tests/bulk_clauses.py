@@ -8,6 +8,10 @@ pin down, on every backend:
   taking the first object costs at most half the I/O steps of the whole listing (counted at the
   drivers' fault points, storage_adapter.faults): the listing is fetched as it is taken. That listings
   never show a write in flight is checked with the other listings (housekeeping_clauses).
+* a listing resumes: ``iter_list(prefix, start_after=k, limit=n)`` taken in steps of ``n`` from the last
+  key of each step is the whole listing, in its order, each object once; after any listed key it is
+  exactly the rest; ``limit=0`` is nothing. A bad ``limit`` (InvalidArgumentError) or ``start_after``
+  (InvalidKeyError) is refused before any I/O.
 * ``delete_many`` deletes exactly the keys it is given (missing ones are fine, duplicates count once),
   under a child adapter too, and nothing else; one invalid key refuses the whole call before any I/O;
   1,500 keys (more than S3's 1,000 per DeleteObjects) are all deleted. That a failure names the keys it
@@ -22,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from storage_adapter.batch import LIST_PAGE
-from storage_adapter.errors import InvalidKeyError
+from storage_adapter.errors import InvalidArgumentError, InvalidKeyError
 from storage_adapter.faults import FaultKind, FaultPlan, injected
 from storage_adapter.protocol import StorageAdapter
 from storage_adapter.types import ObjectInfo
@@ -34,6 +38,11 @@ MANY = LIST_PAGE + LIST_PAGE // 2
 FILL_WORKERS = 16
 # Steps the recorder lets pass: far more than any listing of MANY objects takes.
 UNLIMITED_STEPS = 10**9
+# Listing arguments refused at the call: limits that are not ints >= 0, resume points that are no keys.
+BAD_LISTING_ARGUMENTS = [
+    {"limit": -1}, {"limit": 1.5}, {"limit": True}, {"limit": "3"},
+    {"start_after": "../x"}, {"start_after": "a//b"}, {"start_after": 7},
+]  # fmt: skip
 
 
 def _fill(adapter: StorageAdapter, keys: list[str]) -> None:
@@ -84,6 +93,50 @@ class BulkClauses:
         assert first < whole and first <= first_page_share, (
             f"the first object took {first} I/O steps, the whole listing {whole}"
         )
+
+    def test_iter_list_resumes_after_a_key_in_steps_of_a_limit(self, adapter: StorageAdapter) -> None:
+        """Under a prefix whose keys order differently by key and by segment (``r/a.txt``, ``r/a/x``,
+        ``r/a0``) and with neighbours that must not list (``r.txt``, ``r0``): taking the listing in steps
+        of 4 (``start_after`` the last key of the previous step) gives the whole listing in order, each
+        object once and no step longer than its limit; after any listed key, exactly what follows it;
+        ``limit=0`` gives nothing, a limit above the size everything."""
+        keys = [f"r/{i:02d}" for i in range(13)] + ["r/a.txt", "r/a/x", "r/a/y/z", "r/a0", "r.txt", "r0"]
+        _fill(adapter, keys)
+        order = [info.key for info in adapter.iter_list("r")]
+        assert sorted(order) == sorted(k for k in keys if k.startswith("r/"))
+        taken: list[str] = []
+        after: str | None = None
+        for _ in range(len(order)):  # a listing that never advances must fail, not loop forever
+            step = [info.key for info in adapter.iter_list("r", start_after=after, limit=4)]
+            assert len(step) <= 4, step
+            if not step:
+                break
+            taken += step
+            after = step[-1]
+        assert taken == order
+        for i, key in enumerate(order):
+            assert [info.key for info in adapter.iter_list("r", start_after=key)] == order[i + 1 :], key
+        pages = adapter.list_pages("r", start_after=order[2])
+        assert [info.key for page in pages for info in page] == order[3:]
+        assert list(adapter.iter_list("r", limit=0)) == []
+        assert [info.key for info in adapter.iter_list("r", limit=len(order) + 5)] == order
+
+    @pytest.mark.parametrize("arguments", BAD_LISTING_ARGUMENTS)
+    def test_a_bad_listing_argument_is_refused_before_any_io(
+        self, adapter: StorageAdapter, arguments: dict[str, object]
+    ) -> None:
+        """A limit that is not an int >= 0 is InvalidArgumentError, a start_after that is not a valid key
+        InvalidKeyError (both ValueErrors), naming the backend, raised at the call before any I/O step."""
+        adapter.write("r/k", b"v")
+        recorder = FaultPlan(FaultKind.BROKEN, skip=UNLIMITED_STEPS)
+        expected = InvalidArgumentError if "limit" in arguments else InvalidKeyError
+        with injected(recorder), pytest.raises(expected) as caught:
+            adapter.iter_list("r", **arguments)  # type: ignore[arg-type]
+        assert isinstance(caught.value, ValueError) and caught.value.backend == adapter.backend
+        if "start_after" in arguments:
+            with injected(recorder), pytest.raises(InvalidKeyError):
+                adapter.list_pages("r", **arguments)  # type: ignore[arg-type]
+        assert recorder.passed == [], f"I/O before the refusal: {recorder.passed}"
 
     def test_delete_many_deletes_exactly_those_keys(self, adapter: StorageAdapter) -> None:
         """Through a child adapter: the given keys go (a missing one and a duplicate are fine, the count is

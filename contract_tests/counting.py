@@ -66,8 +66,10 @@ class CountingAdapter(DerivedOperations):
         if self.latency_s:
             time.sleep(self.latency_s * n)
 
-    def list_pages(self, prefix: str = "") -> Iterator[builtins.list[ObjectInfo]]:
-        pages = self.inner.list_pages(prefix)
+    def list_pages(
+        self, prefix: str = "", *, start_after: str | None = None
+    ) -> Iterator[builtins.list[ObjectInfo]]:
+        pages = self.inner.list_pages(prefix, start_after=start_after)
         return self._counted_pages(pages)
 
     def _counted_pages(

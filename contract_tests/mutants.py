@@ -57,8 +57,8 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "adapter-list-unsorted",
         _ADAPTER,
-        "return sorted(infos, key=lambda i: i.key)",
-        "return infos",
+        "return sorted(itertools.chain.from_iterable(self.list_pages(prefix)), key=_BY_KEY)",
+        "return builtins.list(itertools.chain.from_iterable(self.list_pages(prefix)))",
         "list() returns the backend's order instead of sorted keys",
     ),
     Mutant(
@@ -119,6 +119,20 @@ CATALOGUE: tuple[Mutant, ...] = (
         "        return len(infos)",
         "        return len(infos) - 1 if infos else 0",
         "delete_prefix reports one object fewer than it deleted",
+    ),
+    Mutant(
+        "derived-iter-list-limit-off-by-one",
+        _DERIVED,
+        "yield from itertools.islice(itertools.chain.from_iterable(pages), limit)",
+        "yield from itertools.islice(itertools.chain.from_iterable(pages), None if limit is None else limit + 1)",
+        "iter_list(limit=n) yields one object more than asked",
+    ),
+    Mutant(
+        "derived-limit-accepts-bool",
+        _DERIVED,
+        "isinstance(limit, int) and not isinstance(limit, bool) and limit >= 0",
+        "isinstance(limit, int) and limit >= 0",
+        "iter_list(limit=True) lists one object instead of refusing a bool",
     ),
     # -- keys ---------------------------------------------------------------------------------------------------
     Mutant(
@@ -261,9 +275,9 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "obstore-list-dir-no-confirm",
         _OBSTORE,
-        "        if self._confirm_prefixes:\n            prefixes = [p for p in prefixes if self._has_objects(prefix, p)]\n",
-        "",
-        "list_dir reports emptied directories as prefixes (SeaweedFS keeps them)",
+        "            return [p for p in reported if p in held]",
+        "            return reported",
+        "list_dir reports emptied directories as prefixes (SeaweedFS keeps them) when one page shows the whole listing",
         targets=("seaweedfs",),
     ),
     Mutant(
@@ -298,6 +312,14 @@ CATALOGUE: tuple[Mutant, ...] = (
         '            return body, str(obstore.head(self._store, self.path(key))["e_tag"])',
         "read_versioned takes the token from a second request (bytes and token may belong to different "
         "versions)",
+        targets=OBSTORE,
+    ),
+    Mutant(
+        "obstore-list-ignores-start-after",
+        _OBSTORE,
+        "offset=None if start_after is None else self.path(start_after),",
+        "offset=None,",
+        "a resumed listing starts again from the first object (callers paging a prefix loop or duplicate)",
         targets=OBSTORE,
     ),
     # -- declared capabilities (checked by the contract, not believed) -----------------------------------------
@@ -346,9 +368,9 @@ CATALOGUE: tuple[Mutant, ...] = (
     ),
     Mutant(
         "local-head-accepts-directory",
-        _LOCAL,
-        "            if st is None or not stat.S_ISREG(st.st_mode):",
-        "            if st is None:",
+        _MUTATION,
+        '        os.close(fd)\n    if stat.S_ISDIR(st.st_mode):\n        raise FileNotFoundError(errno.ENOENT, "a prefix, not an object", path)\n    return st',
+        "        os.close(fd)\n    return st",
         "exists() is True for a prefix (a directory)",
         targets=LOCAL,
     ),
@@ -381,10 +403,26 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "local-read-error-is-absent",
         _LOCAL,
-        "                data, st = read_object(chain.fd, name, path)",
-        "                try:\n                    data, st = read_object(chain.fd, name, path)\n"
-        "                except OSError as exc:\n                    raise FileNotFoundError(path) from exc",
+        "            data, st = read_object(self._root, self.path(key))",
+        "            try:\n                data, st = read_object(self._root, self.path(key))\n"
+        "            except OSError as exc:\n                raise FileNotFoundError(key) from exc",
         "a failing read (EIO, EACCES) is reported as an absent object",
+        targets=LOCAL,
+    ),
+    Mutant(
+        "local-list-resumes-at-start-after",
+        _MUTATION,
+        "        elif after is None or key > after:",
+        "        elif after is None or key >= after:",
+        "a resumed listing repeats the object it resumes after",
+        targets=LOCAL,
+    ),
+    Mutant(
+        "local-list-skips-directory-of-start-after",
+        _MUTATION,
+        'if after is None or after < key + "/" or after.startswith(key + "/"):',
+        'if after is None or after < key + "/":',
+        "a listing resumed inside a directory skips the rest of that directory",
         targets=LOCAL,
     ),
     # -- local mutations -------------------------------------------------------------------------------------

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import builtins
+import itertools
+import operator
 from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from storage_adapter.builtin_backends import store_config
 from storage_adapter.config import AdapterConfig, parse_url
-from storage_adapter.derived import DerivedOperations
+from storage_adapter.derived import DerivedOperations, validate_start_after
 from storage_adapter.errors import ConfigurationError, NotFoundError, UnsupportedOperationError
 from storage_adapter.keys import validate_key, validate_prefix
 from storage_adapter.redaction import Redactor
@@ -18,6 +20,8 @@ from storage_adapter.types import Capabilities, DirListing, ObjectInfo, Support,
 
 if TYPE_CHECKING:
     from storage_adapter.fsspec_filesystem import AdapterFileSystem
+
+_BY_KEY = operator.attrgetter("key")
 
 
 class AdapterCore:
@@ -117,9 +121,7 @@ class AdapterCore:
 
     @staticmethod
     def _dir_listing(objects: Iterable[ObjectInfo], prefixes: Iterable[str]) -> DirListing:
-        return DirListing(
-            objects=tuple(sorted(objects, key=lambda i: i.key)), prefixes=tuple(sorted(prefixes))
-        )
+        return DirListing(objects=tuple(sorted(objects, key=_BY_KEY)), prefixes=tuple(sorted(prefixes)))
 
 
 class ObjectStorageAdapter(AdapterCore, DerivedOperations):
@@ -192,14 +194,17 @@ class ObjectStorageAdapter(AdapterCore, DerivedOperations):
 
     def list(self, prefix: str = "") -> list[ObjectInfo]:
         """Every object under ``prefix`` (recursive), sorted by key. ``a/b`` never lists ``a/bc``."""
-        infos = [info for page in self.list_pages(prefix) for info in page]
-        return sorted(infos, key=lambda i: i.key)
+        return sorted(itertools.chain.from_iterable(self.list_pages(prefix)), key=_BY_KEY)
 
-    def list_pages(self, prefix: str = "") -> Iterator[builtins.list[ObjectInfo]]:
+    def list_pages(
+        self, prefix: str = "", *, start_after: str | None = None
+    ) -> Iterator[builtins.list[ObjectInfo]]:
         """``list(prefix)`` in pages of at most 1000 objects, each fetched when the previous one is taken
-        (one request per page on S3). The prefix is validated now, before any I/O."""
+        (one request per page on S3), resuming after the key ``start_after`` if given. The arguments are
+        validated now, before any I/O."""
         prefix = self._prefix(prefix)
-        return self._pages(self._backend.list_pages(prefix))
+        after = validate_start_after(start_after, self.backend)
+        return self._pages(self._backend.list_pages(prefix, after))
 
     def _pages(
         self, pages: Generator[builtins.list[ObjectInfo], None, None]
@@ -218,8 +223,9 @@ class ObjectStorageAdapter(AdapterCore, DerivedOperations):
 
     def list_dir(self, prefix: str = "") -> DirListing:
         """Objects directly under ``prefix`` and its child prefixes (those holding at least one object),
-        each sorted. One request, plus one per child prefix on S3: some servers (SeaweedFS) report
-        emptied directories as prefixes, so each is confirmed."""
+        each sorted. One request; on S3 servers that report emptied directories as prefixes (SeaweedFS;
+        the option ``confirm_prefixes``) a second one beside it, plus one per prefix beyond its first
+        page, run concurrently (docs/s3.md)."""
         prefix = self._prefix(prefix)
         with self._scrubbed:
             objects, prefixes = self._backend.list_dir(prefix)

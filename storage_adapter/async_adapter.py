@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import builtins
 import io
+import operator
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from storage_adapter.adapter import AdapterCore, opened_config
 from storage_adapter.config import AdapterConfig
-from storage_adapter.derived import root_refused
+from storage_adapter.derived import root_refused, validate_limit, validate_start_after
 from storage_adapter.errors import NotFoundError
 from storage_adapter.keys import validate_prefix
 from storage_adapter.redaction import Redactor
@@ -31,6 +32,8 @@ from storage_adapter.registry import AsyncDriver, Driver, NativeAsync
 from storage_adapter.streams import Body, RangeSource, check_ranges
 from storage_adapter.threaded import ThreadedAsyncDriver, in_thread
 from storage_adapter.types import DirListing, ObjectInfo, Versioned
+
+_BY_KEY = operator.attrgetter("key")
 
 
 class AsyncDerivedOperations:
@@ -45,7 +48,9 @@ class AsyncDerivedOperations:
         @property
         def url(self) -> str: ...
         async def read_bytes(self, key: str) -> bytes: ...
-        def list_pages(self, prefix: str = "") -> AsyncIterator[builtins.list[ObjectInfo]]: ...
+        def list_pages(
+            self, prefix: str = "", *, start_after: str | None = None
+        ) -> AsyncIterator[builtins.list[ObjectInfo]]: ...
         async def list(self, prefix: str = "") -> builtins.list[ObjectInfo]: ...
         async def delete(self, key: str) -> None: ...
 
@@ -58,9 +63,13 @@ class AsyncDerivedOperations:
         except NotFoundError:  # absent; every other failure raises
             return None
 
-    def iter_list(self, prefix: str = "") -> AsyncIterator[ObjectInfo]:
-        """The objects of ``list_pages(prefix)`` one at a time (the prefix is validated at the call)."""
-        return _flattened(self.list_pages(prefix))
+    def iter_list(
+        self, prefix: str = "", *, start_after: str | None = None, limit: int | None = None
+    ) -> AsyncIterator[ObjectInfo]:
+        """The objects of ``list_pages(prefix, start_after=...)`` one at a time, at most ``limit`` of them
+        (every argument is validated at the call, before any I/O)."""
+        limit = validate_limit(limit, self.backend)
+        return _flattened(self.list_pages(prefix, start_after=start_after), limit)
 
     async def delete_prefix(self, prefix: str) -> int:
         """As the sync one: one listing, then one ``delete`` per object."""
@@ -72,10 +81,19 @@ class AsyncDerivedOperations:
         return len(listed)
 
 
-async def _flattened(pages: AsyncIterator[builtins.list[ObjectInfo]]) -> AsyncIterator[ObjectInfo]:
+async def _flattened(
+    pages: AsyncIterator[builtins.list[ObjectInfo]], limit: int | None
+) -> AsyncIterator[ObjectInfo]:
+    """The objects of ``pages``, at most ``limit``: no page is fetched once the limit is reached."""
+    if limit == 0:
+        return
+    count = 0
     async for page in pages:
         for info in page:
             yield info
+            count += 1
+            if count == limit:
+                return
 
 
 def async_driver_of(driver: Driver) -> AsyncDriver:
@@ -226,11 +244,15 @@ class AsyncObjectStorageAdapter(AdapterCore, AsyncDerivedOperations):
 
     async def list(self, prefix: str = "") -> builtins.list[ObjectInfo]:
         infos = [info async for page in self.list_pages(prefix) for info in page]
-        return sorted(infos, key=lambda i: i.key)
+        return sorted(infos, key=_BY_KEY)
 
-    def list_pages(self, prefix: str = "") -> AsyncIterator[builtins.list[ObjectInfo]]:
-        """The prefix is validated now, at the call, before any I/O (not at the first ``anext``)."""
-        return self._pages(self._async.list_pages(self._prefix(prefix)))
+    def list_pages(
+        self, prefix: str = "", *, start_after: str | None = None
+    ) -> AsyncIterator[builtins.list[ObjectInfo]]:
+        """The arguments are validated now, at the call, before any I/O (not at the first ``anext``)."""
+        prefix = self._prefix(prefix)
+        after = validate_start_after(start_after, self.backend)
+        return self._pages(self._async.list_pages(prefix, after))
 
     async def _pages(
         self, pages: AsyncGenerator[builtins.list[ObjectInfo], None]

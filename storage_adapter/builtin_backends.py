@@ -165,6 +165,10 @@ S3_OPTIONS: Mapping[str, Option] = MappingProxyType(
         # the quoted ETag it returned itself: send the ETag unquoted. CAS against CAS is then exact, but a
         # CAS racing a plain write or delete is still not atomic there (docs/ceph.md).
         "unquoted_if_match": Option(bool, env=("STORAGE_ADAPTER_S3_UNQUOTED_IF_MATCH",), default=False),
+        # For servers that report a directory emptied by deletes as a common prefix (SeaweedFS): list_dir
+        # then confirms each reported prefix (docs/s3.md). Not a compatibility mode: the contract holds
+        # in full, at the cost of more requests. AWS S3, MinIO and Ceph RGW need none of it.
+        "confirm_prefixes": Option(bool, env=("STORAGE_ADAPTER_S3_CONFIRM_PREFIXES",), default=False),
     }
 )
 UNQUOTED_IF_MATCH = "unquoted-if-match"
@@ -261,12 +265,11 @@ class _UnquotedIfMatch(ObstoreBackend):
 
 
 def _s3_driver(config: AdapterConfig) -> Driver:
-    # Some S3 servers (SeaweedFS) report emptied directories as common prefixes: confirm each one.
     driver = _UnquotedIfMatch if config.option("unquoted_if_match") else ObstoreBackend
     return driver(
         config,
         s3_store,
-        confirm_prefixes=True,
+        confirm_prefixes=bool(config.option("confirm_prefixes")),
         signed_delete_timeout_s=float(dict(config.options)["request_timeout_s"]),
     )
 

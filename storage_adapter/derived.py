@@ -10,13 +10,41 @@ key), for the peers; ObjectStorageAdapter streams and batches them through its d
 from __future__ import annotations
 
 import builtins
+import itertools
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from storage_adapter.batch import delete_each
-from storage_adapter.errors import NotFoundError, StorageError
+from storage_adapter.errors import InvalidArgumentError, NotFoundError, StorageError
 from storage_adapter.keys import validate_key, validate_prefix
 from storage_adapter.types import ObjectInfo
+
+
+def validate_start_after(start_after: object, backend: str) -> str | None:
+    """A listing's resume point: None, or a valid key (InvalidKeyError otherwise, before any I/O)."""
+    return None if start_after is None else validate_key(start_after, backend)
+
+
+def validate_limit(limit: object, backend: str) -> int | None:
+    """A listing's ``limit``: None, or an int >= 0 (not a bool); InvalidArgumentError otherwise."""
+    if limit is None or (isinstance(limit, int) and not isinstance(limit, bool) and limit >= 0):
+        return limit
+    raise InvalidArgumentError(
+        f"listing limit on {backend} must be None or an int >= 0, not {limit!r}", backend=backend
+    )
+
+
+def taken(pages: Iterator[builtins.list[ObjectInfo]], limit: int | None) -> Iterator[ObjectInfo]:
+    """The objects of ``pages`` one at a time, at most ``limit`` of them: no page is fetched once the
+    limit is reached, and ``pages`` is closed when this stops (a local listing holds directory
+    descriptors until then)."""
+    try:
+        if limit != 0:
+            yield from itertools.islice(itertools.chain.from_iterable(pages), limit)
+    finally:
+        close = getattr(pages, "close", None)
+        if close is not None:
+            close()
 
 
 class DerivedOperations:
@@ -44,15 +72,24 @@ class DerivedOperations:
         except NotFoundError:
             return None
 
-    def list_pages(self, prefix: str = "") -> Iterator[builtins.list[ObjectInfo]]:
-        """The listing as pages (the protocol's contract). Here: ``list(prefix)`` as a single page."""
+    def list_pages(
+        self, prefix: str = "", *, start_after: str | None = None
+    ) -> Iterator[builtins.list[ObjectInfo]]:
+        """The listing as pages (the protocol's contract). Here: ``list(prefix)`` as a single page, from
+        the first key after ``start_after`` (``list`` is in key order)."""
+        after = validate_start_after(start_after, self.backend)
         listing = self.list(prefix)  # now, not on the first next(): a bad prefix raises at the call
+        if after is not None:
+            listing = [info for info in listing if info.key > after]
         return iter([listing] if listing else [])
 
-    def iter_list(self, prefix: str = "") -> Iterator[ObjectInfo]:
-        """The objects of ``list_pages(prefix)`` one at a time (the prefix is validated at the call)."""
-        pages = self.list_pages(prefix)
-        return (info for page in pages for info in page)
+    def iter_list(
+        self, prefix: str = "", *, start_after: str | None = None, limit: int | None = None
+    ) -> Iterator[ObjectInfo]:
+        """The objects of ``list_pages(prefix, start_after=...)`` one at a time, at most ``limit`` of them
+        (every argument is validated at the call, before any I/O)."""
+        limit = validate_limit(limit, self.backend)
+        return taken(self.list_pages(prefix, start_after=start_after), limit)
 
     def delete_many(self, keys: Iterable[str]) -> int:
         """Delete every key (the protocol's contract); every key validated before any I/O. Here: one

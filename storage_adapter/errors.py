@@ -71,6 +71,11 @@ class UnsupportedOperationError(StorageError, NotImplementedError):
     of silently degrading to a weaker operation."""
 
 
+class InvalidArgumentError(StorageError, ValueError):
+    """An argument other than a key is outside its domain (a listing's ``limit`` that is not an int >= 0).
+    Raised before any I/O, naming the backend. Also a ValueError."""
+
+
 class BatchDeleteError(StorageError):
     """``delete_many`` could not confirm that some keys were deleted. ``errors`` maps each such key to
     its error; every key of the call that is not in it is deleted. ``key`` is the first failed key."""

@@ -38,8 +38,7 @@ from storage_adapter.local_mutation import (
     open_subdir,
     read_into,
     read_object,
-    split_path,
-    stat_entry,
+    stat_object,
     walk_in_key_order,
 )
 from storage_adapter.obstore_backend import Translation
@@ -90,33 +89,20 @@ class LocalBackend:
         """The open directory of the listing ``prefix`` (``""``: the adapter's own), None if absent."""
         return open_chain(self._root, dir_names(self.path(prefix) if prefix else self._prefix), create=False)
 
-    def _parent(self, key: str) -> tuple[DirChain | None, str, str]:
-        """``key``'s parent directory (None if absent), its name there and its store path."""
-        path = self.path(key)
-        directory, name = split_path(path)
-        return open_chain(self._root, directory, create=False), name, path
-
     # -- reads ---------------------------------------------------------------------------------------
     def get(self, key: str) -> bytes:
         return self.get_versioned(key)[0]
 
     def get_versioned(self, key: str) -> tuple[bytes, str]:
-        """The bytes and the token of exactly those bytes (both from one open file)."""
+        """The bytes and the token of exactly those bytes (both from one open file), read in the calling
+        thread (one openat2, fstat, read and close where no symlink is on the path)."""
         with self.translated(key, "read"):
-            chain, name, path = self._parent(key)
-            if chain is None:
-                raise FileNotFoundError(path)
-            with chain:
-                data, st = read_object(chain.fd, name, path)
+            data, st = read_object(self._root, self.path(key))
             return data, local_token(st)
 
     def _open(self, key: str) -> tuple[int, os.stat_result]:
         """The object ``key`` opened for reading (the caller closes the descriptor), with its stat."""
-        chain, name, path = self._parent(key)
-        if chain is None:
-            raise FileNotFoundError(path)
-        with chain:
-            return open_object(chain.fd, name, path)
+        return open_object(self._root, self.path(key))
 
     def get_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> builtins.list[bytes]:
         """Every range from one open file: one version, whatever replaces the name meanwhile."""
@@ -147,24 +133,20 @@ class LocalBackend:
 
     def head_token(self, key: str) -> str:
         with self.translated(key, "head"):
-            chain, name, path = self._parent(key)
-            st = None
-            if chain is not None:
-                with chain:
-                    st = stat_entry(chain.fd, name, path)
-            if st is None or not stat.S_ISREG(st.st_mode):
-                raise FileNotFoundError(path)
-            return local_token(st)
+            return local_token(stat_object(self._root, self.path(key)))
 
-    def list_pages(self, prefix: str) -> Generator[builtins.list[ObjectInfo], None, None]:
-        """Pages of LIST_PAGE objects from a lazy walk in key order: the directories stay open (one
-        descriptor per level) until the pages are taken or the generator is closed."""
+    def list_pages(
+        self, prefix: str, start_after: str | None = None
+    ) -> Generator[builtins.list[ObjectInfo], None, None]:
+        """Pages of LIST_PAGE objects from a lazy walk in key order, from the first key after
+        ``start_after`` (directories wholly before it are not even opened): the directories stay open
+        (one descriptor per level) until the pages are taken or the generator is closed."""
         with self.translated(prefix, "list"):
             chain = self._listed(prefix)
             if chain is None:
                 return
             with chain:
-                yield from chunked(self._objects(chain.fd, prefix), LIST_PAGE)
+                yield from chunked(self._objects(chain.fd, prefix, start_after), LIST_PAGE)
 
     def list_dir(self, prefix: str) -> tuple[builtins.list[ObjectInfo], builtins.list[str]]:
         with self.translated(prefix, "list_dir"):
@@ -185,10 +167,12 @@ class LocalBackend:
                 ]
             return objects, prefixes
 
-    def _objects(self, top: int, prefix: str) -> Generator[ObjectInfo, None, None]:
+    def _objects(
+        self, top: int, prefix: str, start_after: str | None = None
+    ) -> Generator[ObjectInfo, None, None]:
         """Every object below the open directory ``top`` (whose keys start with ``prefix``), lazily, in
-        key order."""
-        for fd, path, entry in walk_in_key_order(top, prefix):
+        key order; only those after ``start_after`` if given."""
+        for fd, path, entry in walk_in_key_order(top, prefix, start_after):
             info = self._info(fd, path, entry)
             if info is not None:
                 yield info

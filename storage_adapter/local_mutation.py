@@ -25,6 +25,9 @@ opened. A symlink on a key's path raises :class:`SymlinkRefusedError`; listings 
   history mtimes strictly increase, so a token is never repeated while the key exists.
 * Readers take no lock: they open whichever file the name points to and take the token from that open
   file, so data and token always belong together (files are never modified after they are published).
+  A read opens its file with one ``openat2(2)`` call that refuses every symlink on the whole path
+  (:func:`open_below`); only where that call is missing or fails for another reason than absence does
+  it walk the directories one descriptor at a time, as mutations do.
 
 Deletes prune directories they leave empty (``rmdir`` only succeeds on an empty directory; never the
 root), so local listings show the same prefixes as S3. Directory creation and pruning race by design:
@@ -34,15 +37,18 @@ directory no longer linked where it was opened) starts its walk again, so neithe
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import fcntl
 import os
+import platform
 import re
 import secrets
 import stat
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager, suppress
+from functools import partial
 from typing import TypeVar
 
 from storage_adapter.faults import FaultKind, due
@@ -262,19 +268,26 @@ def walk(top: int, path: str) -> Iterator[tuple[int, str, list[os.DirEntry[str]]
             yield from _below(top, path, entry.name, walk)
 
 
-def walk_in_key_order(top: int, path: str) -> Iterator[tuple[int, str, os.DirEntry[str]]]:
+def walk_in_key_order(
+    top: int, path: str, after: str | None = None
+) -> Iterator[tuple[int, str, os.DirEntry[str]]]:
     """``(fd, path, entry)`` for every entry that is not a directory, in ``top`` and every real directory
     below it, in key order: a directory's entries sorted by name, a subdirectory's name followed by ``/``
     as its keys are (``a.txt`` < ``a/x`` < ``a0``). Lazy: it holds one directory's entries per level,
     never the whole tree. Never follows a symlink; directories that vanish while walked are skipped. The
-    caller owns ``top``."""
+    caller owns ``top``. With ``after``, only entries whose key (``path/name``) sorts after it: a
+    subdirectory whose keys all sort before it is skipped unopened."""
     fault_point("scandir")
     with os.scandir(top) as scan:
         entries = sorted(scan, key=lambda e: e.name + "/" if e.is_dir(follow_symlinks=False) else e.name)
     for entry in entries:
+        key = f"{path}/{entry.name}" if path else entry.name
         if entry.is_dir(follow_symlinks=False):
-            yield from _below(top, path, entry.name, walk_in_key_order)
-        else:
+            # Every key below starts with key + "/": all sort before ``after`` iff it is past that
+            # string without extending it.
+            if after is None or after < key + "/" or after.startswith(key + "/"):
+                yield from _below(top, path, entry.name, partial(walk_in_key_order, after=after))
+        elif after is None or key > after:
             yield top, path, entry
 
 
@@ -301,18 +314,101 @@ def stat_entry(parent: int, name: str, path: str) -> os.stat_result | None:
     return _refuse_odd(st, path)
 
 
-def open_object(parent: int, name: str, path: str) -> tuple[int, os.stat_result]:
-    """The object ``name`` in ``parent`` opened for reading: its descriptor (the caller closes it) and the
-    stat of exactly that file. Files are never modified once published, so every read of the descriptor
-    sees that one version, whatever replaces the name meanwhile. Raises FileNotFoundError when absent
-    (or a directory), SymlinkRefusedError for a symlink."""
-    try:
+# openat2(2) (Linux 5.6+) resolves a whole path in one call; RESOLVE_NO_SYMLINKS makes it refuse every
+# symlink on the way (ELOOP), which is what the walk enforces one component at a time. Python has no
+# binding, so it is called through libc's syscall(2); 437 on every architecture of the generic table.
+_SYS_OPENAT2 = {"x86_64": 437, "aarch64": 437, "arm64": 437, "riscv64": 437, "ppc64le": 437, "s390x": 437}
+_RESOLVE_NO_SYMLINKS = 0x04
+# Descriptors that only stat: no read permission needed, a FIFO is not opened (fstat refuses it).
+_STAT_FLAGS = getattr(os, "O_PATH", os.O_RDONLY | os.O_NONBLOCK) | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class _OpenHow(ctypes.Structure):
+    _fields_ = (("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64))
+
+
+# One open_how per flag set, alive as long as the module (the calls pass their addresses).
+_HOWS = {flags: _OpenHow(flags, 0, _RESOLVE_NO_SYMLINKS) for flags in (_READ_FLAGS, _STAT_FLAGS)}
+
+
+def _openat2() -> Callable[[bytes, int], int] | None:
+    """``call(absolute path, flags)``: openat2 refusing every symlink, returning the descriptor or
+    ``-errno``. None where there is none (not Linux, an unknown architecture, a kernel before 5.6, a
+    seccomp filter refusing it): one probe, on ``/``, decides."""
+    number = _SYS_OPENAT2.get(platform.machine()) if os.uname().sysname == "Linux" else None
+    if number is None:
+        return None
+    syscall = ctypes.CDLL(None, use_errno=True).syscall
+    syscall.restype = ctypes.c_long
+    syscall.argtypes = (ctypes.c_long, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t)
+    addresses = {flags: ctypes.addressof(how) for flags, how in _HOWS.items()}
+    size = ctypes.sizeof(_OpenHow)
+    at_cwd = -100  # AT_FDCWD: the path is absolute anyway
+
+    def call(path: bytes, flags: int) -> int:
+        fd = int(syscall(number, at_cwd, path, addresses[flags], size))
+        return fd if fd >= 0 else -ctypes.get_errno()
+
+    probe = call(b"/", _STAT_FLAGS)
+    if probe < 0:
+        return None
+    os.close(probe)
+    return call
+
+
+_OPENAT2 = _openat2()
+
+
+def open_below(root: str, path: str, flags: int) -> int:
+    """A descriptor, opened with ``flags`` (``_READ_FLAGS`` or ``_STAT_FLAGS``), of the entry at the store
+    path ``path`` below ``root``, reached through no symlink. Raises FileNotFoundError when nothing is
+    there, SymlinkRefusedError when a symlink is on the path below the root.
+
+    One openat2 call when the whole path, the root's own included, is free of symlinks (the root was
+    resolved when the adapter opened). Any other failure than absence (a symlink anywhere, the root's
+    path included, which the user may change; a name too long for one call; no openat2 here) is decided
+    by the walk, which follows the root's path and no symlink below it: both agree wherever both answer.
+    """
+    if _OPENAT2 is not None:
         fault_point("open")
-        fd = os.open(name, _READ_FLAGS, dir_fd=parent)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise SymlinkRefusedError(path) from None
-        raise
+        fd = _OPENAT2(os.fsencode(f"{root}/{path}"), flags)
+        if fd >= 0:
+            return fd
+        if fd == -errno.ENOENT:
+            raise FileNotFoundError(errno.ENOENT, "no such object", path)
+    directory, name = split_path(path)
+    chain = open_chain(root, directory, create=False)
+    if chain is None:
+        raise FileNotFoundError(errno.ENOENT, "no such object", path)
+    with chain:
+        try:
+            fault_point("open")
+            return os.open(name, flags, dir_fd=chain.fd)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise SymlinkRefusedError(path) from None
+            raise
+
+
+def stat_object(root: str, path: str) -> os.stat_result:
+    """The stat of the object at ``path`` below ``root``. Raises FileNotFoundError when absent or a
+    directory (a prefix), SymlinkRefusedError for a symlink or special file on its path."""
+    fd = open_below(root, path, _STAT_FLAGS)
+    try:
+        st = _refuse_odd(os.fstat(fd), path)
+    finally:
+        os.close(fd)
+    if stat.S_ISDIR(st.st_mode):
+        raise FileNotFoundError(errno.ENOENT, "a prefix, not an object", path)
+    return st
+
+
+def open_object(root: str, path: str) -> tuple[int, os.stat_result]:
+    """The object at ``path`` below ``root`` opened for reading: its descriptor (the caller closes it) and
+    the stat of exactly that file. Files are never modified once published, so every read of the
+    descriptor sees that one version, whatever replaces the name meanwhile. Raises FileNotFoundError
+    when absent (or a directory), SymlinkRefusedError for a symlink or special file on its path."""
+    fd = open_below(root, path, _READ_FLAGS)
     try:
         st = _refuse_odd(os.fstat(fd), path)
         if stat.S_ISDIR(st.st_mode):
@@ -336,13 +432,13 @@ def read_into(fd: int, offset: int, view: memoryview) -> int:
     return filled
 
 
-def read_object(parent: int, name: str, path: str) -> tuple[bytes, os.stat_result]:
-    """The bytes of the object ``name`` in ``parent`` and the stat of exactly that file.
+def read_object(root: str, path: str) -> tuple[bytes, os.stat_result]:
+    """The bytes of the object at ``path`` below ``root`` and the stat of exactly that file (see
+    :func:`open_object`).
 
-    One copy: ``os.read`` allocates the result and the kernel fills it. Raises FileNotFoundError when
-    absent (or a directory), SymlinkRefusedError for a symlink.
+    One copy: ``os.read`` allocates the result and the kernel fills it.
     """
-    fd, st = open_object(parent, name, path)
+    fd, st = open_object(root, path)
     try:
         fault_point("read")
         data = os.read(fd, st.st_size)

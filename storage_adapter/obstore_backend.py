@@ -10,6 +10,7 @@ import asyncio
 import builtins
 import io
 import itertools
+import operator
 import os
 import pickle
 import re
@@ -19,6 +20,7 @@ import urllib.request
 from collections.abc import AsyncGenerator, Callable, Generator, Iterable, Iterator, Sequence
 from contextlib import suppress
 from datetime import timedelta
+from functools import partial
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 import obstore
@@ -35,7 +37,7 @@ from obstore.exceptions import PermissionDeniedError as ObstorePermissionDenied
 from obstore.store import AzureStore, GCSStore, HTTPStore, LocalStore, MemoryStore, S3Store
 
 from storage_adapter.aws_profile import BotocoreCredentials, StaticKeys, profile_source
-from storage_adapter.batch import DELETE_BATCH, DELETE_WORKERS, LIST_PAGE, chunked, delete_each
+from storage_adapter.batch import DELETE_BATCH, DELETE_WORKERS, LIST_PAGE, chunked, delete_each, side_by_side
 from storage_adapter.config import AdapterConfig
 from storage_adapter.errors import (
     BackendUnavailableError,
@@ -52,7 +54,7 @@ from storage_adapter.faults import FaultKind, due, recovering
 from storage_adapter.keys import join_key
 from storage_adapter.streams import BytesLike, clip
 from storage_adapter.threaded import ThreadedAsyncDriver, in_thread
-from storage_adapter.types import ObjectInfo
+from storage_adapter.types import ObjectInfo, object_infos
 
 if TYPE_CHECKING:  # only in obstore's type stubs
     from obstore import GetOptions
@@ -75,6 +77,8 @@ _READ_CHUNK = 1024 * 1024
 # A streamed body goes out as one PUT when it ends within this many bytes, else as a multipart upload in
 # parts of this size (object_store's default; S3's minimum part size is 5 MiB).
 _PART = 5 * 1024 * 1024
+# The fields of obstore's ObjectMeta a listing keeps, each read by a C-level getter.
+_META_FIELDS = tuple(map(operator.itemgetter, ("path", "size", "e_tag", "last_modified")))
 
 _MEMORY_STORES: dict[str, MemoryStore] = {}
 _MEMORY_LOCK = threading.Lock()
@@ -479,9 +483,10 @@ class _Pin:
 class ObstoreBackend:
     """The driver of a backend served by one obstore store: thin and exception-translating.
 
-    ``build_store(config)`` makes the store. ``confirm_prefixes`` makes ``list_dir`` confirm each child
-    prefix with one single-page list: some S3 servers (SeaweedFS) keep a directory after its last object
-    is deleted and report it as a common prefix, and a prefix is only a child if an object lives under it.
+    ``build_store(config)`` makes the store. ``confirm_prefixes`` makes ``list_dir`` confirm the child
+    prefixes it reports: some S3 servers (SeaweedFS) keep a directory after its last object is deleted
+    and report it as a common prefix, and a prefix is only a child if an object lives under it (see
+    :meth:`list_dir` for what that costs).
 
     ``signed_delete_timeout_s`` (S3) enables the single-object delete fallback: object_store 0.13 deletes
     even one key with the multi-object ``POST ?delete``, which some S3-compatible servers refuse (a
@@ -631,43 +636,90 @@ class ObstoreBackend:
             _fault_point("head")
             return str(obstore.head(self._store, self.path(key))["e_tag"])
 
-    def list_pages(self, prefix: str) -> Generator[builtins.list[ObjectInfo], None, None]:
+    def list_pages(
+        self, prefix: str, start_after: str | None = None
+    ) -> Generator[builtins.list[ObjectInfo], None, None]:
         """obstore's listing stream in batches of LIST_PAGE: object_store asks S3 for pages of that size,
         so each batch is one ListObjectsV2 request, made when the batch is asked for. A short batch is
-        the last (obstore fills every batch but the last), so no request follows it."""
+        the last (obstore fills every batch but the last), so no request follows it. ``start_after`` is
+        object_store's offset (S3's StartAfter: the server resumes after that key in its own order)."""
         with self.translated(prefix, "list"):
-            stream = iter(obstore.list(self._store, self.listed(prefix), chunk_size=LIST_PAGE))
+            stream = iter(
+                obstore.list(
+                    self._store,
+                    self.listed(prefix),
+                    offset=None if start_after is None else self.path(start_after),
+                    chunk_size=LIST_PAGE,
+                )
+            )
             while True:
                 _fault_point("list")
                 batch = next(stream, None)
                 if not batch:
                     return
-                yield [self.info(meta) for meta in batch]
+                yield self.infos(batch)
                 if len(batch) < LIST_PAGE:
                     return
 
     def list_dir(self, prefix: str) -> tuple[builtins.list[ObjectInfo], builtins.list[str]]:
-        with self.translated(prefix, "list_dir"):
+        """One delimited list. With ``confirm_prefixes``, beside it (concurrently) the first page of the
+        recursive listing: every prefix an object of that page lies under is confirmed by it, and when
+        the page is the whole listing, every other reported prefix is empty; the prefixes left (beyond
+        the first page) are confirmed by one single-object list each, REQUEST_WORKERS at a time."""
+        base = self.listed(prefix)
+        if not self._confirm_prefixes:
+            result = self._delimited(prefix, base)
+            reported = [p.rstrip("/") for p in result["common_prefixes"]]
+        else:
+            result, page = side_by_side(
+                [partial(self._delimited, prefix, base), partial(self._first_page, prefix, base)]
+            )
+            common = [p.rstrip("/") for p in result["common_prefixes"]]
+            reported = self._confirmed(prefix, base, common, page)
+        return self.infos(result["objects"]), [self.relative(p) for p in reported]
+
+    def _delimited(self, key: str, base: str | None) -> Any:
+        with self.translated(key, "list_dir"):
             _fault_point("list_with_delimiter")
-            result = obstore.list_with_delimiter(self._store, self.listed(prefix))
-        objects = [self.info(meta) for meta in result["objects"]]
-        prefixes = [p.rstrip("/") for p in result["common_prefixes"]]
-        if self._confirm_prefixes:
-            prefixes = [p for p in prefixes if self._has_objects(prefix, p)]
-        return objects, [self.relative(p) for p in prefixes]
+            return obstore.list_with_delimiter(self._store, base)
+
+    def _first_page(self, key: str, base: str | None) -> Sequence[Any]:
+        """The first LIST_PAGE objects of the recursive listing below ``base`` (one request on S3)."""
+        with self.translated(key, "list_dir"):
+            _fault_point("list")
+            return next(iter(obstore.list(self._store, base, chunk_size=LIST_PAGE)), [])
+
+    def _confirmed(
+        self, key: str, base: str | None, reported: builtins.list[str], page: Sequence[Any]
+    ) -> builtins.list[str]:
+        """The ``reported`` child prefix paths of ``base`` that hold an object, given the first page of
+        the recursive listing of ``base``."""
+        start = len(base) + 1 if base else 0  # where a child's name begins in a path below base
+        held: set[str] = set()
+        for meta in page:
+            end = meta["path"].find("/", start)
+            if end >= 0:
+                held.add(meta["path"][:end])
+        if len(page) < LIST_PAGE:  # the whole listing: nothing it does not show holds an object
+            return [p for p in reported if p in held]
+        rest = [p for p in reported if p not in held]
+        confirmed = dict(
+            zip(rest, side_by_side([partial(self._has_objects, key, p) for p in rest]), strict=True)
+        )
+        return [p for p in reported if p in held or confirmed[p]]
 
     def _has_objects(self, key: str, path: str) -> bool:
         with self.translated(key, "list_dir"):
             _fault_point("list")
             return next(iter(obstore.list(self._store, path, chunk_size=1)), None) is not None
 
-    def info(self, meta: Any) -> ObjectInfo:
-        return ObjectInfo(
-            key=self.relative(meta["path"]),
-            size=int(meta["size"]),
-            token=str(meta["e_tag"]),
-            last_modified=meta["last_modified"],
-        )
+    def infos(self, metas: Sequence[Any]) -> builtins.list[ObjectInfo]:
+        """The ObjectInfos of obstore's ObjectMetas, built column by column (a listing's hot loop)."""
+        paths, sizes, tokens, times = (map(field, metas) for field in _META_FIELDS)
+        keys: Iterable[str] = paths
+        if self._prefix:  # the root's prefix and its "/" cut off every path
+            keys = map(operator.getitem, paths, itertools.repeat(slice(len(self._prefix) + 1, None)))
+        return object_infos(len(metas), keys, sizes, tokens, times)
 
     # -- mutations (memory and S3; local mutations go through LocalMutator) -------------------------------
     def put(self, key: str, data: bytes) -> str:
@@ -840,16 +892,23 @@ class ObstoreAsyncDriver(ThreadedAsyncDriver):
             _fault_point("head")
             return str((await obstore.head_async(self._store, self._sync.path(key)))["e_tag"])
 
-    async def list_pages(self, prefix: str) -> AsyncGenerator[builtins.list[ObjectInfo], None]:
+    async def list_pages(
+        self, prefix: str, start_after: str | None = None
+    ) -> AsyncGenerator[builtins.list[ObjectInfo], None]:
         """As :meth:`ObstoreBackend.list_pages`: one request per page, made when it is asked for."""
         with self._translated(prefix, "list"):
-            stream = obstore.list(self._store, self._sync.listed(prefix), chunk_size=LIST_PAGE)
+            stream = obstore.list(
+                self._store,
+                self._sync.listed(prefix),
+                offset=None if start_after is None else self._sync.path(start_after),
+                chunk_size=LIST_PAGE,
+            )
             while True:
                 _fault_point("list")
                 batch = await anext(stream, None)
                 if not batch:
                     return
-                yield [self._sync.info(meta) for meta in batch]
+                yield self._sync.infos(batch)
                 if len(batch) < LIST_PAGE:
                     return
 
@@ -858,7 +917,7 @@ class ObstoreAsyncDriver(ThreadedAsyncDriver):
         with self._translated(prefix, "list_dir"):
             _fault_point("list_with_delimiter")
             result = await obstore.list_with_delimiter_async(self._store, self._sync.listed(prefix))
-        objects = [self._sync.info(meta) for meta in result["objects"]]
+        objects = self._sync.infos(result["objects"])
         prefixes = [p.rstrip("/") for p in result["common_prefixes"]]
         if self._sync.confirms_prefixes:
             held = await asyncio.gather(*(self._has_objects(prefix, p) for p in prefixes))

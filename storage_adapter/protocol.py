@@ -132,20 +132,35 @@ class StorageAdapter(Protocol):
         ``a/b`` lists ``a/b/...`` and never ``a/bc``. A missing prefix lists nothing."""
         ...
 
-    def list_pages(self, prefix: str = "") -> Iterator[builtins.list[ObjectInfo]]:
+    def list_pages(
+        self, prefix: str = "", *, start_after: str | None = None
+    ) -> Iterator[builtins.list[ObjectInfo]]:
         """What ``list(prefix)`` returns (same objects, same tokens, each once), in consecutive non-empty
         pages, each fetched only when the previous one has been taken: a caller that stops early never
         pays for the rest, and none holds more than one page of the listing. On S3 a page is one
         ListObjectsV2 request (1000 objects) and the order is the server's: key order on AWS S3, but
         SeaweedFS lists segment by segment (``a/x`` before ``a.txt``); memory and local stream in key
         order (local walks directories lazily). Each table or record prefix comes out contiguous either
-        way; a caller needing strict key order sorts (``list`` does). The prefix is
-        validated when this is called, before any I/O. Like ``list``, it never shows a write in flight;
-        an object written or deleted while the pages are taken may or may not appear."""
+        way; a caller needing strict key order sorts (``list`` does). Like ``list``, it never shows a
+        write in flight; an object written or deleted while the pages are taken may or may not appear.
+
+        ``start_after`` resumes a listing: given a key this listing returned (typically the last one a
+        caller took), the pages hold exactly the objects that follow it in this order, so a huge prefix
+        can be taken in bounded steps, across calls or processes, each object once. On S3 it is the
+        request's StartAfter (the server skips what precedes it, nothing is fetched twice); on backends
+        listing in key order (memory, local, AWS S3) any key may be given: the objects whose keys sort
+        after it. It is a key (validated by the key rules, InvalidKeyError); the prefix and it are
+        validated when this is called, before any I/O."""
         ...
 
-    def iter_list(self, prefix: str = "") -> Iterator[ObjectInfo]:
-        """The objects of ``list_pages(prefix)``, one at a time: ``list(prefix)`` without holding it."""
+    def iter_list(
+        self, prefix: str = "", *, start_after: str | None = None, limit: int | None = None
+    ) -> Iterator[ObjectInfo]:
+        """The objects of ``list_pages(prefix, start_after=start_after)``, one at a time: ``list(prefix)``
+        without holding it. With ``limit`` (an int >= 0), at most that many: no page is fetched once the
+        limit is reached. A ``limit`` that is not None or an int >= 0 (a bool, a float, a negative int)
+        raises :class:`~storage_adapter.errors.InvalidArgumentError` (a ValueError) naming the backend;
+        every argument is validated when this is called, before any I/O."""
         ...
 
     def list_dir(self, prefix: str = "") -> DirListing:
@@ -303,12 +318,17 @@ class AsyncStorageAdapter(Protocol):
         """As :meth:`StorageAdapter.list`: recursive, sorted, whole segments."""
         ...
 
-    def list_pages(self, prefix: str = "") -> AsyncIterator[builtins.list[ObjectInfo]]:
+    def list_pages(
+        self, prefix: str = "", *, start_after: str | None = None
+    ) -> AsyncIterator[builtins.list[ObjectInfo]]:
         """As :meth:`StorageAdapter.list_pages`, as an async iterator (``async for page in ...``): each
-        page fetched only when the previous one has been taken. The prefix is validated at this call."""
+        page fetched only when the previous one has been taken. The arguments are validated at this
+        call."""
         ...
 
-    def iter_list(self, prefix: str = "") -> AsyncIterator[ObjectInfo]:
+    def iter_list(
+        self, prefix: str = "", *, start_after: str | None = None, limit: int | None = None
+    ) -> AsyncIterator[ObjectInfo]:
         """As :meth:`StorageAdapter.iter_list`, as an async iterator."""
         ...
 

@@ -56,8 +56,10 @@ class ThreadedAsyncDriver:
     async def head_token(self, key: str) -> str:
         return await in_thread(self._driver.head_token, key)
 
-    async def list_pages(self, prefix: str) -> AsyncGenerator[builtins.list[ObjectInfo], None]:
-        pages = self._driver.list_pages(prefix)  # a generator: no I/O until the first next()
+    async def list_pages(
+        self, prefix: str, start_after: str | None = None
+    ) -> AsyncGenerator[builtins.list[ObjectInfo], None]:
+        pages = self._driver.list_pages(prefix, start_after)  # a generator: no I/O until the first next()
         try:
             while (page := await in_thread(next, pages, None)) is not None:
                 yield page

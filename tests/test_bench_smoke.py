@@ -32,6 +32,13 @@ def test_bench_quick_memory_and_local(tmp_path: Path) -> None:
     for op in ("get", "put", "write_if_absent", "write_if_match", "list"):
         assert ("local", op, "adapter") in latency and ("memory", op, "obstore") in latency
     assert ("local", "write_if_match", "obstore") not in latency  # raw LocalStore has no conditional update
+    # Issue 20's hot path, side by side: the floors of a local read, list_dir everywhere, seeds unmeasured.
+    assert {("local", "get", "open().read()"), ("local", "get", "pyarrow.fs")} <= latency
+    assert ("memory", "list_dir", "adapter") in latency and ("local", "list_dir", "obstore") in latency
+    assert ("local", "put", "open().read()") not in latency
+    targets = {t["target"] for t in data["targets"]}
+    assert "local 1KiB get p50, adapter / open().read()" in targets
+    assert "memory 1KiB list p50, adapter / obstore" in targets
     assert {r["in_flight"] for r in data["concurrency"]} == {1, 8, 64}
     assert {(r["mode"], r["processes"]) for r in data["local_cas"]} == {
         (m, n) for m in ("adapter", "floor") for n in (1, 2, 4)

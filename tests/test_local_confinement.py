@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from storage_adapter import open_adapter
+from storage_adapter import local_mutation, open_adapter
 from storage_adapter.adapter import ObjectStorageAdapter
-from storage_adapter.errors import PermissionDeniedError
+from storage_adapter.errors import NotFoundError, PermissionDeniedError
 from storage_adapter.local_mutation import local_token
 
 Operation = Callable[[ObjectStorageAdapter, str], Any]
@@ -47,10 +47,17 @@ def snapshot(top: Path) -> dict[str, bytes | str]:
     return state
 
 
-@pytest.fixture
-def hostile(tmp_path: Path) -> tuple[ObjectStorageAdapter, Path, Path]:
+@pytest.fixture(params=["openat2", "walk"])
+def hostile(
+    tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> tuple[ObjectStorageAdapter, Path, Path]:
     """A root holding real objects and symlinks to an outside tree: directory links at depth 1 and 3,
-    a file link, a dangling file link and a dangling directory link."""
+    a file link, a dangling file link and a dangling directory link. Reads run both ways: by the one
+    ``openat2`` call that refuses every symlink, and by the descriptor walk (kernels without openat2)."""
+    if request.param == "walk":
+        monkeypatch.setattr(local_mutation, "_OPENAT2", None)
+    elif local_mutation._OPENAT2 is None:
+        pytest.skip("this kernel (or its seccomp filter) has no openat2")
     outside = tmp_path / "outside"
     (outside / "sub").mkdir(parents=True)
     (outside / "f").write_bytes(b"precious")
@@ -192,3 +199,36 @@ def test_remove_orphans_never_follows_symlinks(hostile: tuple[ObjectStorageAdapt
     before_outside = snapshot(outside)
     assert adapter.remove_orphans(min_age_s=0) == 0
     assert snapshot(outside) == before_outside
+
+
+def test_a_read_is_one_openat2_call_when_nothing_below_the_root_is_a_symlink(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The hot path: a read, a versioned read and exists resolve the whole path with one openat2 call
+    (no descriptor per directory), bytes and token from that one open file."""
+    if local_mutation._OPENAT2 is None:
+        pytest.skip("this kernel (or its seccomp filter) has no openat2")
+    adapter = open_adapter(f"file://{tmp_path}")
+    token = adapter.write("a/b/c", b"v")
+    opened: list[object] = []
+    real_open = os.open
+    monkeypatch.setattr(os, "open", lambda *a, **k: opened.append(a) or real_open(*a, **k))
+    assert adapter.read_bytes("a/b/c") == b"v"
+    assert adapter.read_versioned("a/b/c").token == token == local_token(os.stat(tmp_path / "a/b/c"))
+    assert adapter.exists("a/b/c") and not adapter.exists("a/b/nope") and not adapter.exists("a/b")
+    assert adapter.read_if_exists("a/x/y") is None
+    with pytest.raises(NotFoundError):
+        adapter.read_bytes("a/b")  # a directory is a prefix, not an object
+    assert opened == []
+
+
+def test_a_root_whose_path_became_a_symlink_is_still_read(tmp_path: Path) -> None:
+    """The root's own path is the user's: when a directory above it is swapped for a symlink after the
+    adapter opened, openat2 (which refuses every symlink) gives way to the walk, which follows it."""
+    (tmp_path / "p").mkdir()
+    adapter = open_adapter(f"file://{tmp_path}/p/root")
+    token = adapter.write("k/v", b"bytes")
+    (tmp_path / "p").rename(tmp_path / "q")
+    os.symlink(tmp_path / "q", tmp_path / "p")
+    assert adapter.read_versioned("k/v").data == b"bytes" and adapter.exists("k/v")
+    assert adapter.read_versioned("k/v").token == token

@@ -1,0 +1,82 @@
+"""S3 ``list_dir``: one request where the server needs nothing more, confirmation only where declared.
+
+SeaweedFS reports a directory emptied by deletes as a common prefix; the contract forbids reporting it,
+so endpoints of such servers are opened with ``confirm_prefixes=True`` (the SeaweedFS launcher's
+``adapter_options()`` says so). Request counts are asserted (at the driver's fault points), never times.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+
+import pytest
+
+from backends.server import S3Endpoint
+from storage_adapter import obstore_backend, open_adapter
+from storage_adapter.adapter import ObjectStorageAdapter
+from storage_adapter.faults import FaultKind, FaultPlan, injected
+
+
+def _fresh(endpoint: S3Endpoint, **options: object) -> ObjectStorageAdapter:
+    return open_adapter(
+        endpoint.url(f"list-dir-{uuid.uuid4().hex[:8]}"), **{**endpoint.adapter_options(), **options}
+    )
+
+
+def _requests(call: object) -> Counter[str]:
+    recorder = FaultPlan(FaultKind.BROKEN, skip=10**9)
+    with injected(recorder):
+        call()  # type: ignore[operator]
+    return Counter(recorder.passed)
+
+
+def _fill(adapter: ObjectStorageAdapter, prefixes: int) -> None:
+    for i in range(prefixes):
+        adapter.write(f"d/{i:02d}/x", b"v")
+    adapter.write("d/top", b"v")
+
+
+def test_the_seaweedfs_endpoint_declares_that_it_needs_confirmation(embedded_seaweedfs: S3Endpoint) -> None:
+    assert embedded_seaweedfs.adapter_options()["confirm_prefixes"] is True
+    assert embedded_seaweedfs.environment()["STORAGE_ADAPTER_S3_CONFIRM_PREFIXES"] == "true"
+
+
+def test_without_confirmation_list_dir_is_one_request(embedded_seaweedfs: S3Endpoint) -> None:
+    """What AWS, MinIO and Ceph need: one ListObjectsV2 with a delimiter, whatever the prefix count."""
+    adapter = _fresh(embedded_seaweedfs, confirm_prefixes=False)
+    _fill(adapter, 20)
+    listing = adapter.list_dir("d")
+    assert len(listing.prefixes) == 20 and [o.key for o in listing.objects] == ["d/top"]
+    assert _requests(lambda: adapter.list_dir("d")) == Counter({"list_with_delimiter": 1})
+
+
+def test_confirmation_takes_one_listing_page_beside_the_delimited_list(
+    embedded_seaweedfs: S3Endpoint,
+) -> None:
+    """Where declared: the delimited list and the first page of the recursive listing, side by side;
+    that page proves every prefix it shows, and when it is the whole listing, every other one empty."""
+    adapter = _fresh(embedded_seaweedfs)
+    _fill(adapter, 20)
+    adapter.delete("d/03/x")
+    adapter.delete("d/17/x")
+    listing = adapter.list_dir("d")
+    assert listing.prefixes == tuple(f"d/{i:02d}" for i in range(20) if i not in (3, 17))
+    assert _requests(lambda: adapter.list_dir("d")) == Counter({"list_with_delimiter": 1, "list": 1})
+
+
+def test_prefixes_beyond_the_first_page_are_confirmed_each(
+    embedded_seaweedfs: S3Endpoint, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A page shorter than the prefix (here 5 objects): the prefixes it does not show are confirmed one
+    list each (concurrently), and the emptied ones among them are still left out."""
+    monkeypatch.setattr(obstore_backend, "LIST_PAGE", 5)
+    adapter = _fresh(embedded_seaweedfs)
+    _fill(adapter, 12)
+    for i in (1, 9, 11):
+        adapter.delete(f"d/{i:02d}/x")
+    listing = adapter.list_dir("d")
+    assert listing.prefixes == tuple(f"d/{i:02d}" for i in range(12) if i not in (1, 9, 11))
+    requests = _requests(lambda: adapter.list_dir("d"))
+    # The page shows 5 live prefixes; the other 12 - 5 reported ones (4 live, 3 emptied) take a list each.
+    assert requests == Counter({"list_with_delimiter": 1, "list": 1 + 12 - 5})
