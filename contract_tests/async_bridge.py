@@ -158,11 +158,16 @@ class SyncBridge:
     def list(self, prefix: str = "") -> builtins.list[ObjectInfo]:
         return run(self.inner.list(prefix))
 
-    def list_pages(self, prefix: str = "") -> Iterator[builtins.list[ObjectInfo]]:
-        return _synchronous(self.inner.list_pages(prefix))  # the inner call validates the prefix now
+    def list_pages(
+        self, prefix: str = "", *, start_after: str | None = None
+    ) -> Iterator[builtins.list[ObjectInfo]]:
+        # The inner call validates its arguments now, before any I/O.
+        return _synchronous(self.inner.list_pages(prefix, start_after=start_after))
 
-    def iter_list(self, prefix: str = "") -> Iterator[ObjectInfo]:
-        return _synchronous(self.inner.iter_list(prefix))
+    def iter_list(
+        self, prefix: str = "", *, start_after: str | None = None, limit: int | None = None
+    ) -> Iterator[ObjectInfo]:
+        return _synchronous(self.inner.iter_list(prefix, start_after=start_after, limit=limit))
 
     def list_dir(self, prefix: str = "") -> DirListing:
         return run(self.inner.list_dir(prefix))

@@ -159,7 +159,9 @@ class StreamClauses:
 
         def read() -> int:
             seen = 0
-            while not stop.is_set():
+            # Until the writer is done and this reader has had one answer (once the writes stop, a read
+            # cannot meet a change): a loaded machine may let every read during the race meet one.
+            while not stop.is_set() or not seen:
                 try:
                     parts = adapter.read_ranges("v", [(0, 8), (SIZE // 2, SIZE // 2 + 8), (SIZE - 8, SIZE)])
                 except ObjectChangedError:
