@@ -302,6 +302,33 @@ def test_partition_filters_are_pushed_down_and_prune_files(engine: Engine, spark
     ) == [1, 2, 3]
 
 
+def test_read_partitions_spread_few_files_over_the_cores_and_pack_small_ones(
+    engine: Engine, spark: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Read partitions are sized as Spark sizes file splits: min(128 MiB, max(4 MiB, total / cores)),
+    every file costing 4 MiB more than its bytes; files stay in row order, in groups of near-equal cost.
+    So four fragments on two cores read as two partitions of two (not one partition on one core), and
+    many small fragments never become one task each."""
+    from pyspark.sql.types import StructType
+
+    import storage_adapter.spark.datasource as datasource
+
+    for day in ["d0", "d1", "d2", "d3"]:
+        engine.commit({"events": pa.table({"id": [1], "day": [day], "score": [0.0]}, schema=SCHEMA)})
+    source = StorageAdapterDataSource({"path": engine.adapter.url, "table": "events", **options_of(engine)})
+    reader = source.reader(StructType.fromDDL("id LONG, day STRING, score DOUBLE"))
+    monkeypatch.setattr(datasource.os, "cpu_count", lambda: 2)
+    groups = [[dict(f.partition)["day"] for f in p.value] for p in reader.partitions()]
+    assert groups == [["d0", "d1"], ["d2", "d3"]]
+    monkeypatch.setattr(datasource.os, "cpu_count", lambda: 8)  # 4 MiB splits: one file each
+    assert [len(p.value) for p in reader.partitions()] == [1, 1, 1, 1]
+    monkeypatch.setattr(datasource.os, "cpu_count", lambda: 1)
+    assert [len(p.value) for p in reader.partitions()] == [4]
+    monkeypatch.setattr(datasource, "_MAX_PARTITION_BYTES", 12 * 1024 * 1024)  # 3 small files' cost
+    assert [len(p.value) for p in reader.partitions()] == [2, 2]
+    assert sum(b.num_rows for p in reader.partitions() for b in reader.read(p)) == 4
+
+
 def test_replace_where_language() -> None:
     assert parse_replace_where("day = 'd1' AND kind IN ('a', 'it''s') and n = 3") == {
         "day": ["d1"], "kind": ["a", "it's"], "n": [3],

@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import io
 import json
 import logging
+import math
 import os
 import re
 from collections.abc import Iterator, Sequence
@@ -58,8 +58,11 @@ from storage_adapter.spark.options import SourceOptions
 log = logging.getLogger(__name__)
 
 SHORT_NAME = "storage_adapter"
-# Read partitions: files are grouped up to this many bytes (Spark's own spark.sql.files.maxPartitionBytes),
-# each file counted with an opening cost as Spark does, so many small fragments do not become many tasks.
+# Read partitions, sized as Spark sizes file splits (FilePartition.maxSplitBytes): about
+# min(maxPartitionBytes, max(openCostInBytes, total / cores)) bytes each, every file counted with an opening
+# cost, so many small fragments do not become many tasks, yet a table of few files still spreads over the
+# cores. The planner (a Python worker) cannot see the cluster's cores: the planning machine's count stands
+# in (on local[N], the cores the job runs on); partitions are never coarser than maxPartitionBytes.
 _MAX_PARTITION_BYTES = 128 * 1024 * 1024
 _OPEN_COST_BYTES = 4 * 1024 * 1024
 
@@ -281,22 +284,25 @@ class _Reader(DataSourceReader):
     def partitions(self) -> list[InputPartition]:
         engine = Engine.open(self._adapter, read_only=True)
         files = engine.files(self._table, self._version, where=self._where or None)
-        groups: list[list[DataFile]] = []
-        size = _MAX_PARTITION_BYTES
-        for data_file in files:
-            cost = data_file.bytes + _OPEN_COST_BYTES
-            if size + cost > _MAX_PARTITION_BYTES:
-                groups.append([])
-                size = 0
-            groups[-1].append(data_file)
-            size += cost
+        costs = [data_file.bytes + _OPEN_COST_BYTES for data_file in files]
+        total = sum(costs)
+        split = min(_MAX_PARTITION_BYTES, max(_OPEN_COST_BYTES, total / (os.cpu_count() or 1)))
+        count = min(len(files), math.ceil(total / split)) if files else 0
+        # Contiguous groups (row order kept) of near-equal cost: a file goes to the group its midpoint
+        # falls in, so equal files spread evenly over the cores (a greedy fill would leave a straggler).
+        groups: list[list[DataFile]] = [[] for _ in range(count)]
+        done = 0
+        for data_file, cost in zip(files, costs, strict=True):
+            groups[min(count - 1, int((done + cost / 2) * count / total))].append(data_file)
+            done += cost
         # No files: one empty partition (Spark would substitute InputPartition(None) for an empty list).
-        return [InputPartition(tuple(group)) for group in groups] or [InputPartition(())]
+        return [InputPartition(tuple(group)) for group in groups if group] or [InputPartition(())]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         schema = self._arrow_schema
         for data_file in partition.value:
-            parquet = pq.ParquetFile(io.BytesIO(self._adapter.read_bytes(data_file.key)))
+            # read_buffer: the object's bytes without a copy into ``bytes`` (Parquet reads from it in place)
+            parquet = pq.ParquetFile(pa.BufferReader(pa.py_buffer(self._adapter.read_buffer(data_file.key))))
             for batch in parquet.iter_batches(columns=schema.names):
                 yield pa.RecordBatch.from_arrays([batch.column(n).cast(f.type) for n, f in zip(
                     schema.names, schema, strict=True)], schema=schema)  # fmt: skip
