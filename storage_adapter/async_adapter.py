@@ -29,7 +29,7 @@ from storage_adapter.errors import NotFoundError
 from storage_adapter.keys import validate_prefix
 from storage_adapter.redaction import Redactor
 from storage_adapter.registry import AsyncDriver, Driver, NativeAsync
-from storage_adapter.streams import Body, RangeSource, check_ranges
+from storage_adapter.streams import Body, RangeSource, check_ranges, seek_position
 from storage_adapter.threaded import ThreadedAsyncDriver, in_thread
 from storage_adapter.types import DirListing, ObjectInfo, Versioned
 
@@ -134,12 +134,7 @@ class AsyncObjectReader:
 
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
         self._check_open()
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._position, io.SEEK_END: self.size}.get(whence)
-        if base is None:
-            raise ValueError(f"invalid whence ({whence!r})")
-        if base + offset < 0:
-            raise ValueError(f"negative seek position {base + offset}")
-        self._position = base + offset
+        self._position = seek_position(self._position, self.size, offset, whence)
         return self._position
 
     async def read_at(self, offset: int, buffer: Any) -> int:

@@ -87,6 +87,17 @@ class RangeSource(Protocol):
     def close(self) -> None: ...
 
 
+def seek_position(position: int, size: int, offset: int, whence: int) -> int:
+    """Where ``seek(offset, whence)`` moves a reader at ``position`` of an object of ``size`` bytes, as
+    io's files do (past the end is allowed; before the start or an unknown whence is a ValueError)."""
+    base = {io.SEEK_SET: 0, io.SEEK_CUR: position, io.SEEK_END: size}.get(whence)
+    if base is None:
+        raise ValueError(f"invalid whence ({whence!r})")
+    if base + offset < 0:
+        raise ValueError(f"negative seek position {base + offset}")
+    return base + offset
+
+
 class ObjectReader(io.RawIOBase):
     """A seekable, read-only binary file object over one version of one object.
 
@@ -123,12 +134,7 @@ class ObjectReader(io.RawIOBase):
 
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
         self._checkClosed()
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._position, io.SEEK_END: self.size}.get(whence)
-        if base is None:
-            raise ValueError(f"invalid whence ({whence!r})")
-        if base + offset < 0:
-            raise ValueError(f"negative seek position {base + offset}")
-        self._position = base + offset
+        self._position = seek_position(self._position, self.size, offset, whence)
         return self._position
 
     def readinto(self, buffer: Any) -> int:
