@@ -258,7 +258,13 @@ class StreamClauses:
         assert not torn, f"a reader saw a part of a streamed write: sizes {torn[:5]}"
         assert not any(reclaimed), f"remove_orphans reclaimed a write in flight: {reclaimed}"
         current = adapter.read_versioned("s")
-        assert current.data == new and current.token == token
+        assert current.data == new, (
+            f"after a streamed write the object holds {len(current.data)} bytes, not its {len(new)}"
+        )
+        assert current.token == token, (
+            "a streamed write returned a token that is not the written object's\n"
+            f"write returned {token!r}; read_versioned reports {current.token!r}"
+        )
         assert adapter.write("file", io.BytesIO(new)) == adapter.read_versioned("file").token
         assert adapter.read_bytes("file") == new
         assert adapter.write("chunks", [bytearray(b"ab"), memoryview(b"cd"), b"", b"e"])
@@ -343,9 +349,20 @@ class StreamClauses:
         winners = [i for i, token in enumerate(tokens) if token is not None]
         assert len(winners) == 1, f"{len(winners)} winners"
         current = adapter.read_versioned("c")
-        assert current.data == bodies[winners[0]] and current.token == tokens[winners[0]]
+        assert current.data == bodies[winners[0]] and current.token == tokens[winners[0]], (
+            "the winner of a streamed create does not hold the object\n"
+            f"winner's token {tokens[winners[0]]!r}; read_versioned reports {current.token!r}"
+        )
         replaced = adapter.write_if_match("c", io.BytesIO(b"next"), current.token)
-        assert replaced is not None and adapter.read_versioned("c").token == replaced
+        assert replaced is not None, (
+            "a streamed CAS with the current token was refused\n"
+            f"token {current.token!r} (read_versioned's own) answered None"
+        )
+        after = adapter.read_versioned("c").token
+        assert after == replaced, (
+            "a streamed CAS returned a token that is not the written object's\n"
+            f"write_if_match returned {replaced!r}; read_versioned reports {after!r}"
+        )
         assert adapter.write_if_match("c", _chunks(b"stale"), current.token) is None
         assert adapter.read_bytes("c") == b"next"
         if caps.streamed_conditional_limit is not None:

@@ -33,6 +33,11 @@ CEPH_16_FAILURES = {
     "test_remove_orphans_spares_writes_in_flight_processes",
     # The same refusal: a CAS with the token write_if_absent returned (a quoted ETag) is answered 412.
     "test_write_if_absent_returns_the_new_token",
+    # Streams (issue 20): Ceph 16.2 answers CompleteMultipartUpload with no ETag, so a streamed write
+    # past one part returns an empty token where read_versioned reports "<md5>-<parts>" (an open defect
+    # of the adapter on such servers), and a streamed CAS meets the If-Match refusal above.
+    "test_a_streamed_write_is_visible_only_complete",
+    "test_a_streamed_create_has_one_winner_or_is_refused",
 }
 # Ceph 16.2 (memstore) sometimes answers a DeleteObjects of a renamed source with a per-key UnknownError
 # while renames cross (seen once in several runs on a loaded host): reported with that evidence, not always.
