@@ -85,6 +85,10 @@ def _process_main(task: Task[Any], index: int, barrier: Any, out: Any) -> None:
     except BaseException:
         barrier.abort()
         out.put((index, None, traceback.format_exc()))
+    # The report is in the pipe before the interpreter tears down (a native library's threads may make
+    # that exit unclean): what the racer found is never lost to how it exits.
+    out.close()
+    out.join_thread()
 
 
 def race_in_processes(racers: int, task: Task[T], timeout_s: float = RACE_TIMEOUT_S) -> list[T]:
@@ -113,7 +117,12 @@ def race_in_processes(racers: int, task: Task[T], timeout_s: float = RACE_TIMEOU
             try:
                 index, result, failure = out.get(timeout=min(0.5, max(0.01, deadline - time.monotonic())))
             except queue.Empty:
-                dead = [p.name for p in processes if p.exitcode not in (None, 0)]
+                # A racer that reported and then exited uncleanly did not lose its report.
+                dead = [
+                    p.name
+                    for i, p in enumerate(processes)
+                    if i not in reported and p.exitcode not in (None, 0)
+                ]
                 if dead:
                     raise RaceError(f"process racers {dead} died; the race is incomplete") from None
                 if time.monotonic() > deadline:
