@@ -10,7 +10,6 @@ rows and bytes. Linux only: the peak is reset through /proc/self/clear_refs firs
 
 from __future__ import annotations
 
-import gc
 import json
 import sys
 import time
@@ -18,20 +17,14 @@ from collections.abc import Iterator
 
 import numpy as np
 import pyarrow as pa
+from peak_rss import peak_growth
 
 from storage_adapter.engine import Engine
+from storage_adapter.engine.tables import FragmentRef
 
 WIDTH = 1000
 BATCH_ROWS = 8192  # 8 MiB of rows per batch, as a producer would hand them over
 SCHEMA = pa.schema([("id", pa.int64()), ("payload", pa.binary(WIDTH))])
-
-
-def _status_bytes(field: str) -> int:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError(f"{field} not in /proc/self/status")
 
 
 def _batches(rows: int) -> Iterator[pa.RecordBatch]:
@@ -51,15 +44,15 @@ if __name__ == "__main__":
     engine.create_table("t", SCHEMA)
     engine.commit({"t": pa.Table.from_batches(_batches(BATCH_ROWS))})  # warm up: the code paths' own pages
     reader = pa.RecordBatchReader.from_batches(SCHEMA, _batches(rows))
-    gc.collect()
-    with open("/proc/self/clear_refs", "w") as clear:
-        clear.write("5")  # reset VmHWM to the current resident set
-    before = _status_bytes("VmRSS")
+
+    def append() -> FragmentRef:
+        ref = engine.write_fragment("t", reader)
+        engine.commit_fragments({"t": [ref]})
+        return ref
+
     started = time.perf_counter()
-    ref = engine.write_fragment("t", reader)
-    engine.commit_fragments({"t": [ref]})
+    ref, growth = peak_growth(append)
     elapsed = time.perf_counter() - started
-    growth = _status_bytes("VmHWM") - before
     stored = next(info.size for info in engine.adapter.list("tables/t/data") if info.key == ref.key)
     print(json.dumps({"peak_growth": growth, "seconds": elapsed, "rows": ref.rows, "expected_rows": rows,
                       "bytes": ref.bytes, "stored_bytes": stored}))  # fmt: skip

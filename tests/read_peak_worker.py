@@ -8,30 +8,18 @@ the peak is reset through /proc/self/clear_refs before each read.
 
 from __future__ import annotations
 
-import gc
 import json
 import sys
+
+from peak_rss import peak_growth
 
 from storage_adapter import open_adapter
 
 
-def _status_bytes(field: str) -> int:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError(f"{field} not in /proc/self/status")
-
-
 def _peak_growth(read: object) -> int:
-    gc.collect()
-    with open("/proc/self/clear_refs", "w") as clear:
-        clear.write("5")  # reset VmHWM to the current resident set
-    before = _status_bytes("VmRSS")
-    result = read()  # type: ignore[operator]
+    result, growth = peak_growth(read)  # type: ignore[arg-type]
     data = result if isinstance(result, bytes) else result.data
     assert type(data) is bytes and len(data) == SIZE, (type(data), len(data))
-    growth = _status_bytes("VmHWM") - before
     del result, data
     return growth
 

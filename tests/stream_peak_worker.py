@@ -9,21 +9,14 @@ it (bytes) and the write's duration (seconds). Linux only: the peak is reset thr
 
 from __future__ import annotations
 
-import gc
 import json
 import sys
 import time
 from collections.abc import Iterator
 
+from peak_rss import peak_growth
+
 from storage_adapter import open_adapter
-
-
-def _status_bytes(field: str) -> int:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError(f"{field} not in /proc/self/status")
 
 
 def _chunks(size: int, chunk: int) -> Iterator[bytes]:
@@ -34,14 +27,9 @@ def _chunks(size: int, chunk: int) -> Iterator[bytes]:
 if __name__ == "__main__":
     url, options, size, chunk = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
     adapter = open_adapter(url, **options)
-    gc.collect()
-    with open("/proc/self/clear_refs", "w") as clear:
-        clear.write("5")  # reset VmHWM to the current resident set
-    before = _status_bytes("VmRSS")
     started = time.perf_counter()
-    adapter.write("big", _chunks(size, chunk))
+    _, growth = peak_growth(lambda: adapter.write("big", _chunks(size, chunk)))
     elapsed = time.perf_counter() - started
-    growth = _status_bytes("VmHWM") - before
     written = next(info.size for info in adapter.list() if info.key == "big")
     assert written == size, (written, size)
     print(json.dumps({"peak_growth": growth, "seconds": elapsed}))
