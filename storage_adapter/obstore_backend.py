@@ -913,21 +913,15 @@ class ObstoreAsyncDriver(ThreadedAsyncDriver):
                     return
 
     async def list_dir(self, prefix: str) -> tuple[builtins.list[ObjectInfo], builtins.list[str]]:
-        """As :meth:`ObstoreBackend.list_dir`; the child prefixes are confirmed concurrently."""
+        """As :meth:`ObstoreBackend.list_dir`: one delimited list; where the server needs its prefixes
+        confirmed, the sync driver's confirmation (the same requests) in a worker thread."""
+        if self._sync.confirms_prefixes:
+            return await in_thread(self._sync.list_dir, prefix)
         with self._translated(prefix, "list_dir"):
             _fault_point("list_with_delimiter")
             result = await obstore.list_with_delimiter_async(self._store, self._sync.listed(prefix))
-        objects = self._sync.infos(result["objects"])
-        prefixes = [p.rstrip("/") for p in result["common_prefixes"]]
-        if self._sync.confirms_prefixes:
-            held = await asyncio.gather(*(self._has_objects(prefix, p) for p in prefixes))
-            prefixes = [p for p, holds in zip(prefixes, held, strict=True) if holds]
-        return objects, [self._sync.relative(p) for p in prefixes]
-
-    async def _has_objects(self, key: str, path: str) -> bool:
-        with self._translated(key, "list_dir"):
-            _fault_point("list")
-            return await anext(obstore.list(self._store, path, chunk_size=1), None) is not None
+        prefixes = [self._sync.relative(p.rstrip("/")) for p in result["common_prefixes"]]
+        return self._sync.infos(result["objects"]), prefixes
 
     # -- mutations -----------------------------------------------------------------------------------
     async def put(self, key: str, data: bytes) -> str:
