@@ -57,8 +57,8 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "adapter-list-unsorted",
         _ADAPTER,
-        "return sorted(itertools.chain.from_iterable(self.list_pages(prefix)), key=_BY_KEY)",
-        "return builtins.list(itertools.chain.from_iterable(self.list_pages(prefix)))",
+        "return sorted(infos, key=_BY_KEY)",
+        "return builtins.list(infos)",
         "list() returns the backend's order instead of sorted keys",
     ),
     Mutant(

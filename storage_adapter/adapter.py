@@ -120,6 +120,11 @@ class AdapterCore:
         return builtins.list(dict.fromkeys(self._key(key) for key in keys))
 
     @staticmethod
+    def _sorted(infos: Iterable[ObjectInfo]) -> builtins.list[ObjectInfo]:
+        """A listing in key order (``list``'s, sync and async)."""
+        return sorted(infos, key=_BY_KEY)
+
+    @staticmethod
     def _dir_listing(objects: Iterable[ObjectInfo], prefixes: Iterable[str]) -> DirListing:
         return DirListing(objects=tuple(sorted(objects, key=_BY_KEY)), prefixes=tuple(sorted(prefixes)))
 
@@ -194,7 +199,7 @@ class ObjectStorageAdapter(AdapterCore, DerivedOperations):
 
     def list(self, prefix: str = "") -> list[ObjectInfo]:
         """Every object under ``prefix`` (recursive), sorted by key. ``a/b`` never lists ``a/bc``."""
-        return sorted(itertools.chain.from_iterable(self.list_pages(prefix)), key=_BY_KEY)
+        return self._sorted(itertools.chain.from_iterable(self.list_pages(prefix)))
 
     def list_pages(
         self, prefix: str = "", *, start_after: str | None = None

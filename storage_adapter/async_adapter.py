@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import builtins
 import io
-import operator
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -32,8 +31,6 @@ from storage_adapter.registry import AsyncDriver, Driver, NativeAsync
 from storage_adapter.streams import Body, RangeSource, check_ranges, seek_position
 from storage_adapter.threaded import ThreadedAsyncDriver, in_thread
 from storage_adapter.types import DirListing, ObjectInfo, Versioned
-
-_BY_KEY = operator.attrgetter("key")
 
 
 class AsyncDerivedOperations:
@@ -239,7 +236,7 @@ class AsyncObjectStorageAdapter(AdapterCore, AsyncDerivedOperations):
 
     async def list(self, prefix: str = "") -> builtins.list[ObjectInfo]:
         infos = [info async for page in self.list_pages(prefix) for info in page]
-        return sorted(infos, key=_BY_KEY)
+        return self._sorted(infos)
 
     def list_pages(
         self, prefix: str = "", *, start_after: str | None = None
