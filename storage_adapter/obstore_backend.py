@@ -19,11 +19,12 @@ import urllib.error
 import urllib.request
 from collections.abc import AsyncGenerator, Callable, Generator, Iterable, Iterator, Sequence
 from contextlib import suppress
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 import obstore
+from arro3.core import DataType
 from obstore.exceptions import (
     AlreadyExistsError,
     BaseError,
@@ -78,7 +79,6 @@ _READ_CHUNK = 1024 * 1024
 # parts of this size (object_store's default; S3's minimum part size is 5 MiB).
 _PART = 5 * 1024 * 1024
 # The fields of obstore's ObjectMeta a listing keeps, each read by a C-level getter.
-_META_FIELDS = tuple(map(operator.itemgetter, ("path", "size", "e_tag", "last_modified")))
 
 _MEMORY_STORES: dict[str, MemoryStore] = {}
 _MEMORY_LOCK = threading.Lock()
@@ -650,15 +650,16 @@ class ObstoreBackend:
                     self.listed(prefix),
                     offset=None if start_after is None else self.path(start_after),
                     chunk_size=LIST_PAGE,
+                    return_arrow=True,
                 )
             )
             while True:
                 _fault_point("list")
                 batch = next(stream, None)
-                if not batch:
+                if batch is None or not batch.num_rows:
                     return
                 yield self.infos(batch)
-                if len(batch) < LIST_PAGE:
+                if batch.num_rows < LIST_PAGE:
                     return
 
     def list_dir(self, prefix: str) -> tuple[builtins.list[ObjectInfo], builtins.list[str]]:
@@ -681,7 +682,7 @@ class ObstoreBackend:
     def _delimited(self, key: str, base: str | None) -> Any:
         with self.translated(key, "list_dir"):
             _fault_point("list_with_delimiter")
-            return obstore.list_with_delimiter(self._store, base)
+            return obstore.list_with_delimiter(self._store, base, return_arrow=True)
 
     def _first_page(self, key: str, base: str | None) -> Sequence[Any]:
         """The first LIST_PAGE objects of the recursive listing below ``base`` (one request on S3)."""
@@ -713,13 +714,27 @@ class ObstoreBackend:
             _fault_point("list")
             return next(iter(obstore.list(self._store, path, chunk_size=1)), None) is not None
 
-    def infos(self, metas: Sequence[Any]) -> builtins.list[ObjectInfo]:
-        """The ObjectInfos of obstore's ObjectMetas, built column by column (a listing's hot loop)."""
-        paths, sizes, tokens, times = (map(field, metas) for field in _META_FIELDS)
+    def infos(self, listed: Any) -> builtins.list[ObjectInfo]:
+        """The ObjectInfos of one of obstore's Arrow listings (a RecordBatch or a Table), built column by
+        column (a listing's hot loop).
+
+        The Arrow form is the lean one: obstore builds no dict and no datetime per object (which costs it
+        about 1 µs each), and turning each column into Python values here costs no Python call per object.
+        """
+        count = listed.num_rows
+        paths = listed.column("path").to_pylist()
         keys: Iterable[str] = paths
         if self._prefix:  # the root's prefix and its "/" cut off every path
             keys = map(operator.getitem, paths, itertools.repeat(slice(len(self._prefix) + 1, None)))
-        return object_infos(len(metas), keys, sizes, tokens, times)
+        # obstore lists times as UTC microseconds. Dividing by 1e6 leaves the float within 0.12 µs of the
+        # exact instant (half an ulp at today's epoch seconds), and fromtimestamp rounds to the nearest
+        # microsecond, so every time is exact; one C call per object instead of Arrow's datetime path.
+        micros = listed.column("last_modified").cast(DataType.int64()).to_pylist()
+        times = map(datetime.fromtimestamp, map(operator.truediv, micros, itertools.repeat(1e6)),
+                    itertools.repeat(UTC))  # fmt: skip
+        sizes = listed.column("size").to_pylist()
+        tokens = listed.column("e_tag").to_pylist()
+        return object_infos(count, keys, sizes, tokens, times)
 
     # -- mutations (memory and S3; local mutations go through LocalMutator) -------------------------------
     def put(self, key: str, data: bytes) -> str:
@@ -902,14 +917,15 @@ class ObstoreAsyncDriver(ThreadedAsyncDriver):
                 self._sync.listed(prefix),
                 offset=None if start_after is None else self._sync.path(start_after),
                 chunk_size=LIST_PAGE,
+                return_arrow=True,
             )
             while True:
                 _fault_point("list")
                 batch = await anext(stream, None)
-                if not batch:
+                if batch is None or not batch.num_rows:
                     return
                 yield self._sync.infos(batch)
-                if len(batch) < LIST_PAGE:
+                if batch.num_rows < LIST_PAGE:
                     return
 
     async def list_dir(self, prefix: str) -> tuple[builtins.list[ObjectInfo], builtins.list[str]]:
@@ -919,7 +935,9 @@ class ObstoreAsyncDriver(ThreadedAsyncDriver):
             return await in_thread(self._sync.list_dir, prefix)
         with self._translated(prefix, "list_dir"):
             _fault_point("list_with_delimiter")
-            result = await obstore.list_with_delimiter_async(self._store, self._sync.listed(prefix))
+            result = await obstore.list_with_delimiter_async(
+                self._store, self._sync.listed(prefix), return_arrow=True
+            )
         prefixes = [self._sync.relative(p.rstrip("/")) for p in result["common_prefixes"]]
         return self._sync.infos(result["objects"]), prefixes
 

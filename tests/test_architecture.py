@@ -32,8 +32,8 @@ ALLOWED = {
 THIRD_PARTY = {
     # fsspec and s3fs only inside the peers' filesystem builders and the fsspec filesystem over an adapter
     # (storage_adapter/fsspec_filesystem.py, imported by nothing in the core); botocore only for AWS profiles that are
-    # not static keys (storage_adapter.aws_profile)
-    "core": {"obstore", "fsspec", "s3fs", "botocore"},
+    # not static keys (storage_adapter.aws_profile); arro3 only for obstore's Arrow listings (obstore_backend)
+    "core": {"obstore", "arro3", "fsspec", "s3fs", "botocore"},
     "engine": {"obstore", "pyarrow", "ulid"},
     "idempotency": {"ulid"},
     "spark": {"pyarrow", "pyspark", "ulid"},
