@@ -1,8 +1,10 @@
 """Local CAS under contention: N spawned processes incrementing one counter for a fixed time.
 
 ``adapter`` workers do ``read_versioned`` + ``write_if_match`` and retry on conflict; ``floor`` workers run
-the cheapest correct loop by hand: ``flock`` the directory, read the counter, write a temporary file,
-``rename`` it over the counter, unlock. Both count successful increments; the floor never retries.
+the cheapest correct loop by hand: ``flock`` the directory, read the counter, write a temporary file and
+``fsync`` it, ``rename`` it over the counter, ``fsync`` the directory, unlock. Both count successful
+increments; the floor never retries. The floor is as durable as the adapter (an acknowledged local write
+survives a power loss): without the two ``fsync`` it would measure a promise the adapter does not make.
 """
 
 from __future__ import annotations
@@ -56,7 +58,10 @@ def _floor_loop(root: str, deadline: float) -> int:
                 fd, staged = tempfile.mkstemp(dir=root, prefix=".stage-")
                 with os.fdopen(fd, "wb") as f:
                     f.write(str(value + 1).encode())
+                    f.flush()
+                    os.fsync(f.fileno())
                 os.rename(staged, counter)
+                os.fsync(dir_fd)
             finally:
                 fcntl.flock(dir_fd, fcntl.LOCK_UN)
             done += 1
