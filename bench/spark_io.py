@@ -11,6 +11,12 @@ Per backend and round, interleaved:
   the same snapshot (``Engine.files``): the target's row. Beside it, a one-column query (``count`` and
   ``sum(score)``), reported without a target: Spark's Parquet reader decodes one column there, while
   Spark hands a Python data source no column list to prune with;
+* **the ceiling**: the same rows written into a Python data source that does nothing with them (its
+  ``DataSourceArrowWriter.write`` only counts the Arrow batches Spark sends it), in the same rounds. It
+  costs what every Python data source pays before its first line of its own: Spark turning its rows into
+  Arrow batches in the JVM and shipping them to a Python worker. ``df.write.parquet`` pays none of it, so
+  plain Parquet over this floor is the best write ratio any Python data source can reach on this machine,
+  and the data source over the floor shows how much of its time is its own;
 * **publishes per load**: the manifest versions one data-source append adds, at 1, 4 and 16 Spark
   partitions (exact: a request count, not a time).
 
@@ -71,6 +77,7 @@ class SparkIoResult:
     partitions: int
     datasource_write_s: float
     parquet_write_s: float | None
+    idle_write_s: float
     datasource_read_s: float
     parquet_read_s: float | None
     datasource_narrow_read_s: float
@@ -81,6 +88,17 @@ class SparkIoResult:
     def write_ratio(self) -> float | None:
         """Data-source write throughput over plain Parquet's (>= 0.9 is the target)."""
         return None if self.parquet_write_s is None else self.parquet_write_s / self.datasource_write_s
+
+    @property
+    def ceiling_ratio(self) -> float | None:
+        """Plain Parquet's write throughput over the do-nothing Python data source's: the best write ratio
+        a Python data source can reach here."""
+        return None if self.parquet_write_s is None else self.parquet_write_s / self.idle_write_s
+
+    @property
+    def own_share(self) -> float:
+        """The data source's write time over the do-nothing one's (1.0: no time of its own)."""
+        return self.datasource_write_s / self.idle_write_s
 
     @property
     def read_ratio(self) -> float | None:
@@ -105,6 +123,37 @@ def fresh_engine(backend: Backend) -> Engine:
     engine = Engine.open(backend.adapter.child(f"spark-io-{uuid.uuid4().hex[:10]}"))
     engine.create_table("events", SCHEMA)
     return engine
+
+
+IDLE_FORMAT = "bench_idle_sink"
+
+
+def register_idle_sink(spark: Any) -> None:
+    """Register the do-nothing Python data source (``IDLE_FORMAT``). Its classes are defined here, in a
+    function, so that Spark's cloudpickle ships them by value: the workers need not import ``bench``."""
+    from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
+
+    class Counted(WriterCommitMessage):
+        def __init__(self, rows: int) -> None:
+            self.rows = rows
+
+    class IdleWriter(DataSourceArrowWriter):
+        def write(self, iterator: Iterator[pa.RecordBatch]) -> Counted:
+            return Counted(sum(batch.num_rows for batch in iterator))
+
+    class IdleSink(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return IDLE_FORMAT
+
+        def writer(self, schema: Any, overwrite: bool) -> IdleWriter:
+            return IdleWriter()
+
+    spark.dataSource.register(IdleSink)
+
+
+def idle_write(frame: Any) -> None:
+    frame.write.format(IDLE_FORMAT).mode("append").save()
 
 
 def datasource_write(frame: Any, engine: Engine, backend: Backend) -> None:
@@ -132,13 +181,22 @@ def local_path(engine: Engine, key: str) -> str:
 
 def measure(spark: Any, backend: Backend, rows: int, rounds: int, partitions: int) -> SparkIoResult:
     expected_sum = sum(i * 0.5 for i in range(rows))
-    datasource_write(spark_rows(spark, 1000, partitions), fresh_engine(backend), backend)  # warm-up
-    ds_write, pq_write, ds_read, pq_read, ds_narrow, pq_narrow = [], [], [], [], [], []
+    # Warm-up: every write path once at full size (the JVM compiles each path's code on its first runs).
+    datasource_write(spark_rows(spark, rows, partitions), fresh_engine(backend), backend)
+    idle_write(spark_rows(spark, rows, partitions))
+    if backend.parquet_root is not None:
+        warm = backend.parquet_root / uuid.uuid4().hex[:10]
+        spark_rows(spark, rows, partitions).write.parquet(str(warm))
+        shutil.rmtree(warm)
+    ds_write, pq_write, idle, ds_read, pq_read, ds_narrow, pq_narrow = [], [], [], [], [], [], []
     for _ in range(rounds):
         engine = fresh_engine(backend)
         started = time.perf_counter()
         datasource_write(spark_rows(spark, rows, partitions), engine, backend)
         ds_write.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        idle_write(spark_rows(spark, rows, partitions))
+        idle.append(time.perf_counter() - started)
 
         reader = spark.read.format("storage_adapter").options(**backend.options).option("table", "events")
         started = time.perf_counter()
@@ -177,6 +235,7 @@ def measure(spark: Any, backend: Backend, rows: int, rounds: int, partitions: in
         partitions=partitions,
         datasource_write_s=statistics.median(ds_write),
         parquet_write_s=statistics.median(pq_write) if pq_write else None,
+        idle_write_s=statistics.median(idle),
         datasource_read_s=statistics.median(ds_read),
         parquet_read_s=statistics.median(pq_read) if pq_read else None,
         datasource_narrow_read_s=statistics.median(ds_narrow),
@@ -225,8 +284,9 @@ def markdown(results: list[SparkIoResult], master: str, rounds: int) -> str:
         "",
         "| backend | rows | write: data source | write: df.write.parquet | write ratio | full read: data source "
         "| full read: spark.read.parquet | full read ratio | one-column query ratio (no target) "
-        "| publishes per load |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| publishes per load | write: do-nothing Python data source | ceiling: df.write.parquet / do-nothing "
+        "| data source / do-nothing |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         pq_write = "n/a" if r.parquet_write_s is None else f"{r.parquet_write_s:.2f} s"
@@ -235,7 +295,8 @@ def markdown(results: list[SparkIoResult], master: str, rounds: int) -> str:
         lines.append(
             f"| {r.backend} | {r.rows:,} | {r.datasource_write_s:.2f} s | {pq_write} | "
             f"{_ratio(r.write_ratio, WRITE_TARGET)} | {r.datasource_read_s:.2f} s | {pq_read} | "
-            f"{_ratio(r.read_ratio, READ_TARGET)} | {_narrow(r)} | {publishes} |"
+            f"{_ratio(r.read_ratio, READ_TARGET)} | {_narrow(r)} | {publishes} | {r.idle_write_s:.2f} s | "
+            f"{'n/a' if r.ceiling_ratio is None else f'{r.ceiling_ratio:.2f}x'} | {r.own_share:.2f}x |"
         )
     return "\n".join(lines) + "\n"
 
@@ -250,6 +311,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", type=Path, default=Path("results/bench"))
     args = parser.parse_args(argv)
     spark = spark_session(args.master, "bench-spark-io")
+    register_idle_sink(spark)
     try:
         with backends(args.backends.split(",")) as targets:
             results = [measure(spark, b, args.rows, args.rounds, args.partitions) for b in targets]
@@ -262,6 +324,8 @@ def main(argv: list[str] | None = None) -> int:
             write_ratio=r.write_ratio,
             read_ratio=r.read_ratio,
             narrow_read_ratio=r.narrow_read_ratio,
+            ceiling_ratio=r.ceiling_ratio,
+            own_share=r.own_share,
             master=args.master,
         )
         for r in results
