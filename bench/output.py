@@ -26,6 +26,7 @@ HOT_PATH = (
     ("memory", "1KiB", "list", "adapter", "obstore", 1.2),
     ("seaweedfs", "1KiB", "list_dir", "adapter", "obstore", 2.0),
     ("seaweedfs", "1KiB", "list_dir", "adapter-unconfirmed", "obstore", 2.0),
+    ("ceph", "1KiB", "list_dir", "adapter", "obstore", 2.0),  # judged where the run includes Ceph RGW
 )
 
 
