@@ -202,15 +202,49 @@ def test_replace_where_errors_publish_nothing(engine, adapter):
     assert adapter.read_bytes(MANIFEST_KEY) == before
 
 
-def test_replace_where_racing_another_commit_conflicts_with_nothing_visible(engine):
+def test_replace_where_rebases_over_a_concurrent_commit_outside_its_partitions(engine):
+    """A partition overwrite that loses the publish race to commits touching only other partitions (an
+    append, a partition overwrite of another day) rebases over them, as Delta's replaceWhere does: both
+    land, the winner's rows kept, ours in place of the partitions we replace."""
+    engine.commit({"ev": events([1, 2, 4], [D1, D2, D3], ["eu", "eu", "eu"])})
+    other = Engine.open(engine.adapter, actor="other")
+
+    def winners(_: str) -> None:
+        other.commit({"ev": events([3], [D2], ["eu"])})
+        other.commit({"ev": events([5], [D3], ["eu"])}, mode="overwrite", replace_where={"ev": {"day": [D3]}})
+
+    fp.arm("commit.before_publish", winners, times=1)
+    commit = engine.commit(
+        {"ev": events([9], [D1], ["eu"])}, mode="overwrite", replace_where={"ev": {"day": [D1]}}
+    )
+    assert commit.attempts == 2 and commit.record.mode == "overwrite"
+    assert ids_of(engine.read("ev")) == [2, 3, 5, 9]
+    assert ids_of(engine.read("ev", commit.version - 1)) == [1, 2, 3, 5]  # the winners' snapshot, intact
+
+
+@pytest.mark.parametrize(
+    "winner", ["append inside", "overwrite of the same partition", "whole-table overwrite"]
+)
+def test_replace_where_conflicts_with_a_concurrent_change_inside_its_partitions(engine, winner):
+    """A concurrent commit that added or removed anything in the partitions we replace is a conflict:
+    our overwrite would silently drop what it wrote. Nothing of ours becomes visible."""
     engine.commit({"ev": events([1, 2], [D1, D2], ["eu", "eu"])})
     other = Engine.open(engine.adapter, actor="other")
-    fp.arm("commit.before_publish", lambda _: other.commit({"ev": events([3], [D2], ["eu"])}), times=1)
-    with pytest.raises(CommitConflictError):
+    race = {
+        "append inside": lambda: other.commit({"ev": events([3], [D1], ["us"])}),
+        "overwrite of the same partition": lambda: other.commit(
+            {"ev": events([4], [D1], ["eu"])}, mode="overwrite", replace_where={"ev": {"day": [D1]}}
+        ),
+        "whole-table overwrite": lambda: other.commit({"ev": events([5], [D2], ["eu"])}, mode="overwrite"),
+    }[winner]
+    fp.arm("commit.before_publish", lambda _: race(), times=1)
+    before = None
+    with pytest.raises(CommitConflictError, match="partitions it replaces"):
+        before = engine.snapshot().version
         engine.commit(
             {"ev": events([9], [D1], ["eu"])}, mode="overwrite", replace_where={"ev": {"day": [D1]}}
         )
-    assert ids_of(engine.read("ev")) == [1, 2, 3]
+    assert 9 not in ids_of(engine.read("ev")) and engine.snapshot().version == (before or 0) + 1
 
 
 # -- conform -------------------------------------------------------------------------------------------------

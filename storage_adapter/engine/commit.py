@@ -29,6 +29,7 @@ import os
 import random
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import as_completed
 from dataclasses import dataclass, replace
 
@@ -69,12 +70,18 @@ MODES = ("append", "overwrite")
 class TableWrite:
     """What a commit does to one table: add ``fragments`` (append), replace with them (overwrite),
     create the table with ``schema`` (create), or put each ``replaced`` group's new fragment in place of
-    the group (compact)."""
+    the group (compact).
+
+    ``keeps`` makes an overwrite a partition overwrite: it tells the fragments of the base it keeps
+    (those outside the replaced partitions, listed first in ``fragments``) from the rest (inside them:
+    our own new fragments). Such an overwrite rebases over a concurrent commit that changed only kept
+    fragments, and conflicts with one that added or removed any fragment inside."""
 
     table: str
     schema: str
     fragments: tuple[tuple[str, int, int], ...]
     replaced: tuple[Replacement, ...] = ()
+    keeps: Callable[[str], bool] | None = None
 
 
 @dataclass(frozen=True)
@@ -360,11 +367,7 @@ class CommitOperation:
                     f"table {name!r} was created concurrently", key=layout.table_prefix(name)
                 )
             if mode == "overwrite":
-                raise CommitConflictError(
-                    f"overwrite of table {name!r} conflicts with a concurrent commit: expected table version "
-                    f"{bases[name]} but the manifest now pins {now_pin}",
-                    expected=bases[name], actual=now_pin, table=name, key=layout.table_prefix(name),
-                )  # fmt: skip
+                writes[name] = self._rebased_overwrite(writes[name], bases[name], now_pin)
             if mode == "compact":  # rebases over appends; conflicts once its fragments are gone
                 assert now_pin is not None  # tables are never dropped
                 self._versions.check_replaceable(name, now_pin, writes[name].replaced)
@@ -375,6 +378,29 @@ class CommitOperation:
         self._sidecar = self._keeper.write(
             replace(self._sidecar, manifest_version=state.manifest.version, tables=pins)
         )
+
+    def _rebased_overwrite(self, write: TableWrite, base: int | None, now_pin: int | None) -> TableWrite:
+        """``write`` (an overwrite planned on table version ``base``) re-planned on ``now_pin``, which a
+        concurrent commit published: a partition overwrite keeps the fragments of ``now_pin`` outside its
+        partitions, then its own, when the winner changed only fragments outside them. CommitConflictError
+        otherwise, and for a whole-table overwrite (it would discard the winner's write unseen)."""
+        conflict = CommitConflictError(
+            f"overwrite of table {write.table!r} conflicts with a concurrent commit: expected table version "
+            f"{base} but the manifest now pins {now_pin}",
+            expected=base, actual=now_pin, table=write.table, key=layout.table_prefix(write.table),
+        )  # fmt: skip
+        keeps = write.keeps
+        if keeps is None or now_pin is None:
+            raise conflict
+        before = set() if base is None else set(self._versions.fragments(write.table, base))
+        after = self._versions.fragments(write.table, now_pin)
+        if any(not keeps(key) for key, _, _ in before.symmetric_difference(after)):
+            raise CommitConflictError(
+                f"{conflict} that changed the partitions it replaces",
+                expected=base, actual=now_pin, table=write.table, key=layout.table_prefix(write.table),
+            )  # fmt: skip
+        ours = tuple(fragment for fragment in write.fragments if not keeps(fragment[0]))
+        return replace(write, fragments=tuple(f for f in after if keeps(f[0])) + ours)
 
     def _finish(self, record: CommitRecord, attempts: int) -> Commit:
         failpoint("commit.after_publish")

@@ -586,15 +586,12 @@ class Engine:
                         key=ref.key,
                     )
             added = tuple((r.key, r.rows, r.bytes) for r in table_refs)
+            keeps = None
             if table in filters:  # a partition overwrite: the pinned content outside the filter, then ours
+                keeps = partial(_outside, prefix, partition_by, filters[table])
                 pinned = self._versions.fragments(table, state.manifest.tables[table].version)
-                kept = tuple(
-                    f
-                    for f in pinned
-                    if not matches(partition_of_key(prefix, f[0], partition_by), filters[table])
-                )
-                added = kept + added
-            writes[table] = TableWrite(table, schema_text, added)
+                added = tuple(f for f in pinned if keeps(f[0])) + added
+            writes[table] = TableWrite(table, schema_text, added, keeps=keeps)
         commit = self._operation().run(state, writes, mode, expected_version=expected_version,
                                        idempotency_key=idempotency_key, actor=actor or self._actor, app=app)  # fmt: skip
         self._checkpoint(commit)
@@ -612,3 +609,10 @@ class Engine:
             except Exception as exc:
                 log.warning("could not write the checkpoint of table %r version %d (%s); a later commit "
                             "will", table, version, exc)  # fmt: skip
+
+
+def _outside(data_prefix: str, partition_by: Sequence[str], allowed: Mapping[str, set[str | None]],
+             key: str) -> bool:  # fmt: skip
+    """Whether the fragment at ``key`` lies outside the partitions ``allowed`` matches (a partition
+    overwrite keeps it)."""
+    return not matches(partition_of_key(data_prefix, key, partition_by), allowed)
