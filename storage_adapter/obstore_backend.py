@@ -78,7 +78,6 @@ _READ_CHUNK = 1024 * 1024
 # A streamed body goes out as one PUT when it ends within this many bytes, else as a multipart upload in
 # parts of this size (object_store's default; S3's minimum part size is 5 MiB).
 _PART = 5 * 1024 * 1024
-# The fields of obstore's ObjectMeta a listing keeps, each read by a C-level getter.
 
 _MEMORY_STORES: dict[str, MemoryStore] = {}
 _MEMORY_LOCK = threading.Lock()
@@ -915,7 +914,10 @@ class ObstoreAsyncDriver(ThreadedAsyncDriver):
                         self._store, self._sync.path(key), start=0, end=_PAST_ANY_END
                     )
                 )
-            except GenericError:  # the refused range (416 on S3); anything else repeats on the plain GET
+            except GenericError:
+                # The refused range of an empty object (416 on S3), or a failure obstore gives no class
+                # (its retries spent): the plain GET reads the object or raises its own error. Every
+                # classified error (missing, denied, ...) has already been raised, translated.
                 pass
         return (await self.get_versioned(key))[0]
 
