@@ -647,15 +647,7 @@ class ObstoreBackend:
         the last (obstore fills every batch but the last), so no request follows it. ``start_after`` is
         object_store's offset (S3's StartAfter: the server resumes after that key in its own order)."""
         with self.translated(prefix, "list"):
-            stream = iter(
-                obstore.list(
-                    self._store,
-                    self.listed(prefix),
-                    offset=None if start_after is None else self.path(start_after),
-                    chunk_size=LIST_PAGE,
-                    return_arrow=True,
-                )
-            )
+            stream = iter(self.listing(prefix, start_after))
             while True:
                 _fault_point("list")
                 batch = next(stream, None)
@@ -664,6 +656,18 @@ class ObstoreBackend:
                 yield self.infos(batch)
                 if batch.num_rows < LIST_PAGE:
                     return
+
+    def listing(self, prefix: str, start_after: str | None) -> Any:
+        """obstore's lazy listing of ``prefix`` in Arrow batches of LIST_PAGE objects (see :meth:`infos`),
+        from after ``start_after``: iterated by the sync driver, async-iterated by its twin. No request
+        is made until the first batch is asked for."""
+        return obstore.list(
+            self._store,
+            self.listed(prefix),
+            offset=None if start_after is None else self.path(start_after),
+            chunk_size=LIST_PAGE,
+            return_arrow=True,
+        )
 
     def list_dir(self, prefix: str) -> tuple[builtins.list[ObjectInfo], builtins.list[str]]:
         """One delimited list. With ``confirm_prefixes``, beside it (concurrently) the first page of the
@@ -937,13 +941,7 @@ class ObstoreAsyncDriver(ThreadedAsyncDriver):
     ) -> AsyncGenerator[builtins.list[ObjectInfo], None]:
         """As :meth:`ObstoreBackend.list_pages`: one request per page, made when it is asked for."""
         with self._translated(prefix, "list"):
-            stream = obstore.list(
-                self._store,
-                self._sync.listed(prefix),
-                offset=None if start_after is None else self._sync.path(start_after),
-                chunk_size=LIST_PAGE,
-                return_arrow=True,
-            )
+            stream = self._sync.listing(prefix, start_after)
             while True:
                 _fault_point("list")
                 batch = await anext(stream, None)

@@ -111,6 +111,17 @@ def test_pickling_uses_obstores_own_pickling_where_it_has_one(tmp_path: Path) ->
     )
 
 
+def _unpickled_in_another_process(tmp_path: Path, blob: bytes, code: str) -> str:
+    """What ``code`` prints in a fresh interpreter given the path of a file holding ``blob``."""
+    (tmp_path / "adapter.pickle").write_bytes(blob)
+    return subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "adapter.pickle")],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+
+
 def test_a_memory_store_pickles_by_reference_and_is_per_process(tmp_path: Path) -> None:
     """obstore cannot pickle a MemoryStore: in this process the copy is the very same store; in another
     process it is a new, empty one (as for memory://)."""
@@ -118,17 +129,11 @@ def test_a_memory_store_pickles_by_reference_and_is_per_process(tmp_path: Path) 
     adapter.write("k", b"here")
     blob = pickle.dumps(adapter)
     assert pickle.loads(blob) == adapter and pickle.loads(blob).read_bytes("k") == b"here"
-    (tmp_path / "adapter.pickle").write_bytes(blob)
     code = (
         "import pickle, sys; a = pickle.loads(open(sys.argv[1], 'rb').read()); "
         "print(a.read_if_exists('k'), a.backend)"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code, str(tmp_path / "adapter.pickle")],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    out = _unpickled_in_another_process(tmp_path, blob, code)
     assert out.split() == ["None", "my-store"]
 
 
@@ -143,19 +148,13 @@ def test_a_store_obstore_cannot_pickle_is_a_typed_error_in_another_process(tmp_p
     adapter = open_adapter(store=store, capabilities=CAPS)
     blob = pickle.dumps(adapter)
     assert pickle.loads(blob) == adapter
-    (tmp_path / "adapter.pickle").write_bytes(blob)
     code = (
         "import pickle, sys\n"
         "from storage_adapter import ConfigurationError\n"
         "try:\n    pickle.loads(open(sys.argv[1], 'rb').read())\n"
         "except ConfigurationError as exc:\n    print('typed:', exc)\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code, str(tmp_path / "adapter.pickle")],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    out = _unpickled_in_another_process(tmp_path, blob, code)
     assert out.startswith("typed:") and "cannot pickle it" in out, out
 
 
