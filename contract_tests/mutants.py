@@ -843,8 +843,8 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "obstore-reader-unpinned",
         _OBSTORE,
-        "data, _ = self._driver._range(self._key, offset, offset + len(buffer), self._pin)",
-        "data, _ = self._driver._range(self._key, offset, offset + len(buffer), None)",
+        "return self.driver.range_plan(self.key, offset, offset + length, self._pin)",
+        "return self.driver.range_plan(self.key, offset, offset + length, None)",
         "a reader's reads are not pinned to the version it opened: after a replace it returns the new bytes",
         targets=OBSTORE,
     ),

@@ -28,8 +28,8 @@ from storage_adapter.errors import NotFoundError
 from storage_adapter.keys import validate_prefix
 from storage_adapter.redaction import Redactor
 from storage_adapter.registry import AsyncDriver, Driver, NativeAsync
-from storage_adapter.streams import Body, RangeSource, check_ranges, seek_position
-from storage_adapter.threaded import ThreadedAsyncDriver, in_thread
+from storage_adapter.streams import AsyncRangeSource, Body, check_ranges, seek_position
+from storage_adapter.threaded import ThreadedAsyncDriver
 from storage_adapter.types import DirListing, ObjectInfo, Versioned
 
 
@@ -101,11 +101,11 @@ def async_driver_of(driver: Driver) -> AsyncDriver:
 class AsyncObjectReader:
     """The async twin of :class:`~storage_adapter.streams.ObjectReader`: a seekable reader over one
     version of one object (the same guarantee: never bytes of two versions), whose reads are
-    coroutines, each one ranged read of the driver's source in a worker thread. ``seek`` and ``tell`` do
+    coroutines, each one ranged read of the async driver's source. ``seek`` and ``tell`` do
     no I/O and stay plain methods; ``size`` and ``token`` are the opened version's. Use it as an async
     context manager (or ``await close()``); a closed reader raises ValueError."""
 
-    def __init__(self, source: RangeSource, scrubbed: Redactor) -> None:
+    def __init__(self, source: AsyncRangeSource, scrubbed: Redactor) -> None:
         self._source, self._scrubbed = source, scrubbed
         self._position, self._closed = 0, False
 
@@ -143,8 +143,7 @@ class AsyncObjectReader:
         if wanted <= 0:
             return 0
         with self._scrubbed:
-            got: int = await in_thread(self._source.read_into, offset, view[:wanted])
-        return got
+            return await self._source.read_into(offset, view[:wanted])
 
     async def readinto(self, buffer: Any) -> int:
         got = await self.read_at(self._position, buffer)
@@ -168,7 +167,7 @@ class AsyncObjectReader:
         if not self._closed:
             self._closed = True
             with self._scrubbed:
-                await in_thread(self._source.close)
+                await self._source.close()
 
     async def __aenter__(self) -> AsyncObjectReader:
         return self

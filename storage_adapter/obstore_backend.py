@@ -17,11 +17,11 @@ import re
 import threading
 import urllib.error
 import urllib.request
-from collections.abc import AsyncGenerator, Callable, Generator, Iterable, Iterator, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Generator, Iterable, Iterator, Sequence
 from contextlib import suppress
 from datetime import UTC, datetime, timedelta
 from functools import partial
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 import obstore
 from arro3.core import DataType
@@ -483,6 +483,43 @@ class _Pin:
         self.token, self.size = str(meta["e_tag"]), int(meta["size"])
 
 
+# A read that takes several requests is planned once, as a generator that yields each request it needs and gets back
+# the answer (or has the request's exception thrown in), and made by the sync driver's runner or its
+# async twin's: the version pinning and size rules exist once for both. A request is a ranged GET's
+# options (answered with the body's buffer and the response's metadata) or None, a HEAD (answered with
+# the object's metadata).
+R = TypeVar("R")
+_Plan = Generator[Any, Any, R]
+
+
+def _made(plan: _Plan[R], make: Callable[[Any], Any]) -> R:
+    """The result of ``plan``, each of its requests made by ``make`` (blocking)."""
+    step, answer = plan.send, None
+    while True:
+        try:
+            request = step(answer)
+        except StopIteration as done:
+            return cast("R", done.value)
+        try:
+            step, answer = plan.send, make(request)
+        except Exception as exc:  # the plan's to handle (a refused range, a moved version) or re-raise
+            step, answer = plan.throw, exc
+
+
+async def _made_async(plan: _Plan[R], make: Callable[[Any], Awaitable[Any]]) -> R:
+    """The result of ``plan``, each of its requests made by awaiting ``make``: :func:`_made`'s twin."""
+    step, answer = plan.send, None
+    while True:
+        try:
+            request = step(answer)
+        except StopIteration as done:
+            return cast("R", done.value)
+        try:
+            step, answer = plan.send, await make(request)
+        except Exception as exc:
+            step, answer = plan.throw, exc
+
+
 class ObstoreBackend:
     """The driver of a backend served by one obstore store: thin and exception-translating.
 
@@ -566,33 +603,43 @@ class ObstoreBackend:
             return _whole_body(result), str(result.meta["e_tag"])
 
     def get_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> builtins.list[bytes]:
-        """One ranged GET per non-empty range: the first learns the version (ETag and size), every range
-        is then checked against the size before the next request, and each later GET carries If-Match
-        on that ETag (and its answer's ETag is compared too, for servers that ignore If-Match)."""
+        """One ranged GET per non-empty range (see :meth:`ranges_plan`)."""
         with self.translated(key, "read_range"):
-            parts: builtins.list[bytes] = []
-            pin = None
-            for start, end in ranges:
-                data, pin = self._range(key, start, end, pin)
-                if not parts:
-                    for other in ranges:
-                        clip(*other, pin.size, key, self.name)
-                parts.append(bytes(data))
-            return parts
+            return _made(self.ranges_plan(key, ranges), partial(self.request, self.path(key)))
 
-    def _range(self, key: str, start: int, end: int, pin: _Pin | None) -> tuple[Any, _Pin]:
-        """The bytes ``[start, end)`` (a buffer) of the version ``pin`` (None: the current one) and that
-        version. A range that needs no bytes costs a HEAD when no version is pinned yet; a range the
-        server refuses is checked against the size (one HEAD), as servers answer a start at or past the
-        end with an error (416) where the contract reads b"" or names the size."""
+    def request(self, path: str, options: GetOptions | None) -> Any:
+        """One request of a read plan, blocking: a HEAD's metadata, or a ranged GET's buffer and metadata."""
+        if options is None:
+            return obstore.head(self._store, path)
+        result = obstore.get(self._store, path, options=options)
+        return result.bytes(), result.meta
+
+    def ranges_plan(self, key: str, ranges: Sequence[tuple[int, int]]) -> _Plan[builtins.list[bytes]]:
+        """The requests of ``get_ranges``: the first ranged GET learns the version (ETag and size), every
+        range is then checked against the size before the next request, and each later GET carries
+        If-Match on that ETag (and its answer's ETag is compared too, for servers that ignore If-Match)."""
+        parts: builtins.list[bytes] = []
+        pin = None
+        for start, end in ranges:
+            data, pin = yield from self.range_plan(key, start, end, pin)
+            if not parts:
+                for other in ranges:
+                    clip(*other, pin.size, key, self.name)
+            parts.append(bytes(data))
+        return parts
+
+    def range_plan(self, key: str, start: int, end: int, pin: _Pin | None) -> _Plan[tuple[Any, _Pin]]:
+        """The requests for the bytes ``[start, end)`` (a buffer) of the version ``pin`` (None: the
+        current one), and that version. A range that needs no bytes costs a HEAD when no version is
+        pinned yet; a range the server refuses is checked against the size (one HEAD), as servers answer
+        a start at or past the end with an error (416) where the contract reads b"" or names the size."""
         options: dict[str, Any] = {} if pin is None else {"if_match": pin.token}
         refused: BaseError | None = None
         if start < end and (pin is None or start < pin.size):
             try:
                 _fault_point("get")
-                ranged = cast("GetOptions", {**options, "range": (start, end)})
-                result = obstore.get(self._store, self.path(key), options=ranged)
-                return result.bytes(), self._same(key, _Pin(result.meta), pin)
+                data, meta = yield cast("GetOptions", {**options, "range": (start, end)})
+                return data, self._same(key, _Pin(meta), pin)
             except (PreconditionError, FileNotFoundError) as exc:
                 if pin is None and isinstance(exc, FileNotFoundError):
                     raise
@@ -603,7 +650,7 @@ class ObstoreBackend:
                 refused = exc
         if pin is None:
             _fault_point("head")
-            pin = _Pin(obstore.head(self._store, self.path(key)))
+            pin = _Pin((yield None))
         clip(start, end, pin.size, key, self.name)
         if refused is not None and start < pin.size:
             raise refused
@@ -886,10 +933,11 @@ class ObstoreBackend:
 class ObstoreAsyncDriver(ThreadedAsyncDriver):
     """The :class:`~storage_adapter.registry.AsyncDriver` of an :class:`ObstoreBackend`: the same requests
     over obstore's async calls, on the caller's event loop, through the same translation (panics
-    included) and fault points. It shares its sync driver's store, paths and state (a refused
-    multi-object delete is refused for both). In worker threads (inherited from ThreadedAsyncDriver):
-    the presigned single delete (plain ``urllib``) and the ranged and streamed I/O, whose version pinning
-    and multipart uploads are the sync driver's."""
+    included) and fault points; the ranged reads follow the sync driver's own read plans. It shares its
+    sync driver's store, paths and state (a refused multi-object delete is refused for both). In worker
+    threads (inherited from ThreadedAsyncDriver): the presigned single delete (plain ``urllib``), the
+    confirmed ``list_dir`` and the streamed writes, whose body is an iterator that may block and whose
+    multipart uploads are the sync driver's."""
 
     def __init__(self, sync: ObstoreBackend) -> None:
         super().__init__(sync)
@@ -901,29 +949,56 @@ class ObstoreAsyncDriver(ThreadedAsyncDriver):
 
     # -- reads ---------------------------------------------------------------------------------------
     async def get(self, key: str) -> bytes:
-        """The whole object in ONE await: a GET of the range from 0 past any end (which every store
-        clamps to the object), where ``get_versioned`` takes two (the response, then its body), and each
-        await is a round trip between obstore's runtime and the event loop that costs the loop more than
-        a small GET does. The one object such a range cannot name is an empty one (a range must start
-        before the end): the store refuses it, and the plain GET of ``get_versioned`` answers instead.
+        """The whole object in ONE await (see :meth:`_whole`), copied into ``bytes``.
 
         The price: obstore gathers the body into one buffer that is then copied into the ``bytes``, so a
         large body is held twice for a moment (``get_versioned`` streams it into one copy); a large
         object is better read with ``read_buffer`` (no copy) or a reader."""
+        return bytes(await self._whole(key))
+
+    async def get_buffer(self, key: str) -> memoryview:
+        """obstore's own buffer of the whole object (see :meth:`_whole`), seen through a memoryview."""
+        return memoryview(await self._whole(key))
+
+    async def _whole(self, key: str) -> Any:
+        """obstore's buffer of the whole object in ONE await: a GET of the range from 0 past any end
+        (which every store clamps to the object), where a plain GET takes two (the response, then its
+        body), and each await is a round trip between obstore's runtime and the event loop that costs
+        the loop more than a small GET does. The one object such a range cannot name is an empty one (a
+        range must start before the end): the store refuses it, and the plain GET answers instead."""
+        path = self._sync.path(key)
         with self._translated(key, "read"):
             _fault_point("get")
             try:
-                return bytes(
-                    await obstore.get_range_async(
-                        self._store, self._sync.path(key), start=0, end=_PAST_ANY_END
-                    )
-                )
+                return await obstore.get_range_async(self._store, path, start=0, end=_PAST_ANY_END)
             except GenericError:
                 # The refused range of an empty object (416 on S3), or a failure obstore gives no class
                 # (its retries spent): the plain GET reads the object or raises its own error. Every
                 # classified error (missing, denied, ...) has already been raised, translated.
                 pass
-        return (await self.get_versioned(key))[0]
+            _fault_point("get")
+            return await (await obstore.get_async(self._store, path)).bytes_async()
+
+    async def get_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> builtins.list[bytes]:
+        """The sync driver's plan (:meth:`ObstoreBackend.ranges_plan`), its requests awaited."""
+        with self._translated(key, "read_range"):
+            return await _made_async(
+                self._sync.ranges_plan(key, ranges), partial(self.request, self._sync.path(key))
+            )
+
+    async def request(self, path: str, options: GetOptions | None) -> Any:
+        """:meth:`ObstoreBackend.request`'s twin: a HEAD's metadata, or a ranged GET's buffer and metadata."""
+        if options is None:
+            return await obstore.head_async(self._store, path)
+        result = await obstore.get_async(self._store, path, options=options)
+        return await result.bytes_async(), result.meta
+
+    async def open_source(self, key: str) -> _ObstoreAsyncSource:
+        """One HEAD for the version (ETag and size); each read is then one ranged GET pinned to it."""
+        with self._translated(key, "open_reader"):
+            _fault_point("head")
+            pin = _Pin(await obstore.head_async(self._store, self._sync.path(key)))
+        return _ObstoreAsyncSource(self, _ObstoreSource(self._sync, key, pin))
 
     async def get_versioned(self, key: str) -> tuple[bytes, str]:
         with self._translated(key, "read"):
@@ -1058,15 +1133,43 @@ class _ObstoreSource:
     the answer's ETag compared): ObjectChangedError once that version is replaced or deleted."""
 
     def __init__(self, driver: ObstoreBackend, key: str, pin: _Pin) -> None:
-        self._driver, self._key, self._pin = driver, key, pin
+        self.driver, self.key, self._pin = driver, key, pin
         self.size, self.token = pin.size, pin.token
 
+    def plan(self, offset: int, length: int) -> _Plan[tuple[Any, _Pin]]:
+        """The requests of one read: ``length`` bytes from ``offset``, of the opened version only."""
+        return self.driver.range_plan(self.key, offset, offset + length, self._pin)
+
     def read_into(self, offset: int, buffer: memoryview) -> int:
-        with self._driver.translated(self._key, "read"):
-            data, _ = self._driver._range(self._key, offset, offset + len(buffer), self._pin)
-        view = memoryview(data)
-        buffer[: len(view)] = view
-        return len(view)
+        driver = self.driver
+        with driver.translated(self.key, "read"):
+            data, _ = _made(self.plan(offset, len(buffer)), partial(driver.request, driver.path(self.key)))
+        return _filled(buffer, data)
 
     def close(self) -> None:
         """Nothing held open: each read is its own request."""
+
+
+class _ObstoreAsyncSource:
+    """A :class:`_ObstoreSource` for the async reader: the same reads, their requests awaited."""
+
+    def __init__(self, twin: ObstoreAsyncDriver, source: _ObstoreSource) -> None:
+        self._twin, self._source = twin, source
+        self.size, self.token = source.size, source.token
+
+    async def read_into(self, offset: int, buffer: memoryview) -> int:
+        source = self._source
+        with source.driver.translated(source.key, "read"):
+            plan = source.plan(offset, len(buffer))
+            data, _ = await _made_async(plan, partial(self._twin.request, source.driver.path(source.key)))
+        return _filled(buffer, data)
+
+    async def close(self) -> None:
+        """Nothing held open: each read is its own request."""
+
+
+def _filled(buffer: memoryview, data: Any) -> int:
+    """``buffer`` filled from its start with ``data`` (a read's bytes, never longer): how many."""
+    view = memoryview(data)
+    buffer[: len(view)] = view
+    return len(view)

@@ -87,6 +87,18 @@ class RangeSource(Protocol):
     def close(self) -> None: ...
 
 
+class AsyncRangeSource(Protocol):
+    """:class:`RangeSource`'s twin for the async reader (an async driver's ``open_source``): the same
+    version rules, ``read_into`` and ``close`` awaited."""
+
+    @property
+    def size(self) -> int: ...
+    @property
+    def token(self) -> str: ...
+    async def read_into(self, offset: int, buffer: memoryview) -> int: ...
+    async def close(self) -> None: ...
+
+
 def seek_position(position: int, size: int, offset: int, whence: int) -> int:
     """Where ``seek(offset, whence)`` moves a reader at ``position`` of an object of ``size`` bytes, as
     io's files do (past the end is allowed; before the start or an unknown whence is a ValueError)."""

@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from storage_adapter.registry import Driver
-from storage_adapter.streams import BytesLike, RangeSource
+from storage_adapter.streams import AsyncRangeSource, BytesLike, RangeSource
 from storage_adapter.types import ObjectInfo
 
 R = TypeVar("R")
@@ -36,6 +36,28 @@ async def in_thread(call: Callable[..., R], *args: Any) -> R:
     return await asyncio.get_running_loop().run_in_executor(
         _POOL, functools.partial(context.run, call, *args)
     )
+
+
+class ThreadedSource:
+    """A driver's :class:`~storage_adapter.streams.RangeSource` as an async one: each read (and the
+    close) in a worker thread."""
+
+    def __init__(self, source: RangeSource) -> None:
+        self._source = source
+
+    @property
+    def size(self) -> int:
+        return self._source.size
+
+    @property
+    def token(self) -> str:
+        return self._source.token
+
+    async def read_into(self, offset: int, buffer: memoryview) -> int:
+        return await in_thread(self._source.read_into, offset, buffer)
+
+    async def close(self) -> None:
+        await in_thread(self._source.close)
 
 
 class ThreadedAsyncDriver:
@@ -72,8 +94,8 @@ class ThreadedAsyncDriver:
     async def get_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> builtins.list[bytes]:
         return await in_thread(self._driver.get_ranges, key, ranges)
 
-    async def open_source(self, key: str) -> RangeSource:
-        return await in_thread(self._driver.open_source, key)
+    async def open_source(self, key: str) -> AsyncRangeSource:
+        return ThreadedSource(await in_thread(self._driver.open_source, key))
 
     async def get_buffer(self, key: str) -> memoryview:
         return await in_thread(self._driver.get_buffer, key)

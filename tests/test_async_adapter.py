@@ -17,6 +17,7 @@ import time
 import traceback
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -447,7 +448,61 @@ def test_whole_reads_of_every_size_in_one_await(store_kind: str, tmp_path: Path)
         for key, body in bodies.items():
             await twin.write(key, body)
         assert [await twin.read_bytes(key) for key in bodies] == list(bodies.values())
+        assert [bytes(await twin.read_buffer(key)) for key in bodies] == list(bodies.values())
         with pytest.raises(NotFoundError):
             await twin.read_bytes("missing")
+        with pytest.raises(NotFoundError):
+            await twin.read_buffer("missing")
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("store_kind", ["memory", "obstore-local"])
+def test_ranged_reads_of_an_obstore_store_are_awaited_on_the_loop(
+    store_kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On memory and S3 the twin's ranged reads, its reader and its no-copy read are obstore's async
+    calls, awaited on the caller's loop: not one of them goes to a worker thread. They follow the sync
+    driver's read plan (one version, sizes applied): a reader whose object is replaced mid-read raises
+    ObjectChangedError, ranges past the end are clipped or named, a missing key is NotFoundError."""
+    from obstore.store import LocalStore, MemoryStore
+
+    from storage_adapter import threaded
+    from storage_adapter.builtin_backends import MEMORY
+    from storage_adapter.errors import InvalidRangeError, ObjectChangedError
+
+    offloaded: list[object] = []
+
+    class CountingPool(ThreadPoolExecutor):
+        def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+            offloaded.append(fn)
+            return super().submit(fn, *args, **kwargs)
+
+    monkeypatch.setattr(threaded, "_POOL", CountingPool(max_workers=2))
+    store = MemoryStore() if store_kind == "memory" else LocalStore(str(tmp_path))
+    twin = open_async_adapter(store=store, capabilities=MEMORY.capabilities)
+    body = bytes(range(256)) * 64
+
+    async def scenario() -> None:
+        await twin.write("obj", body)
+        assert await twin.read_range("obj", 10, 20) == body[10:20]
+        assert await twin.read_range("obj", len(body), len(body) + 5) == b""
+        assert await twin.read_ranges("obj", [(0, 3), (16000, 10**9), (5, 5)]) == [
+            body[:3],
+            body[16000:],
+            b"",
+        ]
+        with pytest.raises(InvalidRangeError, match=str(len(body))):
+            await twin.read_range("obj", len(body) + 1, len(body) + 2)
+        with pytest.raises(NotFoundError):
+            await twin.read_range("missing", 0, 1)
+        assert bytes(await twin.read_buffer("obj")) == body
+        async with await twin.open_reader("obj") as reader:
+            assert reader.size == len(body)
+            assert await reader.read(100) == body[:100]
+            await twin.write("obj", b"replaced")
+            with pytest.raises(ObjectChangedError):
+                await reader.read(100)
+
+    asyncio.run(scenario())
+    assert offloaded == []
