@@ -503,10 +503,16 @@ class AdapterContract(BulkClauses, ConcurrencyClauses, FailureClauses, Housekeep
         assert not accepted, f"prefix {bad!r} accepted by {accepted}"
         assert adapter.read_bytes("a/b") == b"keep"
 
-    @pytest.mark.parametrize("token", ["", None, b'"etag"', 7], ids=repr)
+    @pytest.mark.parametrize(
+        "token",
+        ["", None, b'"etag"', 7, '"tok\nen"', "\x00", "*", '"\udc80"', '"é"', "x" * 1025],
+        ids=lambda token: repr(token)[:24],
+    )
     def test_cas_refuses_a_token_no_call_returned(self, adapter: StorageAdapter, token: Any) -> None:
-        """write_if_match refuses a token that is not a non-empty str (no read or write returns one) with
-        TypeError before any I/O, rather than treating it as a stale token; nothing is written."""
+        """write_if_match refuses a token no read or write returns (not a non-empty str of an ETag's
+        visible ASCII characters, or the wildcard ``*`` that would match any version) with
+        InvalidTokenError (also a TypeError) before any I/O, rather than treating it as a stale token or
+        sending it in a header; nothing is written."""
         adapter.write("k", b"v1")
         with pytest.raises(TypeError):
             adapter.write_if_match("k", b"v2", token)

@@ -83,11 +83,11 @@ CATALOGUE: tuple[Mutant, ...] = (
         "rename(k, k) of a missing key succeeds instead of NotFoundError",
     ),
     Mutant(
-        "adapter-cas-accepts-empty-token",
+        "adapter-cas-accepts-wildcard-token",
         _ADAPTER,
-        "if not isinstance(token, str) or not token:",
-        "if not isinstance(token, str):",
-        "write_if_match accepts an empty token instead of refusing it",
+        'if not isinstance(token, str) or not _TOKEN.fullmatch(token) or token == "*":',
+        "if not isinstance(token, str) or not _TOKEN.fullmatch(token):",
+        "write_if_match accepts the wildcard token * (If-Match: * matches any version) instead of refusing it",
     ),
     # -- derived operations ---------------------------------------------------------------------------------
     Mutant(
@@ -123,8 +123,8 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "derived-iter-list-limit-off-by-one",
         _DERIVED,
-        "yield from itertools.islice(itertools.chain.from_iterable(pages), limit)",
-        "yield from itertools.islice(itertools.chain.from_iterable(pages), None if limit is None else limit + 1)",
+        "stop = None if limit is None else min(limit, sys.maxsize)",
+        "stop = None if limit is None else min(limit + 1, sys.maxsize)",
         "iter_list(limit=n) yields one object more than asked",
     ),
     Mutant(

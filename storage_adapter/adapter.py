@@ -5,13 +5,19 @@ from __future__ import annotations
 import builtins
 import itertools
 import operator
+import re
 from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from storage_adapter.builtin_backends import store_config
 from storage_adapter.config import AdapterConfig, parse_url
 from storage_adapter.derived import DerivedOperations, validate_start_after
-from storage_adapter.errors import ConfigurationError, NotFoundError, UnsupportedOperationError
+from storage_adapter.errors import (
+    ConfigurationError,
+    InvalidTokenError,
+    NotFoundError,
+    UnsupportedOperationError,
+)
 from storage_adapter.keys import validate_key, validate_prefix
 from storage_adapter.redaction import Redactor
 from storage_adapter.registry import Driver
@@ -22,6 +28,10 @@ if TYPE_CHECKING:
     from storage_adapter.fsspec_filesystem import AdapterFileSystem
 
 _BY_KEY = operator.attrgetter("key")
+# What a token can be: an ETag's characters (RFC 9110's etagc: visible ASCII, no space), every backend's
+# (S3's and local's are quoted hex, memory's a counter). A control character or a non-ASCII one could only
+# reach a request header as garbage (obstore panics on it), and bounded so no token is a megabyte header.
+_TOKEN = re.compile(r"[\x21-\x7e]{1,1024}")
 
 
 class AdapterCore:
@@ -110,8 +120,13 @@ class AdapterCore:
         self, key: object, data: Body, token: object
     ) -> tuple[str, bytes | Iterator[BytesLike], str]:
         key = self._key(key)
-        if not isinstance(token, str) or not token:
-            raise TypeError(f"token for {key!r} must be a non-empty str from read_versioned/write")
+        if not isinstance(token, str) or not _TOKEN.fullmatch(token) or token == "*":
+            raise InvalidTokenError(
+                f"write_if_match of {key!r} on {self.backend}: the token must be a str from read_versioned, "
+                f"write or a listing, not {token!r:.80}",
+                key=key,
+                backend=self.backend,
+            )
         return key, self._conditional_body(key, data, "write_if_match"), token
 
     def _unique_keys(self, keys: Iterable[str]) -> builtins.list[str]:

@@ -28,7 +28,7 @@ from storage_adapter.errors import NotFoundError
 from storage_adapter.keys import validate_prefix
 from storage_adapter.redaction import Redactor
 from storage_adapter.registry import AsyncDriver, Driver, NativeAsync
-from storage_adapter.streams import AsyncRangeSource, Body, check_ranges, seek_position
+from storage_adapter.streams import AsyncRangeSource, Body, check_ranges, seek_position, writable_bytes
 from storage_adapter.threaded import ThreadedAsyncDriver
 from storage_adapter.types import DirListing, ObjectInfo, Versioned
 
@@ -138,7 +138,8 @@ class AsyncObjectReader:
         """Fill ``buffer`` with the bytes from ``offset`` on (never past the end); return how many. The
         position does not move."""
         self._check_open()
-        view = memoryview(buffer).cast("B")
+        offset = seek_position(0, self.size, offset, io.SEEK_SET)  # an int >= 0, as a seek's
+        view = writable_bytes(buffer)
         wanted = min(len(view), self.size - offset)
         if wanted <= 0:
             return 0

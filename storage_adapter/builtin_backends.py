@@ -6,6 +6,7 @@ nowhere else. Imported (and so registered) by ``storage_adapter/__init__``.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import tempfile
@@ -41,13 +42,20 @@ _CHECK_THEN_ACT = "check-then-act (read the token, then write): not atomic"
 S3_CONDITIONAL_STREAM_LIMIT = 64 * 1024 * 1024
 
 
-def _bucket_and_prefix(what: str) -> Any:
-    """``locate`` for ``scheme://NAME/prefix`` URLs: NAME is required, the prefix must be a valid key."""
+def _bucket_and_prefix(what: str, name: re.Pattern[str] | None = None) -> Any:
+    """``locate`` for ``scheme://NAME/prefix`` URLs: NAME is required (and must match ``name`` when given),
+    the prefix must be a valid key."""
 
     def locate(parts: SplitResult, url: str) -> tuple[str, str]:
         if not parts.netloc:
             raise ConfigurationError(
                 f"{parts.scheme} URL {url!r} needs a {what}: {parts.scheme}://NAME/prefix", key=url
+            )
+        if name is not None and not name.fullmatch(parts.netloc):
+            raise ConfigurationError(
+                f"{parts.scheme} URL {url!r} names a malformed {what} {parts.netloc!r}: letters, digits, "
+                "'.', '-' and '_', starting and ending with a letter or digit, at most 255",
+                key=url,
             )
         try:
             prefix = validate_prefix(url_path(parts, url).lstrip("/"), parts.scheme)
@@ -193,6 +201,23 @@ _POSITIVE = (
 # object_store accepts; anything else panics there on the first request).
 _HOST = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\]")
 _PATH = re.compile(r"(?:/[A-Za-z0-9._~!$&'()*+,;=:@%-]*)*")
+_DOTTED_NUMBERS = re.compile(r"[0-9.]+")
+# A bucket name as S3 servers accept it (AWS's rules are stricter; some servers allow capitals and "_"):
+# anything else reaches object_store's URI parser, which panics on it at the first request.
+_BUCKET = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,253}[A-Za-z0-9])?")
+
+
+def _is_address(host: str) -> bool:
+    """False for a host written as an IP address that is not one (``999.1.1.1``, ``[1::2::3]``), which the
+    URI parser under object_store panics on; True for every other host."""
+    literal = host[1:-1] if host.startswith("[") else host if _DOTTED_NUMBERS.fullmatch(host) else None
+    if literal is None:
+        return True
+    try:
+        ipaddress.ip_address(literal)
+    except ValueError:
+        return False
+    return True
 
 
 def _endpoint_problem(endpoint: str) -> str:
@@ -206,7 +231,8 @@ def _endpoint_problem(endpoint: str) -> str:
         return "has a malformed host or port"
     if port == 0 or parts.netloc.endswith(":"):
         return "has a malformed port"
-    if not _HOST.fullmatch(parts.netloc.rpartition(":")[0] if port is not None else parts.netloc):
+    host = parts.netloc.rpartition(":")[0] if port is not None else parts.netloc
+    if not _HOST.fullmatch(host) or ".." in host or not _is_address(host):
         return "has a malformed host"
     if parts.query or parts.fragment or "?" in endpoint or "#" in endpoint:
         return "must not have a query or fragment"
@@ -336,7 +362,7 @@ S3 = register_backend(
             streamed_conditional_write=Support.NATIVE,
             streamed_conditional_limit=S3_CONDITIONAL_STREAM_LIMIT,
         ),
-        locate=_bucket_and_prefix("bucket"),
+        locate=_bucket_and_prefix("bucket", _BUCKET),
         driver=_s3_driver,
         options=S3_OPTIONS,
         check_options=_check_s3_options,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import builtins
 import itertools
+import sys
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
@@ -40,7 +41,9 @@ def taken(pages: Iterator[builtins.list[ObjectInfo]], limit: int | None) -> Iter
     descriptors until then)."""
     try:
         if limit != 0:
-            yield from itertools.islice(itertools.chain.from_iterable(pages), limit)
+            # islice takes no stop past sys.maxsize; no listing holds that many objects.
+            stop = None if limit is None else min(limit, sys.maxsize)
+            yield from itertools.islice(itertools.chain.from_iterable(pages), stop)
     finally:
         close = getattr(pages, "close", None)
         if close is not None:

@@ -76,6 +76,12 @@ class InvalidArgumentError(StorageError, ValueError):
     Raised before any I/O, naming the backend. Also a ValueError."""
 
 
+class InvalidTokenError(InvalidArgumentError, TypeError):
+    """A ``write_if_match`` token that no read or write returned: not a non-empty str of an ETag's
+    visible ASCII characters, or HTTP's wildcard ``*`` (which would match any version). Raised before any
+    I/O, naming the key and backend; also a TypeError (a token of the wrong type) and a ValueError."""
+
+
 class BatchDeleteError(StorageError):
     """``delete_many`` could not confirm that some keys were deleted. ``errors`` maps each such key to
     its error; every key of the call that is not in it is deleted. ``key`` is the first failed key."""

@@ -26,10 +26,16 @@ from types import TracebackType
 from typing import Any
 
 import fsspec
+from fsspec.caching import caches
 from fsspec.spec import AbstractBufferedFile, AbstractFileSystem
 from fsspec.utils import stringify_path
 
-from storage_adapter.errors import InvalidRangeError, NotFoundError, UnsupportedOperationError
+from storage_adapter.errors import (
+    InvalidArgumentError,
+    InvalidRangeError,
+    NotFoundError,
+    UnsupportedOperationError,
+)
 from storage_adapter.keys import validate_key, validate_prefix
 from storage_adapter.protocol import StorageAdapter
 from storage_adapter.streams import READ_CHUNK, ObjectReader
@@ -85,9 +91,28 @@ class AdapterFileSystem(AbstractFileSystem):  # type: ignore[misc]  # fsspec is 
         super().__init__(**storage_options)
         self.adapter = adapter
         if block_size is not None:
-            self.blocksize = block_size
+            self.blocksize = self._block_size(block_size)
         if cache_type is not None:
-            self.cache_type = cache_type
+            self.cache_type = self._cache_type(cache_type)
+
+    def _block_size(self, block_size: object) -> int:
+        """``block_size`` if it is an int > 0; InvalidArgumentError otherwise (fsspec's read-ahead cache
+        would return truncated bytes for a negative one)."""
+        if isinstance(block_size, int) and not isinstance(block_size, bool) and block_size > 0:
+            return block_size
+        raise InvalidArgumentError(
+            f"block_size on {self.adapter.backend} must be an int > 0, not {block_size!r}",
+            backend=self.adapter.backend,
+        )
+
+    def _cache_type(self, cache_type: object) -> str:
+        """``cache_type`` if fsspec has such a cache; InvalidArgumentError otherwise."""
+        if isinstance(cache_type, str) and cache_type in caches:
+            return cache_type
+        raise InvalidArgumentError(
+            f"cache_type on {self.adapter.backend} must be one of {sorted(filter(None, caches))}, not {cache_type!r}",
+            backend=self.adapter.backend,
+        )
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (
@@ -254,6 +279,14 @@ class AdapterFileSystem(AbstractFileSystem):  # type: ignore[misc]  # fsspec is 
         reader the range is then read through, so both are of one version), and a range past the end
         reads ``b""``."""
         key = self._key(path)
+        for bound in (start, end):
+            if bound is not None and (isinstance(bound, bool) or not isinstance(bound, int)):
+                raise InvalidRangeError(
+                    f"cat_file of {key!r} on {self.adapter.backend}: start and end must be None or ints, "
+                    f"not {start!r} and {end!r}",
+                    key=key,
+                    backend=self.adapter.backend,
+                )
         if start is None and end is None:
             return self.adapter.read_bytes(key)
         if (start or 0) < 0 or (end or 0) < 0:
@@ -261,9 +294,10 @@ class AdapterFileSystem(AbstractFileSystem):  # type: ignore[misc]  # fsspec is 
                 first, last = slice(start, end).indices(reader.size)[:2]
                 reader.seek(first)
                 return reader.read(max(last - first, 0)) or b""
-        first, last = start or 0, end if end is not None else 2**63 - 1
-        if last <= first:
-            return b""
+        first = start or 0
+        # An empty range (end at or before start) still reads the object's size: a missing object is
+        # NotFoundError, as read_range's.
+        last = max(end if end is not None else 2**63 - 1, first)
         try:
             return self.adapter.read_range(key, first, last)
         except InvalidRangeError as exc:
@@ -288,14 +322,13 @@ class AdapterFileSystem(AbstractFileSystem):  # type: ignore[misc]  # fsspec is 
                 key=key,
                 backend=self.adapter.backend,
             )
+        block_size = self.blocksize if block_size is None else self._block_size(block_size)
         if mode == "rb":
+            cache_type = self._cache_type(kwargs.get("cache_type", self.cache_type))
             reader = self.adapter.open_reader(key)
-            cache_type = kwargs.get("cache_type", self.cache_type)
-            return AdapterReadFile(self, key, reader, block_size or self.blocksize, cache_type, cache_options)
+            return AdapterReadFile(self, key, reader, block_size, cache_type, cache_options)
         if mode in ("wb", "xb"):
-            return AdapterWriteFile(
-                self.adapter, key, exclusive=mode == "xb", spool=block_size or self.blocksize
-            )
+            return AdapterWriteFile(self.adapter, key, exclusive=mode == "xb", spool=block_size)
         raise UnsupportedOperationError(
             f"open {key!r} on {self.adapter.backend}: mode {mode!r} (objects are read with 'rb' and "
             "written whole with 'wb' or 'xb')",
@@ -314,7 +347,27 @@ class AdapterFileSystem(AbstractFileSystem):  # type: ignore[misc]  # fsspec is 
         elif mode == "overwrite":
             self.adapter.write(key, value)
         else:
-            raise ValueError(f"pipe_file mode must be 'overwrite' or 'create', not {mode!r}")
+            raise InvalidArgumentError(
+                f"pipe_file of {key!r} on {self.adapter.backend}: mode must be 'overwrite' or 'create', "
+                f"not {mode!r}",
+                key=key,
+                backend=self.adapter.backend,
+            )
+
+    def pipe(self, path: Any, value: Any = None, **kwargs: Any) -> None:
+        """fsspec's ``pipe``, with every key of a ``{path: value}`` mapping checked before the first write
+        (a bad key among them writes none)."""
+        if isinstance(path, Mapping):
+            for each in path:
+                self._key(each)
+        super().pipe(path, value, **kwargs)
+
+    def cp_file(self, path1: Any, path2: Any, **kwargs: Any) -> None:
+        """Copy one version of the object at ``path1`` (a reader: never bytes of two versions) to
+        ``path2``, streamed and written atomically (``write``)."""
+        source, target = self._key(path1), self._key(path2)
+        with self.adapter.open_reader(source) as reader:
+            self.adapter.write(target, reader)
 
     def rm_file(self, path: Any) -> None:
         """Delete the object (``delete``: deleting a missing one is no error)."""

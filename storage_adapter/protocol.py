@@ -197,7 +197,8 @@ class StorageAdapter(Protocol):
         """Compare-and-swap: replace the object only if its current token is ``token``; return the new
         token. Return None, writing nothing, when the object changed since ``token`` was read or does not
         exist. Linearizable with every other mutation of the key: no update is ever lost. Streamed bodies
-        as for ``write_if_absent``."""
+        as for ``write_if_absent``. A token no call returned (not a non-empty str of an ETag's visible
+        ASCII characters, at most 1024, or the wildcard ``*``) is InvalidTokenError before any I/O."""
         ...
 
     def delete(self, key: str) -> None:

@@ -10,7 +10,9 @@
 
 from __future__ import annotations
 
+import inspect
 import io
+import operator
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Protocol, TypeAlias
 
@@ -99,9 +101,20 @@ class AsyncRangeSource(Protocol):
     async def close(self) -> None: ...
 
 
+def writable_bytes(buffer: Any) -> memoryview:
+    """``buffer`` as the flat bytes a read fills; TypeError, as io's ``readinto``, before any I/O, for a
+    read-only or non-contiguous one."""
+    view = memoryview(buffer)
+    if view.readonly or not view.c_contiguous:
+        raise TypeError("readinto() argument must be a writable, contiguous bytes-like object")
+    return view.cast("B")
+
+
 def seek_position(position: int, size: int, offset: int, whence: int) -> int:
     """Where ``seek(offset, whence)`` moves a reader at ``position`` of an object of ``size`` bytes, as
-    io's files do (past the end is allowed; before the start or an unknown whence is a ValueError)."""
+    io's files do (past the end is allowed; before the start or an unknown whence is a ValueError, an
+    offset that is not an integer a TypeError)."""
+    offset = operator.index(offset)  # TypeError for a float, as io's files
     base = {io.SEEK_SET: 0, io.SEEK_CUR: position, io.SEEK_END: size}.get(whence)
     if base is None:
         raise ValueError(f"invalid whence ({whence!r})")
@@ -151,7 +164,7 @@ class ObjectReader(io.RawIOBase):
 
     def readinto(self, buffer: Any) -> int:
         self._checkClosed()
-        view = memoryview(buffer).cast("B")
+        view = writable_bytes(buffer)
         wanted = min(len(view), self.size - self._position)
         if wanted <= 0:
             return 0
@@ -215,14 +228,30 @@ def _file_chunks(stream: Readable) -> Iterator[Any]:
 def body_of(data: object, key: str, backend: str) -> bytes | Iterator[BytesLike]:
     """A write's body: ``bytes`` for a whole one (bytes-like, or ``str`` as UTF-8), else an iterator of
     checked chunks read lazily from the file object or iterable. InvalidBodyError naming the key, before
-    any I/O, for anything else, a closed file object and one in text mode; a chunk that is not bytes-like raises it
-    while the body is being read."""
+    any I/O, for anything else: a str that is not text (a lone surrogate), an awaitable, a closed file
+    object, one in text mode or not open for reading; a chunk that is not bytes-like raises it while the
+    body is being read."""
     if isinstance(data, bytes):
         return data
     if isinstance(data, str):
-        return data.encode("utf-8")
+        try:
+            return data.encode("utf-8")
+        except UnicodeEncodeError as exc:  # a lone surrogate: no UTF-8 text holds it
+            raise InvalidBodyError(
+                f"write of {key!r} on {backend}: the str body is not valid text ({exc.reason} at {exc.start})",
+                key=key,
+                backend=backend,
+            ) from None
     if isinstance(data, (bytearray, memoryview)):
         return bytes(data)
+    if inspect.isawaitable(data):
+        # A future or a coroutine is iterable through its __await__, and would be written as an empty body.
+        raise InvalidBodyError(
+            f"write of {key!r} on {backend}: the body is an awaitable ({type(data).__name__}); await it and "
+            "write its result",
+            key=key,
+            backend=backend,
+        )
     if isinstance(data, io.TextIOBase):
         raise InvalidBodyError(
             f"write of {key!r} on {backend}: the body's stream is in text mode; open it in binary mode",
@@ -234,6 +263,13 @@ def body_of(data: object, key: str, backend: str) -> bytes | Iterator[BytesLike]
             f"write of {key!r} on {backend}: the body's stream is closed", key=key, backend=backend
         )
     if callable(getattr(data, "read", None)):
+        readable = getattr(data, "readable", None)
+        if callable(readable) and not readable():
+            raise InvalidBodyError(
+                f"write of {key!r} on {backend}: the body's stream is not open for reading",
+                key=key,
+                backend=backend,
+            )
         return _chunks(_file_chunks(data), key, backend)  # type: ignore[arg-type]
     if isinstance(data, Iterable) and not isinstance(data, (dict, set, frozenset)):
         return _chunks(data, key, backend)
