@@ -11,9 +11,10 @@ from typing import TYPE_CHECKING, Any
 
 from storage_adapter.builtin_backends import store_config
 from storage_adapter.config import AdapterConfig, parse_url
-from storage_adapter.derived import DerivedOperations, validate_start_after
+from storage_adapter.derived import DerivedOperations, validate_min_age, validate_start_after
 from storage_adapter.errors import (
     ConfigurationError,
+    InvalidArgumentError,
     InvalidTokenError,
     NotFoundError,
     UnsupportedOperationError,
@@ -130,8 +131,11 @@ class AdapterCore:
         return key, self._conditional_body(key, data, "write_if_match"), token
 
     def _unique_keys(self, keys: Iterable[str]) -> builtins.list[str]:
-        if isinstance(keys, str):
-            raise TypeError("delete_many takes an iterable of keys, not one str")
+        if isinstance(keys, (str, bytes)) or not isinstance(keys, Iterable):
+            raise InvalidArgumentError(
+                f"delete_many on {self.backend} takes an iterable of keys, not {type(keys).__name__}",
+                backend=self.backend,
+            )
         return builtins.list(dict.fromkeys(self._key(key) for key in keys))
 
     @staticmethod
@@ -323,6 +327,7 @@ class ObjectStorageAdapter(AdapterCore, DerivedOperations):
         They are never listed or read, so this only reclaims space. Returns the count; always 0 where
         ``capabilities.reclaims_orphans`` is False.
         """
+        min_age_s = validate_min_age(min_age_s, self.backend)
         with self._scrubbed:
             return self._backend.remove_orphans(min_age_s)
 

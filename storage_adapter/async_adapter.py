@@ -23,7 +23,13 @@ from typing import TYPE_CHECKING, Any
 
 from storage_adapter.adapter import AdapterCore, opened_config
 from storage_adapter.config import AdapterConfig
-from storage_adapter.derived import root_refused, validate_limit, validate_start_after
+from storage_adapter.derived import (
+    root_refused,
+    validate_encoding,
+    validate_limit,
+    validate_min_age,
+    validate_start_after,
+)
 from storage_adapter.errors import NotFoundError
 from storage_adapter.keys import validate_prefix
 from storage_adapter.redaction import Redactor
@@ -52,6 +58,7 @@ class AsyncDerivedOperations:
         async def delete(self, key: str) -> None: ...
 
     async def read_text(self, key: str, encoding: str = "utf-8") -> str:
+        encoding = validate_encoding(encoding, self.backend)
         return (await self.read_bytes(key)).decode(encoding)
 
     async def read_if_exists(self, key: str) -> bytes | None:
@@ -309,6 +316,7 @@ class AsyncObjectStorageAdapter(AdapterCore, AsyncDerivedOperations):
             await self._async.rename(src, dst)
 
     async def remove_orphans(self, min_age_s: float = 3600.0) -> int:
+        min_age_s = validate_min_age(min_age_s, self.backend)
         with self._scrubbed:
             return await self._async.remove_orphans(min_age_s)
 

@@ -21,7 +21,7 @@ from urllib.parse import SplitResult, unquote, urlsplit
 
 from storage_adapter.errors import ConfigurationError
 from storage_adapter.keys import is_plain_text, join_key, validate_prefix
-from storage_adapter.redaction import MASK, Redactor, reject_userinfo
+from storage_adapter.redaction import MASK, Redactor, SecretText, reject_userinfo
 from storage_adapter.registry import Backend, Option, backend_for_scheme, backend_named, schemes
 
 
@@ -134,7 +134,8 @@ def resolve_options(
     supported: Mapping[str, Option], given: Mapping[str, Any], env: Mapping[str, str], url: str
 ) -> dict[str, Any]:
     """Each supported option from ``given`` (where not None), else its first environment variable that is
-    set, else its default (options with neither are left out), coerced to its type."""
+    set, else its default (options with neither are left out), coerced to its type; a secret one's text
+    as :class:`~storage_adapter.redaction.SecretText` (masked in every repr)."""
     resolved: dict[str, Any] = {}
     for name, option in supported.items():
         if given.get(name) is not None:
@@ -142,7 +143,8 @@ def resolve_options(
         else:
             value = next((env[var] for var in option.env if env.get(var)), option.default)
         if value is not None:
-            resolved[name] = _coerce(name, value, option, url)
+            value = _coerce(name, value, option, url)
+            resolved[name] = SecretText(value) if option.secret and isinstance(value, str) else value
     return resolved
 
 
@@ -161,6 +163,12 @@ def parse_url(
     if url.startswith("/"):
         url = "file://" + url
     reject_userinfo(url)
+    if not is_plain_text(url):
+        # urlsplit silently drops tabs and newlines (WHATWG), so "file:///d/a\nb" would open /d/ab: a
+        # URL with a control character or a lone surrogate names nothing that can be opened as written.
+        raise ConfigurationError(
+            f"storage URL {url!r} holds a control character or a lone surrogate", key=url
+        )
     try:
         parts = urlsplit(url)
     except ValueError as exc:

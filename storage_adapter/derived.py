@@ -10,7 +10,10 @@ key), for the peers; ObjectStorageAdapter streams and batches them through its d
 from __future__ import annotations
 
 import builtins
+import codecs
+import contextlib
 import itertools
+import math
 import sys
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
@@ -32,6 +35,33 @@ def validate_limit(limit: object, backend: str) -> int | None:
         return limit
     raise InvalidArgumentError(
         f"listing limit on {backend} must be None or an int >= 0, not {limit!r}", backend=backend
+    )
+
+
+def validate_encoding(encoding: object, backend: str) -> str:
+    """``read_text``'s ``encoding``: the name of a text codec Python knows; InvalidArgumentError otherwise."""
+    try:
+        if isinstance(encoding, str) and codecs.lookup(encoding)._is_text_encoding:
+            return encoding
+    except LookupError:
+        pass
+    raise InvalidArgumentError(
+        f"read_text on {backend}: {encoding!r} is not the name of a text encoding", backend=backend
+    )
+
+
+def validate_min_age(min_age_s: object, backend: str) -> float:
+    """``remove_orphans``'s ``min_age_s``: a finite number >= 0 (not a bool); InvalidArgumentError
+    otherwise."""
+    seconds = math.nan
+    if isinstance(min_age_s, (int, float)) and not isinstance(min_age_s, bool):
+        with contextlib.suppress(OverflowError):  # an int past any float
+            seconds = float(min_age_s)
+    if math.isfinite(seconds) and seconds >= 0:
+        return seconds
+    raise InvalidArgumentError(
+        f"remove_orphans on {backend}: min_age_s must be a finite number >= 0, not {min_age_s!r}",
+        backend=backend,
     )
 
 
@@ -65,7 +95,9 @@ class DerivedOperations:
         def delete(self, key: str) -> None: ...
 
     def read_text(self, key: str, encoding: str = "utf-8") -> str:
-        """The object decoded as text. Raises NotFoundError if absent."""
+        """The object decoded as text. Raises NotFoundError if absent, InvalidArgumentError (before any I/O)
+        for an unknown encoding, UnicodeDecodeError if the bytes are not text in it."""
+        encoding = validate_encoding(encoding, self.backend)
         return self.read_bytes(key).decode(encoding)
 
     def read_if_exists(self, key: str) -> bytes | None:

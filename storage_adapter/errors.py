@@ -71,15 +71,16 @@ class UnsupportedOperationError(StorageError, NotImplementedError):
     of silently degrading to a weaker operation."""
 
 
-class InvalidArgumentError(StorageError, ValueError):
-    """An argument other than a key is outside its domain (a listing's ``limit`` that is not an int >= 0).
-    Raised before any I/O, naming the backend. Also a ValueError."""
+class InvalidArgumentError(StorageError, ValueError, TypeError):
+    """An argument other than a key is outside its domain or of the wrong type (a listing's ``limit``
+    that is not an int >= 0, ``delete_many`` given one str). Raised before any I/O, naming the backend.
+    Also a ValueError and a TypeError, the two Python raises for such arguments."""
 
 
-class InvalidTokenError(InvalidArgumentError, TypeError):
+class InvalidTokenError(InvalidArgumentError):
     """A ``write_if_match`` token that no read or write returned: not a non-empty str of an ETag's
     visible ASCII characters, or HTTP's wildcard ``*`` (which would match any version). Raised before any
-    I/O, naming the key and backend; also a TypeError (a token of the wrong type) and a ValueError."""
+    I/O, naming the key and backend."""
 
 
 class BatchDeleteError(StorageError):

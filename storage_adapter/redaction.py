@@ -31,6 +31,18 @@ from storage_adapter.errors import ConfigurationError
 from storage_adapter.registry import registered
 
 MASK = "***"
+
+
+class SecretText(str):
+    """A secret option's value: the str itself to every use (obstore, signing, comparison, pickling), but
+    masked in its repr, so printing the options (a tuple, a dict, a traceback's locals) never shows it."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return repr(MASK)
+
+
 MIN_SECRET_CHARS = 8
 # The authority of "scheme://authority/...": what urlsplit calls the netloc, userinfo included.
 _AUTHORITY = re.compile(r"[^/?#]*//([^/?#]*)")

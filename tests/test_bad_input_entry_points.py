@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import pickle
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -186,3 +187,51 @@ def test_fsspec_refuses_what_would_truncate_or_misreport(adapter: StorageAdapter
     with fs.open("obj", "rb", block_size=3, cache_type="readahead") as f:
         assert f.read() == BODY
     assert isinstance(io.BytesIO(fs.cat_file("obj")).read(), bytes)
+
+
+def test_other_arguments_are_typed_errors_before_any_io(adapter: StorageAdapter, url: str) -> None:
+    for keys in (None, 5, "abc", b"ab"):
+        with pytest.raises(InvalidArgumentError, match=adapter.backend):
+            adapter.delete_many(keys)  # type: ignore[arg-type]
+    for min_age in ("x", -1, float("nan"), float("inf"), 10**400, True):
+        with pytest.raises(InvalidArgumentError):
+            adapter.remove_orphans(min_age)  # type: ignore[arg-type]
+    for encoding in ("no-such-codec", "base64", None):
+        with pytest.raises(InvalidArgumentError):
+            adapter.read_text("obj", encoding)  # type: ignore[arg-type]
+        with pytest.raises(InvalidArgumentError):
+            adapter.read_text("missing", encoding)  # type: ignore[arg-type]
+    assert adapter.read_text("obj", "latin-1") == BODY.decode()
+
+    async def twin() -> None:
+        twin = open_async_adapter(url)
+        with pytest.raises(InvalidArgumentError):
+            await twin.remove_orphans(-1)
+        with pytest.raises(InvalidArgumentError):
+            await twin.read_text("obj", "no-such-codec")
+        with pytest.raises(InvalidArgumentError):
+            await twin.delete_many(None)  # type: ignore[arg-type]
+
+    asyncio.run(twin())
+    assert adapter.read_bytes("obj") == BODY
+
+
+@pytest.mark.parametrize(
+    "bad", ["file:///tmp/d/a\nb", "file:///tmp/d/a\tb", "memory://x\udc80", "memory://a\x7fb"]
+)
+def test_urls_with_characters_urlsplit_would_drop_are_refused(bad: str) -> None:
+    """urlsplit drops tabs and newlines: "file:///tmp/d/a\\nb" opened /tmp/d/ab."""
+    with pytest.raises(ConfigurationError):
+        open_adapter(bad)
+
+
+def test_printing_the_options_never_shows_a_secret() -> None:
+    """The config's options are a public tuple: a secret's value prints masked, and is still the value."""
+    secret = "not-for-printing-1234"
+    adapter = open_adapter("s3://bucket/p", access_key_id="AKIAEXAMPLE", secret_access_key=secret,
+                           endpoint="http://127.0.0.1:1")  # fmt: skip
+    options = adapter.config.options
+    for shown in (repr(options), str(options), repr(dict(options)), repr(adapter.config), repr(adapter)):
+        assert secret not in shown
+    assert dict(options)["secret_access_key"] == secret
+    assert pickle.loads(pickle.dumps(adapter)) == adapter
