@@ -115,6 +115,9 @@ class StreamClauses:
             body[:2], body[-1:], b"", b""
         ]  # fmt: skip
         assert adapter.read_ranges("r", []) == []
+        for empty in ([], [(0, 0)]):  # no bytes asked for, but the object is: a missing one is still missing
+            with pytest.raises(NotFoundError):
+                adapter.read_ranges("missing", empty)
 
     @pytest.mark.parametrize("bad", BAD_RANGES, ids=repr)
     def test_a_malformed_range_is_refused_before_any_io(self, adapter: StorageAdapter, bad: Any) -> None:
