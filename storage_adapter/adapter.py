@@ -360,7 +360,8 @@ def open_adapter(
     ``open_adapter(store=store, capabilities=Capabilities(...))``. The capabilities are required (a
     ConfigurationError without them) and are the caller's declaration of what the store guarantees: run
     the contract suite to check it. Keys, errors and redaction (the store's credentials included) are the
-    adapter's as for any URL; the store's semantics are obstore's (a wrapped LocalStore follows symlinks
-    and has no compare-and-swap: use ``file://`` for the local backend's confinement and CAS).
+    adapter's as for any URL; the store's semantics are obstore's, except a ``LocalStore``'s: its
+    directory is served by the ``file://`` backend's own driver (object_store's local store has no
+    compare-and-swap and follows symlinks), so it keeps the local backend's confinement, CAS and fsync.
     """
     return ObjectStorageAdapter(opened_config(url, store, capabilities, options))

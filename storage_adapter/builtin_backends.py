@@ -26,6 +26,7 @@ from storage_adapter.obstore_backend import (
     ObstoreBackend,
     WrappedStore,
     is_obstore_store,
+    local_directory,
     memory_store,
     s3_store,
     store_identity,
@@ -456,6 +457,20 @@ def _declared(_placeholder: Capabilities, config: AdapterConfig) -> Capabilities
     return declared
 
 
+def _wrapped_driver(config: AdapterConfig) -> Driver:
+    """The driver of an adapter over a user's store, named as its declared capabilities say. A
+    ``LocalStore`` names a directory, served by the ``file://`` backend's driver at that directory
+    (durable): object_store's local store has no compare-and-swap, no fsync and follows symlinks, so it
+    could keep none of the adapter's promises there. Any other store is driven through obstore."""
+    name = config.option("capabilities").backend
+    directory = local_directory(config.option("store").store)
+    if directory is not None:
+        return LocalBackend(
+            AdapterConfig(LOCAL.name, directory, config.prefix, (("durable", True),)), name=name
+        )
+    return wrapped_driver(config, name)
+
+
 WRAPPED = register_backend(
     Backend(
         name="obstore",
@@ -476,7 +491,7 @@ WRAPPED = register_backend(
             reclaims_orphans=False,
         ),
         locate=_store_url,
-        driver=lambda config: wrapped_driver(config, config.option("capabilities").backend),
+        driver=lambda config: _wrapped_driver(config),
         options=MappingProxyType(
             {
                 "store": Option(WrappedStore),

@@ -65,8 +65,10 @@ class LocalBackend:
     its directories are walked like any other, never through a symlink.
     """
 
-    def __init__(self, config: AdapterConfig) -> None:
-        self.name = config.backend
+    def __init__(self, config: AdapterConfig, *, name: str | None = None) -> None:
+        """The driver of the ``file://`` configuration ``config``; its messages name the backend ``name``
+        (default: the config's), as for a user's LocalStore served by it."""
+        self.name = name or config.backend
         self._prefix = config.prefix
         try:
             # The root is the user's: resolved once here; nothing below it is ever resolved again.

@@ -250,6 +250,14 @@ def _reattached(identity: str, per_process: bool) -> WrappedStore:
     return WrappedStore(store, identity)
 
 
+def local_directory(store: object) -> str | None:
+    """The directory a user's ``LocalStore`` serves (its prefix; the filesystem root without one), None
+    for any other store."""
+    if not isinstance(store, LocalStore):
+        return None
+    return str(store.prefix) if store.prefix is not None else os.sep
+
+
 def wrapped_driver(config: AdapterConfig, name: str) -> ObstoreBackend:
     """The driver of an adapter over a user's store (config option ``store``, a :class:`WrappedStore`),
     its messages naming the backend ``name``. On S3 it confirms the child prefixes of ``list_dir`` and

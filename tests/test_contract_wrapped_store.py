@@ -1,10 +1,8 @@
 """The contract suite against adapters over a user-supplied obstore store (``open_adapter(store=...,
-capabilities=...)``, factories in tests/wrapped_stores.py): a MemoryStore, and an S3Store pointed at the
-embedded SeaweedFS, each with the capabilities its user declares (checked by the clauses, not
-believed), through the sync adapter and through the async twin.
-
-A wrapped LocalStore is not a target: it has obstore's local semantics (no compare-and-swap, symlinks
-followed, emptied directories listed), not the ``file://`` backend's; the local target skips here.
+capabilities=...)``, factories in tests/wrapped_stores.py): a MemoryStore, a LocalStore (served by the
+adapter's own local driver at its directory) and an S3Store pointed at the embedded SeaweedFS, each with
+the capabilities its user declares (checked by the clauses, not believed), through the sync adapter and
+through the async twin.
 """
 
 from __future__ import annotations
@@ -20,13 +18,13 @@ from contract_tests.targets import Target
 from storage_adapter.protocol import StorageAdapter
 
 FACTORIES = {"sync": "wrapped_stores:open_wrapped", "async": "wrapped_stores:open_async_wrapped"}
-WRAPPED_TARGETS = ("memory", "seaweedfs")
+WRAPPED_TARGETS = ("memory", "local", "seaweedfs")
 
 
 @pytest.fixture(scope="module", params=sorted(FACTORIES))
 def wrapped_root(storage_contract_target: Target, request: pytest.FixtureRequest) -> Iterator[StorageAdapter]:
-    """The target's root as a wrapped user store (a fresh MemoryStore, or an S3Store of a fresh bucket
-    prefix on SeaweedFS), sync or async."""
+    """The target's root as a wrapped user store (a fresh MemoryStore, a LocalStore of a fresh directory,
+    or an S3Store of a fresh bucket prefix on SeaweedFS), sync or async."""
     if storage_contract_target.name not in WRAPPED_TARGETS:
         pytest.skip(
             f"no user-supplied obstore store is wrapped for the {storage_contract_target.name} target"
@@ -37,7 +35,7 @@ def wrapped_root(storage_contract_target: Target, request: pytest.FixtureRequest
 
 
 class TestWrappedStoreContract(AdapterContract):
-    """Every clause on a wrapped MemoryStore and a wrapped S3Store (SeaweedFS), sync and async."""
+    """Every clause on a wrapped MemoryStore, LocalStore and S3Store (SeaweedFS), sync and async."""
 
     @pytest.fixture
     def adapter(self, wrapped_root: StorageAdapter) -> Iterator[StorageAdapter]:

@@ -3,7 +3,8 @@ user-supplied obstore store, built here with obstore itself as a user would, the
 ``open_adapter(store=..., capabilities=...)``. The capabilities are declared, not probed: the contract
 checks the declaration.
 
-``memory://NAME``: a fresh ``MemoryStore``; ``s3://BUCKET/PREFIX`` plus the S3 options of an endpoint: an
+``memory://NAME``: a fresh ``MemoryStore``; ``file:///DIR``: a ``LocalStore`` of that directory (served
+by the adapter's own local driver there); ``s3://BUCKET/PREFIX`` plus the S3 options of an endpoint: an
 ``S3Store`` of that bucket with obstore's own prefix. ``async_*``: the same store under the async twin,
 behind the contract's sync bridge.
 """
@@ -14,14 +15,15 @@ import dataclasses
 from typing import Any
 from urllib.parse import urlsplit
 
-from obstore.store import MemoryStore, S3Store
+from obstore.store import LocalStore, MemoryStore, S3Store
 
 from contract_tests.async_bridge import SyncBridge
 from storage_adapter import ObjectStorageAdapter, open_adapter, open_async_adapter
-from storage_adapter.builtin_backends import MEMORY, S3
+from storage_adapter.builtin_backends import LOCAL, MEMORY, S3
 
 MEMORY_CAPABILITIES = dataclasses.replace(MEMORY.capabilities, backend="wrapped-memory")
 S3_CAPABILITIES = dataclasses.replace(S3.capabilities, backend="wrapped-s3")
+LOCAL_CAPABILITIES = dataclasses.replace(LOCAL.capabilities, backend="wrapped-local")
 
 
 def user_store(url: str, **options: Any) -> tuple[Any, Any]:
@@ -29,6 +31,8 @@ def user_store(url: str, **options: Any) -> tuple[Any, Any]:
     parts = urlsplit(url)
     if parts.scheme == "memory":
         return MemoryStore(), MEMORY_CAPABILITIES
+    if parts.scheme == "file":
+        return LocalStore(parts.path, mkdir=True), LOCAL_CAPABILITIES
     config = {
         "endpoint": options["endpoint"],
         "access_key_id": options["access_key_id"],
