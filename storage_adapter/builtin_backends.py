@@ -13,14 +13,14 @@ import tempfile
 import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import fields, replace
 from types import MappingProxyType
-from typing import Any
+from typing import Any, get_type_hints
 from urllib.parse import SplitResult, urlsplit
 
 from storage_adapter.config import AdapterConfig, url_path
 from storage_adapter.errors import ConfigurationError, InvalidKeyError
-from storage_adapter.keys import validate_prefix
+from storage_adapter.keys import is_plain_text, validate_prefix
 from storage_adapter.local_backend import LocalBackend
 from storage_adapter.obstore_backend import (
     ObstoreBackend,
@@ -504,6 +504,28 @@ WRAPPED = register_backend(
 )
 
 
+# What each declared capability must be (the annotations, resolved once).
+_CAPABILITY_TYPES = get_type_hints(Capabilities)
+
+
+def _declaration_problem(declared: Capabilities) -> str:
+    """What is wrong with a caller's declared capabilities (a field not of its annotated type, a backend
+    name that is not plain text, which every message names); empty when nothing is."""
+    for field in fields(Capabilities):
+        value, hint = getattr(declared, field.name), _CAPABILITY_TYPES[field.name]
+        if hint == tuple[str, ...]:
+            ok = isinstance(value, tuple) and all(isinstance(mode, str) for mode in value)
+        elif hint == int | None:  # a byte count, or no limit
+            ok = value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 0)
+        else:
+            ok = isinstance(value, hint)
+        if not ok:
+            return f"{field.name} must be of type {hint}, not {value!r:.80}"
+    if not is_plain_text(declared.backend) or not declared.backend:
+        return f"backend must name the store in plain text, not {declared.backend!r:.80}"
+    return ""
+
+
 def store_config(store: object, capabilities: object, options: Mapping[str, Any]) -> AdapterConfig:
     """The configuration of an adapter over the user's obstore ``store`` (MemoryStore, LocalStore,
     S3Store, ...) with the declared ``capabilities``. Raises ConfigurationError for anything but an
@@ -526,6 +548,9 @@ def store_config(store: object, capabilities: object, options: Mapping[str, Any]
             f"{type(capabilities).__name__}",
             key=identity,
         )
+    problem = _declaration_problem(capabilities)
+    if problem:
+        raise ConfigurationError(f"capabilities for the obstore {kind} {identity}: {problem}", key=identity)
     if options:
         raise ConfigurationError(
             f"unknown option(s) {', '.join(sorted(options))} for the obstore {kind} {identity}: a wrapped "

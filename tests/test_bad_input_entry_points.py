@@ -235,3 +235,30 @@ def test_printing_the_options_never_shows_a_secret() -> None:
         assert secret not in shown
     assert dict(options)["secret_access_key"] == secret
     assert pickle.loads(pickle.dumps(adapter)) == adapter
+
+
+@pytest.mark.parametrize(
+    "declared",
+    [
+        {"backend": "my\nback"},
+        {"backend": ""},
+        {"backend": None},
+        {"write_if_absent": "yes"},
+        {"durable": 1},
+        {"compatibility_modes": ["unquoted-if-match"]},
+        {"streamed_conditional_limit": -1},
+        {"streamed_conditional_limit": True},
+    ],
+    ids=repr,
+)
+def test_ill_typed_declared_capabilities_are_refused(declared: dict[str, Any]) -> None:
+    """The declaration is checked by the contract for what it promises, and here for its form: every
+    message names the declared backend, and a wrong type would pass as a promise (``"yes"``)."""
+    import dataclasses
+
+    from obstore.store import MemoryStore
+
+    from storage_adapter.builtin_backends import MEMORY
+
+    with pytest.raises(ConfigurationError, match=next(iter(declared))):
+        open_adapter(store=MemoryStore(), capabilities=dataclasses.replace(MEMORY.capabilities, **declared))
