@@ -14,6 +14,7 @@ import contextvars
 import functools
 from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import suppress
 from typing import Any, TypeVar
 
 from storage_adapter.registry import Driver
@@ -86,7 +87,12 @@ class ThreadedAsyncDriver:
             while (page := await in_thread(next, pages, None)) is not None:
                 yield page
         finally:
-            await in_thread(pages.close)  # releases what the driver holds open (local: directories)
+            # Releases what the driver's generator holds open (local: directory descriptors), on the
+            # loop: closing them waits for nothing, and an await here would let the loop's shutdown close
+            # this generator a second time while the first close waits ("already running"). If a
+            # cancelled next() still runs it in a worker thread, it closes once that call returns.
+            with suppress(ValueError):  # "generator already executing"
+                pages.close()
 
     async def list_dir(self, prefix: str) -> tuple[builtins.list[ObjectInfo], builtins.list[str]]:
         return await in_thread(self._driver.list_dir, prefix)

@@ -501,3 +501,29 @@ def test_ranged_reads_of_an_obstore_store_are_awaited_on_the_loop(monkeypatch: p
 
     asyncio.run(scenario())
     assert offloaded == []
+
+
+def test_an_abandoned_local_listing_closes_cleanly_at_loop_shutdown(tmp_path: Path) -> None:
+    """A listing left after its first item or page is closed by the loop's shutdown (and by its
+    finalizer): once, with nothing logged. Its close used to await a worker thread, so the second close
+    found it "already running" and the pending close task was destroyed with the loop."""
+    import subprocess
+    import sys
+
+    code = f"""
+import asyncio
+from storage_adapter import open_async_adapter
+async def main():
+    twin = open_async_adapter({tmp_path.as_uri()!r})
+    for i in range(5):
+        await twin.write(f"p/{{i}}", b"x")
+    items = twin.iter_list("p")
+    await anext(items)
+    pages = twin.list_pages("p")
+    await anext(pages)
+asyncio.run(main())
+print("done")
+"""
+    ran = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 0 and ran.stdout.strip() == "done", ran.stderr
+    assert ran.stderr == "", ran.stderr
