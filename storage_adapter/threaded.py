@@ -45,14 +45,7 @@ class ThreadedSource:
 
     def __init__(self, source: RangeSource) -> None:
         self._source = source
-
-    @property
-    def size(self) -> int:
-        return self._source.size
-
-    @property
-    def token(self) -> str:
-        return self._source.token
+        self.size, self.token = source.size, source.token  # one version's: they never change
 
     async def read_into(self, offset: int, buffer: memoryview) -> int:
         return await in_thread(self._source.read_into, offset, buffer)
