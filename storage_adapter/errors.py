@@ -91,6 +91,11 @@ class BatchDeleteError(StorageError):
         super().__init__(message, key=next(iter(errors), None), backend=backend)
         self.errors = errors
 
+    def __reduce__(self) -> tuple[object, ...]:
+        # Errors cross processes (a worker's failure re-raised by its pool): rebuilt from the message and
+        # ``errors``, which Exception's own pickling (the message alone) would not pass back.
+        return (type(self), (self.args[0], self.errors), self.__dict__)
+
     @classmethod
     def of(cls, errors: dict[str, StorageError], backend: str) -> BatchDeleteError:
         """The error naming ``errors``' keys (the first ten in the message, all in ``errors``)."""

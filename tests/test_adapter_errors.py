@@ -52,3 +52,22 @@ def test_delete_prefix_refuses_the_root() -> None:
     with pytest.raises(StorageError, match="non-empty prefix"):
         adapter.delete_prefix("")
     assert adapter.exists("k")
+
+
+def test_every_error_class_survives_pickling_with_its_fields() -> None:
+    """Errors cross processes (a pool re-raises its worker's): BatchDeleteError and its two kinds used to
+    fail to unpickle (their ``errors`` argument was lost), so the pool broke instead of re-raising."""
+    import pickle
+
+    from storage_adapter.errors import BackendUnavailableError, BatchDeleteError, PermissionDeniedError
+
+    failures: list[dict[str, StorageError]] = [
+        {"a": NotFoundError("gone", key="a", backend="b"), "c": BackendUnavailableError("down", key="c")},
+        {"a": BackendUnavailableError("down", key="a", backend="b")},
+        {"a": PermissionDeniedError("no", key="a", backend="b")},
+    ]
+    for errors in failures:
+        error = BatchDeleteError.of(errors, "local")
+        copy = pickle.loads(pickle.dumps(error))
+        assert type(copy) is type(error) and str(copy) == str(error)
+        assert (copy.key, copy.backend, list(copy.errors)) == (error.key, error.backend, list(error.errors))
