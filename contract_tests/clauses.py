@@ -346,6 +346,14 @@ class AdapterContract(BulkClauses, ConcurrencyClauses, FailureClauses, Housekeep
         assert not adapter.exists("k")
         assert adapter.read_if_exists("k") is None
 
+    def test_deleting_a_key_that_is_only_a_prefix_deletes_nothing(self, adapter: StorageAdapter) -> None:
+        """A key with no object of its own but objects below it (``d`` of ``d/x``) is a missing object to
+        ``delete`` and ``delete_many``: no error, and the objects below stay."""
+        adapter.write("d/x", b"below")
+        adapter.delete("d")
+        assert adapter.delete_many(["d", "d/y"]) == 2
+        assert adapter.read_bytes("d/x") == b"below" and not adapter.exists("d")
+
     def test_exists(self, adapter: StorageAdapter) -> None:
         """exists is True for objects only: not for absent keys, nor for prefixes of other keys."""
         adapter.write("a/b", b"v")

@@ -32,6 +32,7 @@ from fsspec.utils import stringify_path
 
 from storage_adapter.errors import (
     InvalidArgumentError,
+    InvalidKeyError,
     InvalidRangeError,
     NotFoundError,
     UnsupportedOperationError,
@@ -364,10 +365,48 @@ class AdapterFileSystem(AbstractFileSystem):  # type: ignore[misc]  # fsspec is 
 
     def cp_file(self, path1: Any, path2: Any, **kwargs: Any) -> None:
         """Copy one version of the object at ``path1`` (a reader: never bytes of two versions) to
-        ``path2``, streamed and written atomically (``write``)."""
+        ``path2``, streamed and written atomically (``write``). A ``path1`` that is only a directory (a
+        prefix, as a recursive copy lists them) copies nothing: its objects are copied on their own."""
         source, target = self._key(path1), self._key(path2)
-        with self.adapter.open_reader(source) as reader:
-            self.adapter.write(target, reader)
+        try:
+            with self.adapter.open_reader(source) as reader:
+                self.adapter.write(target, reader)
+        except NotFoundError:
+            if not self._has_objects_below(source):
+                raise
+
+    def copy(self, path1: Any, path2: Any, *args: Any, **kwargs: Any) -> None:
+        """fsspec's ``copy``, with every source and target path checked first (a bad one copies nothing)."""
+        self._checked(path1, path2)
+        super().copy(path1, path2, *args, **kwargs)
+
+    def mv(self, path1: Any, path2: Any, *args: Any, **kwargs: Any) -> None:
+        """fsspec's ``mv`` (``copy``, then ``rm`` of the source), with every path checked first; two
+        spellings of one key or prefix (``k``, ``sa://k``, ``k/``) move nothing. fsspec compares the
+        strings, so it copied such an object onto itself and then deleted it."""
+        self._checked(path1, path2)
+        if isinstance(path1, str) and isinstance(path2, str) and self._prefix(path1) == self._prefix(path2):
+            return
+        super().mv(path1, path2, *args, **kwargs)
+
+    def rm(self, path: Any, recursive: bool = False, maxdepth: int | None = None) -> None:
+        """fsspec's ``rm``, with every path checked first: a bad one, or the root (which ``delete_prefix``
+        refuses to empty too), deletes nothing."""
+        self._checked(path)
+        for each in path if isinstance(path, list) else [path]:
+            if not self._prefix(each):
+                raise InvalidKeyError(
+                    f"rm of the root of {self.adapter.url} on {self.adapter.backend} is refused: name a prefix",
+                    key="",
+                    backend=self.adapter.backend,
+                )
+        super().rm(path, recursive=recursive, maxdepth=maxdepth)
+
+    def _checked(self, *paths: Any) -> None:
+        """Validate each path (or each path of a list) as a key or prefix, before any I/O."""
+        for path in paths:
+            for each in path if isinstance(path, list) else [path]:
+                self._prefix(each)
 
     def rm_file(self, path: Any) -> None:
         """Delete the object (``delete``: deleting a missing one is no error)."""

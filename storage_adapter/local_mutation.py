@@ -720,8 +720,9 @@ class LocalMutator:
         directory, name = split_path(path)
         try:
             with self._locked((directory, False)) as (chain,):
-                if self._current(chain, name) is None:
-                    return
+                st = stat_entry(chain.fd, name, chain.entry(name))
+                if st is None or stat.S_ISDIR(st.st_mode):
+                    return  # no object, or only a prefix of other keys: none to delete (as on S3)
                 fault_point("unlink")
                 os.unlink(name, dir_fd=chain.fd)
                 self._sync(chain.fd)

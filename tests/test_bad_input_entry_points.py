@@ -18,6 +18,7 @@ from storage_adapter.errors import (
     ConfigurationError,
     InvalidArgumentError,
     InvalidBodyError,
+    InvalidKeyError,
     InvalidRangeError,
     InvalidTokenError,
     NotFoundError,
@@ -262,3 +263,29 @@ def test_ill_typed_declared_capabilities_are_refused(declared: dict[str, Any]) -
 
     with pytest.raises(ConfigurationError, match=next(iter(declared))):
         open_adapter(store=MemoryStore(), capabilities=dataclasses.replace(MEMORY.capabilities, **declared))
+
+
+def test_fsspec_moves_removes_and_copies_check_every_path_first(adapter: StorageAdapter) -> None:
+    """An fsspec ``mv`` onto another spelling of the same key deleted the object; ``rm`` of the root
+    emptied it before refusing; a bad path in a list came after the good ones were deleted or written;
+    a recursive ``mv`` failed on the directory entries its copy lists."""
+    fs = adapter.to_fsspec()
+    adapter.write("d/a", b"1")
+    adapter.write("d/e/b", b"2")
+    for same in ("sa://obj", "obj/", "storage-adapter://obj", "sa://obj/"):
+        fs.mv("obj", same)
+        assert adapter.read_bytes("obj") == BODY
+    for root in ("", "/", "sa://", ["d/a", ""]):
+        with pytest.raises(InvalidKeyError):
+            fs.rm(root, recursive=True)
+    with pytest.raises(InvalidKeyError):
+        fs.rm(["d/a", "../bad"])
+    with pytest.raises(InvalidKeyError):
+        fs.rm(["d/a", None])
+    with pytest.raises(InvalidKeyError):
+        fs.copy(["d/a", "d/a"], ["c1", "../bad"])
+    assert not adapter.exists("c1") and adapter.read_bytes("d/a") == b"1"
+    fs.mv("d", "moved", recursive=True)
+    assert sorted(i.key for i in adapter.list()) == ["moved/a", "moved/e/b", "obj"]
+    fs.rm("moved", recursive=True)
+    assert [i.key for i in adapter.list()] == ["obj"]
