@@ -485,7 +485,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "local-delete-no-lock",
         _MUTATION,
-        '            with self._locked((directory, False)) as (chain,):\n                if self._current(chain, name) is None:\n                    return\n                fault_point("unlink")\n                os.unlink(name, dir_fd=chain.fd)\n                self._sync(chain.fd)\n        except _Absent:',
+        '            with self._locked((directory, False)) as (chain,):\n                st = stat_entry(chain.fd, name, chain.entry(name))\n                if st is None or stat.S_ISDIR(st.st_mode):\n                    return  # no object, or only a prefix of other keys: none to delete (as on S3)\n                fault_point("unlink")\n                os.unlink(name, dir_fd=chain.fd)\n                self._sync(chain.fd)\n        except _Absent:',
         "            os.unlink(os.path.join(self.root, path))\n        except FileNotFoundError:",
         "delete unlinks by path without the directory lock (races a CAS)",
         targets=LOCAL,
@@ -803,8 +803,8 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "delete-skips-lock",
         _MUTATION,
-        '            with self._locked((directory, False)) as (chain,):\n                if self._current(chain, name) is None:\n                    return\n                fault_point("unlink")',
-        '            chain = open_chain(self.root, directory, False)\n            if chain is None:\n                raise _Absent\n            with chain:\n                if self._current(chain, name) is None:\n                    return\n                fault_point("unlink")',
+        '            with self._locked((directory, False)) as (chain,):\n                st = stat_entry(chain.fd, name, chain.entry(name))',
+        '            chain = open_chain(self.root, directory, False)\n            if chain is None:\n                raise _Absent\n            with chain:\n                st = stat_entry(chain.fd, name, chain.entry(name))',
         "delete unlinks without the directory lock: it can land between a CAS's compare and its publish",
         targets=LOCAL,
     ),
