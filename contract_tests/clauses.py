@@ -405,12 +405,17 @@ class AdapterContract(BulkClauses, ConcurrencyClauses, FailureClauses, Housekeep
         assert adapter.list_dir().prefixes == ("d",)
 
     def test_delete_prefix(self, adapter: StorageAdapter) -> None:
-        """delete_prefix removes exactly the objects under the prefix, returns their count, spares siblings."""
+        """delete_prefix removes exactly the objects under the prefix, returns their count, spares siblings;
+        the root ("" or "/") is refused with InvalidKeyError."""
         for key in ["p/1", "p/2/3", "p/2/4", "pq/5", "p.txt", "other"]:
             adapter.write(key, b"x")
         assert adapter.delete_prefix("p") == 3
         assert [i.key for i in adapter.list()] == ["other", "p.txt", "pq/5"]
         assert adapter.delete_prefix("p") == 0
+        for root in ("", "/"):  # never the whole root: refused as an invalid prefix, before any I/O
+            with pytest.raises(InvalidKeyError):
+                adapter.delete_prefix(root)
+        assert [i.key for i in adapter.list()] == ["other", "p.txt", "pq/5"]
 
     # -- rename --------------------------------------------------------------------------------------------------
     def test_rename(self, adapter: StorageAdapter) -> None:

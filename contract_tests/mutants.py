@@ -803,8 +803,8 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "delete-skips-lock",
         _MUTATION,
-        '            with self._locked((directory, False)) as (chain,):\n                st = stat_entry(chain.fd, name, chain.entry(name))',
-        '            chain = open_chain(self.root, directory, False)\n            if chain is None:\n                raise _Absent\n            with chain:\n                st = stat_entry(chain.fd, name, chain.entry(name))',
+        "            with self._locked((directory, False)) as (chain,):\n                st = stat_entry(chain.fd, name, chain.entry(name))",
+        "            chain = open_chain(self.root, directory, False)\n            if chain is None:\n                raise _Absent\n            with chain:\n                st = stat_entry(chain.fd, name, chain.entry(name))",
         "delete unlinks without the directory lock: it can land between a CAS's compare and its publish",
         targets=LOCAL,
     ),

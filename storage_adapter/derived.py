@@ -19,7 +19,7 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from storage_adapter.batch import delete_each
-from storage_adapter.errors import InvalidArgumentError, NotFoundError, StorageError
+from storage_adapter.errors import InvalidArgumentError, InvalidKeyError, NotFoundError
 from storage_adapter.keys import validate_key, validate_prefix
 from storage_adapter.types import ObjectInfo
 
@@ -148,9 +148,10 @@ class DerivedOperations:
         return len(infos)
 
 
-def root_refused(prefix: str, url: str, backend: str) -> StorageError:
-    return StorageError(
-        f"delete_prefix needs a non-empty prefix on {url} (refusing to empty the root)",
+def root_refused(prefix: str, url: str, backend: str) -> InvalidKeyError:
+    """``delete_prefix``'s refusal of the root (``""``, ``"/"``): an invalid prefix for it, before any I/O."""
+    return InvalidKeyError(
+        f"delete_prefix needs a non-empty prefix on {url} ({backend}): refusing to empty the root",
         key=prefix,
         backend=backend,
     )
