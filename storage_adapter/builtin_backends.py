@@ -491,7 +491,7 @@ WRAPPED = register_backend(
             reclaims_orphans=False,
         ),
         locate=_store_url,
-        driver=lambda config: _wrapped_driver(config),
+        driver=_wrapped_driver,
         options=MappingProxyType(
             {
                 "store": Option(WrappedStore),

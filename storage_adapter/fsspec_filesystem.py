@@ -377,36 +377,34 @@ class AdapterFileSystem(AbstractFileSystem):  # type: ignore[misc]  # fsspec is 
 
     def copy(self, path1: Any, path2: Any, *args: Any, **kwargs: Any) -> None:
         """fsspec's ``copy``, with every source and target path checked first (a bad one copies nothing)."""
-        self._checked(path1, path2)
+        self._checked(path1)
+        self._checked(path2)
         super().copy(path1, path2, *args, **kwargs)
 
     def mv(self, path1: Any, path2: Any, *args: Any, **kwargs: Any) -> None:
         """fsspec's ``mv`` (``copy``, then ``rm`` of the source), with every path checked first; two
         spellings of one key or prefix (``k``, ``sa://k``, ``k/``) move nothing. fsspec compares the
         strings, so it copied such an object onto itself and then deleted it."""
-        self._checked(path1, path2)
-        if isinstance(path1, str) and isinstance(path2, str) and self._prefix(path1) == self._prefix(path2):
+        sources, targets = self._checked(path1), self._checked(path2)
+        if isinstance(path1, str) and isinstance(path2, str) and sources == targets:
             return
         super().mv(path1, path2, *args, **kwargs)
 
     def rm(self, path: Any, recursive: bool = False, maxdepth: int | None = None) -> None:
         """fsspec's ``rm``, with every path checked first: a bad one, or the root (which ``delete_prefix``
         refuses to empty too), deletes nothing."""
-        self._checked(path)
-        for each in path if isinstance(path, list) else [path]:
-            if not self._prefix(each):
-                raise InvalidKeyError(
-                    f"rm of the root of {self.adapter.url} on {self.adapter.backend} is refused: name a prefix",
-                    key="",
-                    backend=self.adapter.backend,
-                )
+        if "" in self._checked(path):
+            raise InvalidKeyError(
+                f"rm of the root of {self.adapter.url} on {self.adapter.backend} is refused: name a prefix",
+                key="",
+                backend=self.adapter.backend,
+            )
         super().rm(path, recursive=recursive, maxdepth=maxdepth)
 
-    def _checked(self, *paths: Any) -> None:
-        """Validate each path (or each path of a list) as a key or prefix, before any I/O."""
-        for path in paths:
-            for each in path if isinstance(path, list) else [path]:
-                self._prefix(each)
+    def _checked(self, path: Any) -> list[str]:
+        """Each path of ``path`` (one, or a list) as the key or prefix it names (``""``: the root),
+        validated before any I/O."""
+        return [self._prefix(each) for each in (path if isinstance(path, list) else [path])]
 
     def rm_file(self, path: Any) -> None:
         """Delete the object (``delete``: deleting a missing one is no error)."""
