@@ -30,6 +30,7 @@ from backends.server import (
     S3Server,
     ServerUnavailable,
     free_port,
+    launch_server_process,
     stop_session,
     wait_until_bucket_answers,
 )
@@ -232,10 +233,7 @@ class CephRGW(S3Server):
         assert self.log_dir is not None
         log = self.log_dir / f"{name}.out"
         with log.open("wb") as out:
-            process = subprocess.Popen(
-                args, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, cwd=self._state,
-                start_new_session=True,
-            )  # fmt: skip
+            process = launch_server_process(args, out, cwd=self._state)
         self._daemons.append(_Daemon(name, process, log))
 
     def _all_running(self) -> bool:

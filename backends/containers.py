@@ -202,21 +202,14 @@ def create_bucket(endpoint: S3Endpoint, deadline: float, is_alive: object) -> No
     An already existing bucket owned by these credentials counts as created.
     """
     try:
-        import boto3
+        import boto3  # noqa: F401  # checked here: endpoint.boto3_client needs it
         from botocore.config import Config
         from botocore.exceptions import BotoCoreError, ClientError
     except ImportError as exc:
         raise ServerUnavailable(
             f"{endpoint.name}: creating a bucket needs boto3 (pip install boto3)"
         ) from exc
-    client = boto3.client(
-        "s3",
-        endpoint_url=endpoint.endpoint,
-        aws_access_key_id=endpoint.access_key_id,
-        aws_secret_access_key=endpoint.secret_access_key,
-        region_name=endpoint.region,
-        config=Config(connect_timeout=2, read_timeout=5, retries={"max_attempts": 1}),
-    )
+    client = endpoint.boto3_client(Config(connect_timeout=2, read_timeout=5, retries={"max_attempts": 1}))
     last: Exception | None = None
     while time.monotonic() < deadline:
         if callable(is_alive) and not is_alive():

@@ -23,6 +23,7 @@ from backends.server import (
     S3Server,
     ServerUnavailable,
     free_port,
+    launch_server_process,
     stop_session,
     wait_until_bucket_answers,
 )
@@ -58,9 +59,7 @@ class Moto(S3Server):
         self.log_path = Path(log_name)
         # The interpreter running the check runs the server too: moto is importable there by construction.
         args = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
-        self._process = subprocess.Popen(
-            args, stdout=log_fd, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-        )  # fmt: skip
+        self._process = launch_server_process(args, log_fd)
         os.close(log_fd)
         endpoint = S3Endpoint(
             name=self.name,

@@ -22,6 +22,7 @@ from backends.server import (
     S3Server,
     ServerUnavailable,
     free_port,
+    launch_server_process,
     stop_session,
     wait_until_bucket_answers,
 )
@@ -91,10 +92,7 @@ class SeaweedFS(S3Server):
                 for i, identity in enumerate(self.identities)
             ]}))  # fmt: skip
             args.append(f"-s3.config={config}")
-        self._process = subprocess.Popen(
-            args, stdout=log_fd, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            cwd=self._workdir, start_new_session=True,
-        )  # fmt: skip
+        self._process = launch_server_process(args, log_fd, cwd=self._workdir)
         os.close(log_fd)
         endpoint = S3Endpoint(
             name=self.name,

@@ -9,8 +9,62 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
+from typing import IO, Any
+
+# The environment variables through which a user's shell configures S3 clients and servers: the whole
+# AWS_ family (object_store, botocore, boto3 and s3fs read it, and SeaweedFS takes AWS_ACCESS_KEY_ID /
+# AWS_SECRET_ACCESS_KEY as the only identity it admits) and the adapter's own STORAGE_ADAPTER_ switches.
+# A server the project starts, and every client pointed at it, sees none of the user's: its own settings
+# are handed over explicitly (S3Endpoint), so a user with AWS keys in the shell runs everything as without.
+CLIENT_SETTING_PREFIXES = ("AWS_", "STORAGE_ADAPTER_")
+
+
+def is_client_setting(name: str) -> bool:
+    """Whether the environment variable ``name`` configures S3 clients or servers (see
+    ``CLIENT_SETTING_PREFIXES``)."""
+    return name.upper().startswith(CLIENT_SETTING_PREFIXES)
+
+
+def without_client_settings(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``environ`` (default ``os.environ``) with every client setting removed: the environment a started
+    server process gets."""
+    env = os.environ if environ is None else environ
+    return {name: value for name, value in env.items() if not is_client_setting(name)}
+
+
+@contextlib.contextmanager
+def scoped_environment(values: Mapping[str, str | None]) -> Iterator[None]:
+    """Apply ``values`` to ``os.environ`` for the block (None unsets the variable); restore every variable
+    named there (or its absence) after, so nothing set here outlives the block."""
+    saved = {name: os.environ.get(name) for name in values}
+    try:
+        for name, value in values.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def launch_server_process(
+    args: Sequence[str], log: IO[Any] | int, cwd: str | os.PathLike[str] | None = None
+) -> subprocess.Popen[bytes]:
+    """Start a server's process in a session of its own (``stop_session`` stops it), output to ``log``,
+    with the caller's environment minus every client setting: a server reads the user's AWS_* as its own
+    configuration (SeaweedFS then admits only the user's keys and refuses its own endpoint's)."""
+    return subprocess.Popen(
+        args, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=cwd,
+        env=without_client_settings(), start_new_session=True,
+    )  # fmt: skip
 
 
 class ServerUnavailable(RuntimeError):
@@ -38,7 +92,13 @@ class S3Endpoint:
         return f"s3://{self.bucket}/{prefix}" if prefix else f"s3://{self.bucket}"
 
     def adapter_options(self) -> dict[str, object]:
-        return {
+        """``open_adapter`` options for this server, complete: every S3 option the environment could
+        supply is given, as the server's own value or the option's default, so no ``AWS_*`` or
+        ``STORAGE_ADAPTER_*`` variable of the caller's changes what the adapter does. (The keys given here
+        also keep a session token or profile of the environment out: credentials resolve as one group.)"""
+        from storage_adapter.registry import backend_for_scheme
+
+        own: dict[str, object] = {
             "endpoint": self.endpoint,
             "access_key_id": self.access_key_id,
             "secret_access_key": self.secret_access_key,
@@ -46,6 +106,10 @@ class S3Endpoint:
             "allow_http": self.endpoint.startswith("http://"),
             "confirm_prefixes": self.confirm_prefixes,
         }
+        s3 = backend_for_scheme("s3")
+        assert s3 is not None, "the s3 backend is built in"
+        pinned = {name: o.default for name, o in s3.options.items() if o.env and o.default is not None}
+        return {**pinned, **own}
 
     def environment(self) -> dict[str, str]:
         """The ``AWS_*`` variables that point boto3, s3fs and ``open_adapter`` at this server (and the
@@ -58,6 +122,30 @@ class S3Endpoint:
             "AWS_ALLOW_HTTP": "true" if self.endpoint.startswith("http://") else "false",
             "STORAGE_ADAPTER_S3_CONFIRM_PREFIXES": "true" if self.confirm_prefixes else "false",
         }
+
+    def process_environment(self, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The whole environment of a child process that talks to this server: ``environ`` (default
+        ``os.environ``) with the caller's client settings replaced by this server's."""
+        return {**without_client_settings(environ), **self.environment()}
+
+    def boto3_client(self, config: Any = None) -> Any:
+        """A boto3 S3 client for this server (``config``: a ``botocore.config.Config``), built with none
+        of the caller's client settings: botocore reads ``AWS_PROFILE``, ``AWS_CONFIG_FILE`` and the like
+        while building a client, and a profile that does not exist fails even with keys given."""
+        import boto3
+
+        with self.scoped():
+            return boto3.client(
+                "s3", endpoint_url=self.endpoint, aws_access_key_id=self.access_key_id,
+                aws_secret_access_key=self.secret_access_key, region_name=self.region, config=config,
+            )  # fmt: skip
+
+    def scoped(self) -> contextlib.AbstractContextManager[None]:
+        """For the block, this process's client settings are this server's and nothing else (the
+        caller's ``AWS_*`` / ``STORAGE_ADAPTER_*`` are unset, and restored after): boto3 and s3fs peers,
+        Spark's Python workers and spawned processes started inside it reach this server only."""
+        cleared: dict[str, str | None] = {name: None for name in os.environ if is_client_setting(name)}
+        return scoped_environment({**cleared, **self.environment()})
 
 
 class S3Server(abc.ABC):
@@ -129,7 +217,7 @@ def wait_until_bucket_answers(endpoint: S3Endpoint, deadline_s: float, is_alive:
     from storage_adapter import open_adapter
     from storage_adapter.errors import StorageError
 
-    adapter = open_adapter(endpoint.url(), **endpoint.adapter_options(), max_retries=0)
+    adapter = open_adapter(endpoint.url(), **{**endpoint.adapter_options(), "max_retries": 0})
     deadline = time.monotonic() + deadline_s
     last: Exception | None = None
     while time.monotonic() < deadline:

@@ -90,16 +90,21 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from backends.seaweedfs import SeaweedFS
 
-    spark = spark_session(args.master, "bench-bulk-load")
     results = []
-    with tempfile.TemporaryDirectory() as local_root, SeaweedFS(bucket="bench") as endpoint:
+    with (
+        tempfile.TemporaryDirectory() as local_root,
+        SeaweedFS(bucket="bench") as endpoint,
+        endpoint.scoped(),
+    ):
+        # Spark's Python workers start inside the server's scope: they inherit its client settings.
+        spark = spark_session(args.master, "bench-bulk-load")
         targets = [
             open_adapter(f"file://{local_root}"),
             open_adapter(endpoint.url(), **endpoint.adapter_options()),
         ]
         for adapter in targets:
             results.append(measure(adapter, spark, args.rows, args.rounds, args.partitions))
-    spark.stop()
+        spark.stop()
     args.results.mkdir(parents=True, exist_ok=True)
     (args.results / "bulk_load.json").write_text(json.dumps(results, indent=2))
     print(

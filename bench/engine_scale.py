@@ -109,6 +109,7 @@ def main() -> None:
 
             global _SEAWEEDFS
             _SEAWEEDFS = stack.enter_context(SeaweedFS(bucket="scale"))
+            stack.enter_context(_SEAWEEDFS.scoped())
         _print_tables(backends, args.fragments, args.tables)
 
 

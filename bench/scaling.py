@@ -82,7 +82,7 @@ def roots(backend: str) -> Iterator[Callable[[str], StorageAdapter]]:
     else:
         from backends.seaweedfs import SeaweedFS
 
-        with SeaweedFS(bucket="scaling") as endpoint:
+        with SeaweedFS(bucket="scaling") as endpoint, endpoint.scoped():
             options = endpoint.adapter_options()
             yield lambda name: open_adapter(endpoint.url(f"{name}-{uuid.uuid4().hex[:8]}"), **options)
 

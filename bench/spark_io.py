@@ -259,6 +259,7 @@ def backends(names: list[str]) -> Iterator[list[Backend]]:
                 from backends.seaweedfs import SeaweedFS
 
                 endpoint = stack.enter_context(SeaweedFS(bucket="bench"))
+                stack.enter_context(endpoint.scoped())
                 options = endpoint.adapter_options()
                 adapter = open_adapter(endpoint.url(f"spark-io-{uuid.uuid4().hex[:8]}"), **options)
                 found.append(Backend("seaweedfs", adapter, {k: str(v) for k, v in options.items()}, None))
@@ -312,13 +313,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backends", default="local,seaweedfs")
     parser.add_argument("--results", type=Path, default=Path("results/bench"))
     args = parser.parse_args(argv)
-    spark = spark_session(args.master, "bench-spark-io")
-    register_idle_sink(spark)
-    try:
-        with backends(args.backends.split(",")) as targets:
+    # The servers first: Spark's Python workers, started with the session, inherit a started server's
+    # client settings (S3Endpoint.scoped), not the caller's AWS_* ones.
+    with backends(args.backends.split(",")) as targets:
+        spark = spark_session(args.master, "bench-spark-io")
+        register_idle_sink(spark)
+        try:
             results = [measure(spark, b, args.rows, args.rounds, args.partitions) for b in targets]
-    finally:
-        spark.stop()
+        finally:
+            spark.stop()
     args.results.mkdir(parents=True, exist_ok=True)
     report = [
         dict(

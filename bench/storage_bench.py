@@ -98,24 +98,20 @@ def backend_clients(backend: str, run: str) -> Iterator[list[Client]]:
                    adapter_client("fsspec", open_peer(f"file://{root}/fsspec")),
                    open_read_client(Path(root, "plain")), *pyarrow_client(Path(root, "pyarrow"))]  # fmt: skip
         return
-    import boto3
     from botocore.config import Config
 
     from backends.ceph import CephRGW
     from backends.seaweedfs import SeaweedFS
 
-    with (SeaweedFS if backend == "seaweedfs" else CephRGW)(bucket="bench") as endpoint:
+    with (SeaweedFS if backend == "seaweedfs" else CephRGW)(bucket="bench") as endpoint, endpoint.scoped():
         options = endpoint.adapter_options()
         raw = obstore.store.S3Store(
             endpoint.bucket, endpoint=endpoint.endpoint, access_key_id=endpoint.access_key_id,
             secret_access_key=endpoint.secret_access_key, region=endpoint.region,
             virtual_hosted_style_request=False, client_options={"allow_http": True},
         )  # fmt: skip
-        s3 = boto3.client(
-            "s3", endpoint_url=endpoint.endpoint, aws_access_key_id=endpoint.access_key_id,
-            aws_secret_access_key=endpoint.secret_access_key, region_name=endpoint.region,
-            config=Config(max_pool_connections=64),  # as many connections as the most requests in flight
-        )  # fmt: skip
+        # As many connections as the most requests in flight.
+        s3 = endpoint.boto3_client(Config(max_pool_connections=64))
         adapter = open_adapter(endpoint.url(f"adapter-{run}"), **options)
         unconfirmed: list[Client] = []
         if endpoint.confirm_prefixes:

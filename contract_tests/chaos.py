@@ -48,7 +48,6 @@ from typing import Any
 
 import pyarrow as pa
 
-from contract_tests.scoped_env import scoped_environment
 from storage_adapter.adapter import open_adapter
 from storage_adapter.engine import (
     CorruptSidecarError,
@@ -877,7 +876,7 @@ def target_url(target: str, run: str) -> Iterator[str]:
     else:
         from backends.registry import provider
 
-        with provider("seaweedfs")(bucket="chaos") as endpoint, scoped_environment(endpoint.environment()):
+        with provider("seaweedfs")(bucket="chaos") as endpoint, endpoint.scoped():
             yield endpoint.url(f"chaos-{run}")
 
 

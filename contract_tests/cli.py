@@ -39,7 +39,7 @@ from rich.text import Text
 
 from backends.containers import create_bucket
 from backends.registry import provider, provider_names
-from backends.server import S3Endpoint, ServerUnavailable
+from backends.server import S3Endpoint, ServerUnavailable, scoped_environment
 from contract_tests.conformance import (
     DEFAULT_SIZES,
     PEER_SIZES,
@@ -62,7 +62,6 @@ from contract_tests.report import (
     overall,
     write_report,
 )
-from contract_tests.scoped_env import scoped_environment
 from contract_tests.targets import DEFAULT_FACTORY, EMBEDDED, Target, load_factory, parse_target
 from storage_adapter.builtin_backends import UNQUOTED_IF_MATCH
 from storage_adapter.errors import ConfigurationError, PermissionDeniedError, StorageError
@@ -247,7 +246,7 @@ def _started_server(name: str, console: Console) -> Iterator[tuple[S3Endpoint, s
         except ServerUnavailable as exc:
             raise ServerCannotRun(name, str(exc)) from None
         console.print(f"{name} S3 server ({version}) at {endpoint.endpoint}", highlight=False, markup=False)
-        stack.enter_context(scoped_environment(endpoint.environment()))
+        stack.enter_context(endpoint.scoped())
         yield endpoint, version
 
 

@@ -39,6 +39,7 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 from pathlib import Path
 
+from backends.server import without_client_settings
 from contract_tests.mutants import CATALOGUE, Mutant
 from contract_tests.targets import EMBEDDED
 
@@ -164,7 +165,8 @@ def planted_copy(mutant: Mutant | None, into: Path, root: Path = SOURCE_ROOT) ->
 # -- sessions -------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class TargetRoute:
-    """How a session reaches one target: pytest arguments and extra environment."""
+    """How a session reaches one target: pytest arguments and, for a server, its client settings (which
+    replace the caller's)."""
 
     name: str
     args: tuple[str, ...]
@@ -205,7 +207,9 @@ def run_session(route: TargetRoute, pythonpath: Path, timeout_s: float = SESSION
         sys.executable, "-m", "pytest", "--pyargs", "contract_tests", "-p", "no:cacheprovider", "-x", "-q",
         "--no-header", "-rfE", "--import-mode=importlib", "--contract-clause-timeout", f"{CLAUSE_TIMEOUT_S:g}", *args,
     ]  # fmt: skip
-    env = {**os.environ, **dict(route.env), "PYTHONPATH": str(pythonpath), "PYTHONDONTWRITEBYTECODE": "1"}
+    # A server's route hands the session that server's settings and none of the caller's AWS_* ones.
+    base = without_client_settings() if route.env else os.environ
+    env = {**base, **dict(route.env), "PYTHONPATH": str(pythonpath), "PYTHONDONTWRITEBYTECODE": "1"}
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="mutation-cwd-") as cwd:  # no ini file, no conftest
         try:

@@ -149,10 +149,12 @@ S3_OPTIONS: Mapping[str, Option] = MappingProxyType(
         "endpoint": Option(
             str, env=("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
         ),  # the service-specific one wins
-        "access_key_id": Option(str, env=("AWS_ACCESS_KEY_ID",)),
-        "secret_access_key": Option(str, env=("AWS_SECRET_ACCESS_KEY",), secret=True),
-        "session_token": Option(str, env=("AWS_SESSION_TOKEN",), secret=True),
-        "profile": Option(str, env=("AWS_PROFILE", "AWS_DEFAULT_PROFILE")),
+        # The credentials resolve as one group: keys given explicitly take no token or profile of the
+        # environment, and a profile given explicitly takes no keys from it.
+        "access_key_id": Option(str, env=("AWS_ACCESS_KEY_ID",), group="credentials"),
+        "secret_access_key": Option(str, env=("AWS_SECRET_ACCESS_KEY",), secret=True, group="credentials"),
+        "session_token": Option(str, env=("AWS_SESSION_TOKEN",), secret=True, group="credentials"),
+        "profile": Option(str, env=("AWS_PROFILE", "AWS_DEFAULT_PROFILE"), group="credentials"),
         "anonymous": Option(bool, env=("AWS_SKIP_SIGNATURE",), default=False),
         "region": Option(str, env=("AWS_REGION", "AWS_DEFAULT_REGION"), default="us-east-1"),
         "virtual_hosted_style": Option(bool, env=("AWS_VIRTUAL_HOSTED_STYLE_REQUEST",), default=False),

@@ -133,13 +133,23 @@ def _convert(kind: type, value: Any) -> Any:
 def resolve_options(
     supported: Mapping[str, Option], given: Mapping[str, Any], env: Mapping[str, str], url: str
 ) -> dict[str, Any]:
-    """Each supported option from ``given`` (where not None), else its first environment variable that is
-    set, else its default (options with neither are left out), coerced to its type; a secret one's text
-    as :class:`~storage_adapter.redaction.SecretText` (masked in every repr)."""
+    """Each supported option resolved by the one precedence rule of every backend:
+
+    1. the option as given by the caller (``open_adapter`` keyword, Spark option; None counts as not given);
+    2. the URL (it names the location and key prefix, which no option or variable can change);
+    3. the option's first environment variable that is set, unless the caller gave another option of the
+       same :attr:`~storage_adapter.registry.Option.group` (a group resolves from one source);
+    4. the option's default (options with neither are left out).
+
+    Each value is coerced to its type; a secret one's text is a
+    :class:`~storage_adapter.redaction.SecretText` (masked in every repr)."""
+    given_groups = {o.group for n, o in supported.items() if o.group and given.get(n) is not None}
     resolved: dict[str, Any] = {}
     for name, option in supported.items():
         if given.get(name) is not None:
             value = given[name]
+        elif option.group in given_groups:
+            value = option.default
         else:
             value = next((env[var] for var in option.env if env.get(var)), option.default)
         if value is not None:

@@ -117,12 +117,16 @@ class NativeAsync(Protocol):
 @dataclass(frozen=True)
 class Option:
     """One option a backend accepts: its type, the environment variables it falls back to (the first one
-    set wins), its default, and whether it is a secret (masked in every repr, message and report)."""
+    set wins), its default, whether it is a secret (masked in every repr, message and report), and the
+    group it resolves with: options of one group come from one source, so when the caller gives any of
+    them, none of the others is taken from the environment (keys given explicitly are never combined with
+    a session token or profile from the shell)."""
 
     kind: type
     env: tuple[str, ...] = ()
     default: Any = None
     secret: bool = False
+    group: str = ""
 
 
 @dataclass(frozen=True)

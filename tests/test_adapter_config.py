@@ -60,9 +60,12 @@ def test_s3_settings_come_from_the_environment_when_not_given() -> None:
         "AWS_DEFAULT_REGION": "eu-west-3",
         "AWS_ALLOW_HTTP": "true",
     }
-    config = parse_url("s3://bucket/some/prefix", {"access_key_id": "AKIDOPT"}, env)
+    config = parse_url("s3://bucket/some/prefix", {"access_key_id": "AKIDOPT", "secret_access_key": "s"}, env)
     assert config.option("endpoint") == "http://127.0.0.1:9"
     assert config.option("access_key_id") == "AKIDOPT"  # options win over the environment
+    # The credentials come from one source: a key id given alone takes no secret from the environment.
+    with pytest.raises(ConfigurationError, match="access_key_id and secret_access_key go together"):
+        parse_url("s3://bucket/some/prefix", {"access_key_id": "AKIDOPT"}, env)
     assert config.option("region") == "eu-west-3"
     assert config.option("allow_http") is True
     assert (config.location, config.prefix) == ("bucket", "some/prefix")

@@ -1,0 +1,233 @@
+"""A user's AWS environment never reaches the servers the project starts (issue 34), and a user-supplied
+endpoint still takes it: the one precedence rule (explicit options > URL > environment > defaults, the
+credentials as one group) in both directions.
+
+The hostile environment is what a user who also works with AWS has in the shell: static keys, a session
+token, a profile that does not exist, a foreign endpoint and region, ``AWS_ALLOW_HTTP=false``, and every
+``STORAGE_ADAPTER_*`` variable an adapter option reads set to a wrong value. (``STORAGE_ADAPTER_FAILPOINTS``
+is a fault-injection hook, honoured on purpose, not a setting.)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from backends.server import S3Endpoint, is_client_setting
+from storage_adapter import open_adapter
+from storage_adapter.config import parse_url
+from storage_adapter.registry import registered
+
+REPO = Path(__file__).resolve().parent.parent
+SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+# What each adapter setting that a variable can carry would do wrong on the embedded SeaweedFS: no
+# prefix confirmation (its emptied-prefix clause fails) and unquoted If-Match (still accepted there, so
+# only the resolved config shows it); any other such variable gets text no option accepts.
+_WRONG = {"STORAGE_ADAPTER_S3_CONFIRM_PREFIXES": "false", "STORAGE_ADAPTER_S3_UNQUOTED_IF_MATCH": "true"}
+HOSTILE = {
+    "AWS_ACCESS_KEY_ID": "AKIAIOSFODNN7EXAMPLE",
+    "AWS_SECRET_ACCESS_KEY": SECRET,
+    "AWS_SESSION_TOKEN": "FwoGZXIvYXdzEXAMPLEsessiontoken",
+    "AWS_PROFILE": "no-such-profile",
+    "AWS_DEFAULT_PROFILE": "no-such-profile",
+    "AWS_ENDPOINT_URL": "http://127.0.0.1:9",
+    "AWS_ENDPOINT_URL_S3": "http://127.0.0.1:9",
+    "AWS_REGION": "ap-southeast-7",
+    "AWS_DEFAULT_REGION": "ap-southeast-7",
+    "AWS_ALLOW_HTTP": "false",
+    **{
+        var: _WRONG.get(var, "wrong-value")
+        for backend in registered()
+        for option in backend.options.values()
+        for var in option.env
+        if var.startswith("STORAGE_ADAPTER_")
+    },
+}
+
+
+def hostile_process_environment() -> dict[str, str]:
+    """This process's environment without pytest's and AWS variables, plus the hostile ones."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_") and not is_client_setting(k)}
+    return {**base, **HOSTILE}
+
+
+def client_settings() -> dict[str, str]:
+    return {name: value for name, value in os.environ.items() if is_client_setting(name)}
+
+
+@pytest.fixture
+def hostile(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
+    for name in [n for n in os.environ if is_client_setting(n)]:
+        monkeypatch.delenv(name)
+    for name, value in HOSTILE.items():
+        monkeypatch.setenv(name, value)
+    yield client_settings()
+
+
+def _run(args: list[str], tmp_path: Path, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(
+        args, cwd=tmp_path, env=hostile_process_environment(), capture_output=True, text=True, timeout=timeout
+    )
+    assert SECRET not in done.stdout + done.stderr  # the user's secret is never printed either
+    return done
+
+
+# -- the precedence rule, both directions ------------------------------------------------------------------
+def test_every_option_prefers_explicit_over_environment_over_default() -> None:
+    """For every option of every registered backend that a variable can carry: given beats the variable,
+    the variable beats the default (checked through each option's own type)."""
+    samples: dict[type, tuple[Any, Any]] = {
+        bool: (True, False),
+        int: (7, 9),
+        float: (2.5, 3.5),
+        str: ("a", "b"),
+    }
+    checked = 0
+    for backend in registered():
+        url = {"s3": "s3://bucket", "file": "file:///tmp/precedence", "memory": "memory://p"}.get(
+            backend.name
+        )
+        if url is None:
+            continue
+        base = {"endpoint": "http://127.0.0.1:1"} if backend.name == "s3" else {}
+        for name, option in backend.options.items():
+            if not option.env or option.kind not in samples or option.group or name in base:
+                continue
+            given, from_env = samples[option.kind]
+            if name == "conditional_put":
+                given, from_env = "disabled", "etag"
+            env = {option.env[0]: str(from_env).lower() if option.kind is bool else str(from_env)}
+            assert parse_url(url, {**base, name: given}, env).option(name) == given, name
+            assert parse_url(url, base, env).option(name) == from_env, name
+            assert parse_url(url, base, {}).option(name) == option.default, name
+            checked += 1
+    assert checked >= 7  # region, endpoint-free S3 switches and the adapter's own
+
+
+def test_credentials_come_from_one_source() -> None:
+    """Keys given explicitly take no session token or profile of the environment; a profile given takes
+    no keys from it; with nothing given, the environment's keys and token come together."""
+    env = {"AWS_ACCESS_KEY_ID": "env-key", "AWS_SECRET_ACCESS_KEY": "env-secret", "AWS_SESSION_TOKEN": "env-token",
+           "AWS_PROFILE": "env-profile"}  # fmt: skip
+    explicit = parse_url("s3://b", {"access_key_id": "k", "secret_access_key": "s"}, env)
+    assert (explicit.option("access_key_id"), explicit.option("session_token"), explicit.option("profile")) == (
+        "k", None, None,
+    )  # fmt: skip
+    named = parse_url("s3://b", {"profile": "mine"}, env)
+    assert (named.option("profile"), named.option("access_key_id"), named.option("session_token")) == (
+        "mine", None, None,
+    )  # fmt: skip
+    ambient = parse_url("s3://b", {}, env)
+    assert (ambient.option("access_key_id"), ambient.option("session_token")) == ("env-key", "env-token")
+    assert ambient.option("profile") == "env-profile"
+
+
+def test_a_user_supplied_endpoint_takes_the_users_environment(hostile: dict[str, str]) -> None:
+    """The other direction: a URL opened without options resolves from the environment as documented."""
+    config = parse_url("s3://users-bucket/p", {})
+    assert config.option("endpoint") == HOSTILE["AWS_ENDPOINT_URL_S3"]
+    assert config.option("region") == HOSTILE["AWS_REGION"]
+    assert config.option("access_key_id") == HOSTILE["AWS_ACCESS_KEY_ID"]
+    assert config.option("session_token") == HOSTILE["AWS_SESSION_TOKEN"]
+    assert config.option("allow_http") is False
+    assert config.option("unquoted_if_match") is True
+
+
+def test_a_started_servers_adapter_options_leave_nothing_to_the_environment(hostile: dict[str, str]) -> None:
+    endpoint = S3Endpoint("srv", "http://127.0.0.1:1", "bkt", "srv-key", "srv-secret", confirm_prefixes=True)
+    in_hostile = parse_url(endpoint.url(), endpoint.adapter_options())
+    assert in_hostile == parse_url(endpoint.url(), endpoint.adapter_options(), environ={})
+    assert in_hostile.option("session_token") is None and in_hostile.option("profile") is None
+
+
+def test_the_servers_scope_replaces_the_users_client_settings_and_restores_them(
+    hostile: dict[str, str],
+) -> None:
+    endpoint = S3Endpoint("srv", "http://127.0.0.1:1", "bkt", "srv-key", "srv-secret")
+    with endpoint.scoped():
+        assert client_settings() == endpoint.environment()
+        assert endpoint.process_environment() == dict(os.environ)
+    assert client_settings() == hostile
+
+
+# -- the main job, a bench and the Spark data source, with the hostile environment --------------------------
+def test_peers_and_clients_of_a_started_server_ignore_the_users_environment(
+    embedded_seaweedfs: S3Endpoint, hostile: dict[str, str]
+) -> None:
+    """boto3 (which fails on a missing profile even with keys given), s3fs and the adapter reach the
+    server the project started."""
+    from contract_tests.peers import open_peer
+
+    adapter = open_adapter(embedded_seaweedfs.url("hostile-env"), **embedded_seaweedfs.adapter_options())
+    token = adapter.write("k", b"v")
+    assert adapter.write_if_match("k", b"w", token) is not None
+    listed = embedded_seaweedfs.boto3_client().list_objects_v2(
+        Bucket=embedded_seaweedfs.bucket, Prefix="hostile-env/"
+    )
+    assert [o["Key"] for o in listed["Contents"]] == ["hostile-env/k"]
+    with embedded_seaweedfs.scoped():
+        peer = open_peer(embedded_seaweedfs.url("hostile-env"), **embedded_seaweedfs.adapter_options())
+        assert peer.read_bytes("k") == b"w"
+    adapter.delete_prefix("hostile-env")
+    assert client_settings() == hostile
+
+
+def test_the_check_stage_of_a_started_seaweedfs_conforms(tmp_path: Path) -> None:
+    """``ci/contract-stage seaweedfs`` (``storage-adapter check --server seaweedfs --no-peers``: the stage
+    scripts/test.sh runs, and the SeaweedFS part of the main job), started from an unrelated directory with
+    the user's AWS environment: every clause passes, the linearizability checks included, as without it;
+    the report names the SeaweedFS build."""
+    done = _run(
+        [str(REPO / "ci" / "contract-stage"), "seaweedfs", "--threads", "4", "--processes", "2",
+         "--increments", "5", "--report", str(tmp_path / "stage")],
+        tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    report = json.loads((tmp_path / "stage.json").read_text())
+    assert [t["name"] for t in report["targets"]] == ["seaweedfs"]
+    assert report["targets"][0]["url"].startswith("s3://check/adapter-")
+    assert report["sizes"] == {"threads": 4, "processes": 2, "increments": 5, "check_budget_s": 60.0,
+                               "clause_timeout_s": 300.0}  # fmt: skip
+    rows = {r["clause"]: r["outcome"] for r in report["results"]}
+    for clause in ("test_round_trip_bytes", "test_write_if_absent_one_winner_processes",
+                   "test_cas_increments_processes", "test_invalid_keys_rejected_everywhere",
+                   "test_capabilities_are_declared_and_honest", "test_mixed_history_is_linearizable_threads",
+                   "test_mixed_history_is_linearizable_processes",
+                   "test_delete_prefix_takes_whole_segments_and_leaves_no_trace"):  # fmt: skip
+        assert rows.get(clause) == "pass", clause
+    assert set(rows.values()) == {"pass"}
+    assert report["versions"]["seaweedfs"].startswith("version ")
+    assert "seaweedfs: conforms - " in done.stdout
+
+
+def test_the_spark_bench_on_seaweedfs_runs(tmp_path: Path) -> None:
+    """``python -m bench.spark_io`` (a bench, and the Spark data source writing and reading an engine table
+    on a SeaweedFS it starts) with the user's AWS environment, at a tiny size."""
+    done = _run(
+        [sys.executable, "-m", "bench.spark_io", "--rows", "2000", "--rounds", "1", "--partitions", "2",
+         "--backends", "seaweedfs", "--results", str(tmp_path)],
+        tmp_path, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    (row,) = json.loads((tmp_path / "spark_io.json").read_text())
+    assert row["backend"] == "seaweedfs" and row["rows"] == 2000
+
+
+@pytest.mark.stress
+def test_the_storage_bench_on_seaweedfs_runs_with_its_peers(tmp_path: Path) -> None:
+    """``storage-adapter bench --backends seaweedfs`` (boto3 and s3fs beside the adapter), quick sizes."""
+    done = _run(
+        [sys.executable, "-m", "contract_tests", "bench", "--quick", "--backends", "seaweedfs",
+         "--results", str(tmp_path)],
+        tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    data = json.loads((tmp_path / "bench.json").read_text())
+    assert {r["client"] for r in data["latency"]} == {"adapter", "obstore", "boto3", "s3fs"}
