@@ -379,7 +379,6 @@ def _check(args: argparse.Namespace, console: Console) -> int:
             raise InputError(f"--server {args.server} starts and checks its own server: give no URL with it")
         load_factory(args.factory)  # a bad --factory is bad input before any server starts
         with contextlib.ExitStack() as stack:
-            stack.enter_context(scoped_environment({COMPAT_MODES[mode]: "true" for mode in args.compat}))
             if args.urls:
                 targets = _user_targets(args.urls, args.peers)
                 server = _user_server_version(targets)
@@ -388,6 +387,8 @@ def _check(args: argparse.Namespace, console: Console) -> int:
                 targets, server = stack.enter_context(_server_targets(args.server, args.peers, console))
             else:
                 targets, server = stack.enter_context(_embedded_targets(args.peers, console))
+            # After a started server's scope, which replaces every client setting with the server's own.
+            stack.enter_context(scoped_environment({COMPAT_MODES[mode]: "true" for mode in args.compat}))
             targets = [t if t.peer else dataclasses.replace(t, factory=args.factory) for t in targets]
             known = targets
             if args.create_bucket:

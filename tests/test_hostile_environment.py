@@ -207,6 +207,9 @@ def test_the_check_stage_of_a_started_seaweedfs_conforms(tmp_path: Path) -> None
     assert "seaweedfs: conforms - " in done.stdout
 
 
+# Over budget with the rest (50 s: its own SeaweedFS and Spark session); the default tier runs the data
+# source with this environment on the session's Spark below.
+@pytest.mark.stress
 def test_the_spark_bench_on_seaweedfs_runs(tmp_path: Path) -> None:
     """``python -m bench.spark_io`` (a bench, and the Spark data source writing and reading an engine table
     on a SeaweedFS it starts) with the user's AWS environment, at a tiny size."""
@@ -231,3 +234,46 @@ def test_the_storage_bench_on_seaweedfs_runs_with_its_peers(tmp_path: Path) -> N
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     data = json.loads((tmp_path / "bench.json").read_text())
     assert {r["client"] for r in data["latency"]} == {"adapter", "obstore", "boto3", "s3fs"}
+
+
+def test_the_spark_data_source_on_a_started_server_ignores_the_users_environment(
+    embedded_seaweedfs: S3Endpoint, spark: Any, hostile: dict[str, str]
+) -> None:
+    """The data source with a started server's options, resolved on the driver with the user's AWS
+    environment set: the table is written to and read back from that server (each task reopens the
+    adapter from the same options)."""
+    import pyarrow as pa
+
+    from storage_adapter.engine import Engine
+
+    options = {name: str(value) for name, value in embedded_seaweedfs.adapter_options().items()}
+    prefix = f"hostile-spark-{os.getpid()}"
+    url = embedded_seaweedfs.url(prefix)
+    engine = Engine.open(open_adapter(url, **embedded_seaweedfs.adapter_options()))
+    engine.create_table("t", pa.schema([("id", pa.int64()), ("day", pa.string())]))
+    frame = spark.range(0, 40, numPartitions=2).selectExpr("id", "CAST(id % 3 AS STRING) AS day")
+    frame.write.format("storage_adapter").mode("append").options(**options).option("table", "t").save(url)
+    read = spark.read.format("storage_adapter").options(**options).option("table", "t").load(url)
+    assert sorted(row.id for row in read.collect()) == list(range(40))
+    assert engine.read("t").num_rows == 40
+    open_adapter(embedded_seaweedfs.url(), **embedded_seaweedfs.adapter_options()).delete_prefix(prefix)
+    assert client_settings() == hostile
+
+
+# Over the default tier's 60 s budget (about 5 minutes). The default tier has its parts: the SeaweedFS
+# stage at default sizes (scripts/test.sh), the stage and the peers above with this environment, and the
+# CLI on memory and local with peers (tests/test_cli_check.py).
+@pytest.mark.stress
+def test_the_main_job_conforms_with_its_peers_at_default_sizes(tmp_path: Path) -> None:
+    """The main job as the README runs it (``scripts/check.sh``: embedded memory, local, SeaweedFS and
+    three peers; default sizes), with the user's AWS environment."""
+    done = _run(
+        [sys.executable, "-m", "contract_tests", "check", "--report", str(tmp_path / "check")], tmp_path
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    data = json.loads((tmp_path / "check.json").read_text())
+    assert [t["name"] for t in data["targets"]] == [
+        "memory", "local", "seaweedfs", "fsspec-memory", "fsspec-local", "s3fs",
+    ]  # fmt: skip
+    assert all(t["conforms"] for t in data["targets"] if not t["peer"])
+    assert data["versions"]["seaweedfs"]
