@@ -1,16 +1,37 @@
 #!/usr/bin/env bash
-# The tests: the SeaweedFS contract stage (ci/contract-stage), then the project's whole test suite
-# (contract on memory/local/SeaweedFS, the check against Ceph RGW and moto, concurrency proofs with
-# threads, processes and Spark, engine, recovery crash campaigns, idempotency, mypy and ruff).
-# Extra arguments go to pytest.
+# The tests: the SeaweedFS contract stage (ci/contract-stage), then the project's test suite. Extra
+# arguments go to pytest. Tiers (docs/ci.md):
+#   bash scripts/test.sh              the default tier: every promise on memory, local and SeaweedFS (the
+#                                     contract on each, its async, wrapped-store and fsspec twins, races in
+#                                     threads, processes and Spark, engine, recovery, idempotency, mypy, ruff)
+#   bash scripts/test.sh -m stress    campaigns sized for proof (races, crashes, chaos, mutation, benches)
+#   bash scripts/test.sh -m servers   a second real S3 server: Ceph RGW (installed here with apt) and moto
+# Each stage's time is printed; pytest ends with its wall time and the slowest tests, and writes every
+# test's duration to results/test-durations.json (ci/durations.py makes docs/ci.md's tables from it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+stage_started=$SECONDS
+took() { echo "test: $1 took $((SECONDS - stage_started)) s" >&2; stage_started=$SECONDS; }
+
 bash scripts/bootstrap.sh
-# Ceph RGW is the second real S3 server (tests/test_ceph_rgw.py, tests/test_check_servers.py). Where its
-# Debian packages cannot be installed, those tests skip with that reason instead of failing the run.
-if ! bash scripts/install-ceph.sh; then
-  echo "test: Ceph RGW packages could not be installed; the Ceph tests will skip" >&2
-fi
+took "bootstrap"
+case " $* " in
+  *servers*)
+    # Ceph RGW is the second real S3 server of the servers tier. Where its Debian packages cannot be
+    # installed, those tests skip with that reason instead of failing the run.
+    if ! bash scripts/install-ceph.sh; then
+      echo "test: Ceph RGW packages could not be installed; the Ceph tests will skip" >&2
+    fi
+    took "Ceph RGW install"
+    ;;
+esac
 export PYSPARK_PYTHON="$PWD/.venv/bin/python"
 ci/contract-stage seaweedfs
-exec .venv/bin/python -m pytest tests "$@"
+took "the SeaweedFS contract stage"
+# The default tier runs on two pytest-xdist workers (measured: docs/ci.md); a tier chosen with -m, or a
+# worker count given with -n, runs as asked (the stress campaigns are sized for a machine of their own).
+workers=(-n 2 --dist worksteal)
+for arg in "$@"; do
+  case "$arg" in -m* | -n* | --numprocesses*) workers=() ;; esac
+done
+exec .venv/bin/python -m pytest tests "${workers[@]}" --durations-json results/test-durations.json "$@"

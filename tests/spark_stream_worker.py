@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import Any
 
 from storage_adapter.engine import Engine
 from storage_adapter.spark import spark_session
 
 
-def main(url: str, options: dict[str, str], table: str, source: str, checkpoint: str) -> None:
-    spark = spark_session("local[2]", "stream-worker")
+def run_query(spark: Any, url: str, options: dict[str, str], table: str, source: str, checkpoint: str) -> str:
+    """Run the query until its input is drained; returns its id (stable across restarts)."""
     stream = (
         spark.readStream.schema("id LONG, day STRING, score DOUBLE")
         .option("maxFilesPerTrigger", 1)
@@ -26,7 +27,12 @@ def main(url: str, options: dict[str, str], table: str, source: str, checkpoint:
         .option("checkpointLocation", checkpoint).trigger(availableNow=True).start(url)
     )  # fmt: skip
     query.awaitTermination()
-    query_id = str(query.id)
+    return str(query.id)
+
+
+def main(url: str, options: dict[str, str], table: str, source: str, checkpoint: str) -> None:
+    spark = spark_session("local[2]", "stream-worker")
+    query_id = run_query(spark, url, options, table, source, checkpoint)
     spark.stop()
     engine = Engine.open(url, read_only=True, options=options)
     print(

@@ -26,6 +26,8 @@ def _bench(results: Path, backends: str) -> dict[str, object]:
     return json.loads((results / "bench.json").read_text())
 
 
+# The benches measure, they promise nothing: their smoke runs are in the stress tier (nightly).
+@pytest.mark.stress
 def test_bench_quick_memory_and_local(tmp_path: Path) -> None:
     data = _bench(tmp_path, "memory,local")
     latency = {(r["backend"], r["op"], r["client"]) for r in data["latency"]}
@@ -61,6 +63,7 @@ def test_bench_quick_with_seaweedfs(tmp_path: Path) -> None:
     assert any("async twin" in t["target"] for t in data["targets"])
 
 
+@pytest.mark.stress
 def test_scaling_curves_quick_on_memory(tmp_path: Path) -> None:
     """bench.scaling draws every curve with its goal (sizes from --quick); numbers are not asserted."""
     out = tmp_path / "scaling"

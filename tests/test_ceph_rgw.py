@@ -26,6 +26,9 @@ from backends.ceph import NOT_INSTALLED, CephRGW, ceph_conf
 from backends.registry import provider
 from backends.server import S3Endpoint, ServerUnavailable
 
+# The nightly servers tier (docs/ci.md): a second real S3 server beside the embedded SeaweedFS.
+pytestmark = pytest.mark.servers
+
 
 @dataclass(frozen=True)
 class Running:

@@ -16,6 +16,9 @@ from contract_tests import cli
 from contract_tests.targets import Target
 from storage_adapter import open_adapter
 
+# The nightly servers tier (docs/ci.md): a second real S3 server beside the embedded SeaweedFS.
+pytestmark = pytest.mark.servers
+
 
 @pytest.fixture(scope="module")
 def moto() -> Iterator[S3Endpoint]:

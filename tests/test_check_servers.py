@@ -19,6 +19,9 @@ import pytest
 from backends.ceph import ceph_binaries
 from backends.server import ServerUnavailable
 
+# The nightly servers tier (docs/ci.md): a second real S3 server beside the embedded SeaweedFS.
+pytestmark = pytest.mark.servers
+
 ROOT = Path(__file__).resolve().parent.parent
 BOUND_S = 300
 CEPH_16_FAILURES = {

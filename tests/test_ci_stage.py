@@ -59,6 +59,10 @@ def test_stage_against_an_s3_url_from_the_environment(embedded_seaweedfs: Any, t
     assert "stage: conforms - " in result.stdout
 
 
+# Over the default tier's budget (65 s, a whole check on SeaweedFS). The default tier proves its parts:
+# the clauses catch this planted bug (tests/test_contract_self_test.py) and a failing judged target makes
+# the check exit 1 (tests/test_cli_check.py).
+@pytest.mark.stress
 def test_stage_fails_on_a_planted_cas_race(embedded_seaweedfs: Any, tmp_path: Path) -> None:
     """The stage is not vacuous: an adapter whose write_if_match is an unserialized read-compare-write
     (``--factory``, passed through to ``check``) fails the CAS races and both linearizability checks, and

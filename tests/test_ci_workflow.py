@@ -17,6 +17,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parent.parent
 WORKFLOW = REPO / ".github" / "workflows" / "ci.yml"
+NIGHTLY = REPO / ".github" / "workflows" / "nightly.yml"
 
 
 def check_jsonschema() -> str:
@@ -36,9 +37,9 @@ def validate(path: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def load_workflow() -> dict[Any, Any]:
+def load_workflow(path: Path = WORKFLOW) -> dict[Any, Any]:
     # PyYAML reads the key `on` as the boolean True (YAML 1.1); the structure below does not need it.
-    return yaml.safe_load(WORKFLOW.read_text(encoding="utf-8"))
+    return yaml.safe_load(path.read_text(encoding="utf-8"))
 
 
 def run_commands(job: dict[str, Any]) -> list[str]:
@@ -51,8 +52,9 @@ def uses(job: dict[str, Any], action: str) -> dict[str, Any]:
     return matches[0]
 
 
-def test_workflow_validates_against_the_github_schema() -> None:
-    result = validate(WORKFLOW)
+@pytest.mark.parametrize("path", [WORKFLOW, NIGHTLY], ids=["ci", "nightly"])
+def test_workflow_validates_against_the_github_schema(path: Path) -> None:
+    result = validate(path)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -83,8 +85,18 @@ def test_tests_job_runs_the_readme_test_command_with_python_and_java() -> None:
     assert java["distribution"]
 
 
+def test_nightly_runs_the_heavy_tiers_through_the_test_command() -> None:
+    jobs = load_workflow(NIGHTLY)["jobs"]
+    assert "bash scripts/test.sh -m stress" in run_commands(jobs["stress"])
+    assert run_commands(jobs["servers"]) == [
+        "bash scripts/install-ceph.sh",
+        "bash scripts/test.sh -m servers",
+    ]
+    assert True in load_workflow(NIGHTLY) and "schedule" in load_workflow(NIGHTLY)[True]
+
+
 def test_rustfs_minio_job_runs_the_contract_stage_against_both_servers() -> None:
-    job = load_workflow()["jobs"]["s3-servers"]
+    job = load_workflow(NIGHTLY)["jobs"]["s3-servers"]
     assert job["name"].startswith("RustFS/MinIO")
     assert job["runs-on"] == "ubuntu-latest"  # GitHub's hosted Ubuntu runners come with a Docker engine
     assert sorted(job["strategy"]["matrix"]["server"]) == ["minio", "rustfs"]

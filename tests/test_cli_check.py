@@ -13,7 +13,6 @@ import subprocess
 import sys
 import uuid
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -191,20 +190,3 @@ def test_check_cli_peer_failures_do_not_change_the_exit_status() -> None:
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "fsspec-memory:mem (peer, not judged): VIOLATES" in result.stdout
     assert "mem: conforms" in result.stdout
-
-
-def test_check_embedded_defaults_with_peers(tmp_path: Any) -> None:
-    """The main job as the README runs it (embedded memory, local, SeaweedFS + three peers; default sizes)."""
-    result = _run_cli("check", "--report", str(tmp_path / "check"), timeout=1200)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    data = json.loads((tmp_path / "check.json").read_text())
-    assert [t["name"] for t in data["targets"]] == [
-        "memory",
-        "local",
-        "seaweedfs",
-        "fsspec-memory",
-        "fsspec-local",
-        "s3fs",
-    ]
-    assert all(t["conforms"] for t in data["targets"] if not t["peer"])
-    assert data["versions"]["seaweedfs"]

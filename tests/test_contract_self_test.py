@@ -43,6 +43,11 @@ CATCHING_CLAUSES = {
 }
 
 
+# Each run selects the clauses some planted bug must fail (the rest of the suite runs on the real adapter
+# in tests/test_contract_embedded.py): the same verdicts, a sixth of the time of the whole suite.
+SELECTED = " or ".join(sorted(set().union(*CATCHING_CLAUSES.values())))
+
+
 def failed_clauses(junit: Path) -> set[str]:
     failed = set()
     for case in ET.parse(junit).getroot().iter("testcase"):
@@ -59,7 +64,7 @@ def test_planted_bug_is_caught_by_its_clauses(bug: str, tmp_path: Path) -> None:
             sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--pyargs", "contract_tests",
             "--storage-url", f"planted=file://{tmp_path}/root",
             "--storage-factory", f"contract_tests.planted_bugs:open_{bug}",
-            "--contract-processes", "3", "--contract-increments", "8", f"--junitxml={junit}",
+            "--contract-processes", "3", "--contract-increments", "8", f"--junitxml={junit}", "-k", SELECTED,
         ],
         cwd=tmp_path, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
@@ -76,8 +81,9 @@ def test_the_same_suite_passes_on_the_real_adapter(tmp_path: Path) -> None:
         [
             sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--pyargs", "contract_tests",
             "--storage-url", f"real=file://{tmp_path}/root",
-            "--contract-processes", "3", "--contract-increments", "8",
+            "--contract-processes", "3", "--contract-increments", "8", "-k", SELECTED,
         ],
         cwd=tmp_path, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout[-3000:]
+    assert f"{len(set().union(*CATCHING_CLAUSES.values()))} passed" in result.stdout, result.stdout[-3000:]

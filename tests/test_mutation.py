@@ -55,6 +55,11 @@ def test_bad_arguments_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert "error" in capsys.readouterr().err
 
 
+# Over the default tier's budget (119 s: a baseline run of the whole contract per target, then each
+# mutant's; split in halves it cost 193 s, each half paying the baseline). The default tier keeps kill
+# power in tests/test_contract_self_test.py (planted bugs caught by their clauses) and the planted-bug
+# races of tests/test_stress_linearizability.py and tests/test_stress_spark.py.
+@pytest.mark.stress
 def test_the_smoke_subset_is_killed_on_memory_and_local(tmp_path: Path) -> None:
     """The CI-sized subset (one or two planted bugs per class) is caught, and the report says so."""
     status = mutation.main(
