@@ -41,18 +41,18 @@ def scoped_environment(values: Mapping[str, str | None]) -> Iterator[None]:
     named there (or its absence) after, so nothing set here outlives the block."""
     saved = {name: os.environ.get(name) for name in values}
     try:
-        for name, value in values.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+        _apply(values)
         yield
     finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+        _apply(saved)
+
+
+def _apply(values: Mapping[str, str | None]) -> None:
+    for name, value in values.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 def launch_server_process(
