@@ -233,7 +233,7 @@ def test_the_storage_bench_on_seaweedfs_runs_with_its_peers(tmp_path: Path) -> N
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     data = json.loads((tmp_path / "bench.json").read_text())
-    assert {r["client"] for r in data["latency"]} == {"adapter", "obstore", "boto3", "s3fs"}
+    assert {"adapter", "obstore", "boto3", "s3fs"} <= {r["client"] for r in data["latency"]}
 
 
 def test_the_spark_data_source_on_a_started_server_ignores_the_users_environment(
