@@ -397,11 +397,11 @@ def _check(args: argparse.Namespace, console: Console) -> int:
             display, listener = _progress(console)
             with display:
                 run = run_contract(targets, sizes=sizes, peer_sizes=peer_sizes, listener=listener,
-                                   extra_versions=server)  # fmt: skip
+                                   extra_versions=server, selection=args.clauses)  # fmt: skip
     except (InputError, ConfigurationError, ContractRunError, ServerCannotRun) as exc:
         if args.report:
             reason = f"{type(exc).__name__}: {exc}"
-            failed = not_run(known, reason, sizes=sizes, peer_sizes=peer_sizes,
+            failed = not_run(known, reason, sizes=sizes, peer_sizes=peer_sizes, selection=args.clauses,
                              duration_s=time.monotonic() - started, extra_versions=server)  # fmt: skip
             with contextlib.suppress(OSError):  # an unwritable report path is itself the bad input
                 md_path, json_path = write_report(failed, args.report)
@@ -480,6 +480,14 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--compat", action="append", default=[], choices=sorted(COMPAT_MODES), metavar="MODE",
                        help="turn on a declared compatibility mode for a known server bug: unquoted-if-match "
                        "(Ceph RGW before 2025 rejects quoted If-Match ETags); reported, never silent")  # fmt: skip
+    check.add_argument(
+        "--clauses",
+        default="",
+        metavar="EXPR",
+        help="run only the clauses matching this pytest -k expression (e.g. 'cas or "
+        "processes'), to re-run a failure; the verdict then speaks for those clauses only, "
+        "and says so",
+    )
     check.add_argument("--clause-timeout", type=float, default=DEFAULT_SIZES.clause_timeout_s, metavar="S",
                        help="deadline of each clause: a clause still running fails as 'did not finish' "
                        f"(default {DEFAULT_SIZES.clause_timeout_s:g})")  # fmt: skip

@@ -158,6 +158,9 @@ class ConformanceRun:
     # Active compatibility modes per target name (capabilities.compatibility_modes of its adapter).
     compatibility_modes: tuple[tuple[str, tuple[str, ...]], ...] = field(default=())
     not_run: str = ""  # why the contract did not run at all (then ``results`` is empty)
+    # A pytest ``-k`` expression when only the clauses it matches ran (``check --clauses``): such a run
+    # speaks for those clauses only, and every report says so.
+    selection: str = ""
 
     def result(self, clause: str, target: str) -> ClauseResult | None:
         return next((r for r in self.results if r.clause == clause and r.target == target), None)
@@ -204,6 +207,10 @@ class ProgressListener(Protocol):
 
 class ContractRunError(StorageError):
     """The contract suite itself could not run (collection or usage error); the message has pytest's tail."""
+
+
+class SelectionError(ContractRunError, ValueError):
+    """A clause selection (``check --clauses``) that is not a valid ``-k`` expression or matches no clause."""
 
 
 @dataclass
@@ -356,7 +363,7 @@ def _aggregate(clause: str, target: str, cases: Sequence[_Case]) -> ClauseResult
 
 
 def _pytest_args(suite: Sequence[str], targets: Iterable[Target], factory: str, sizes: ContractSizes,
-                 ini_dir: str) -> list[str]:  # fmt: skip
+                 ini_dir: str, selection: str) -> list[str]:  # fmt: skip
     ini = Path(ini_dir, "pytest.ini")
     ini.write_text("[pytest]\n")  # isolate from the caller's own pytest configuration and conftests
     args = [*suite, "-c", str(ini), "--rootdir", ini_dir, "-p", "no:cacheprovider", "-q",
@@ -366,19 +373,23 @@ def _pytest_args(suite: Sequence[str], targets: Iterable[Target], factory: str, 
             "--contract-clause-timeout", str(sizes.clause_timeout_s)]  # fmt: skip
     for target in targets:
         args += ["--storage-url", f"{target.name}={target.url}"]
-    return args
+    return [*args, "-k", selection] if selection else args
 
 
 def _run_session(suite: Sequence[str], targets: Sequence[Target], sizes: ContractSizes,
-                 listener: ProgressListener | None) -> _Collector:  # fmt: skip
-    """One pytest session over ``targets`` (all opened by the same factory)."""
+                 listener: ProgressListener | None, selection: str) -> _Collector:  # fmt: skip
+    """One pytest session over ``targets`` (all opened by the same factory), only the clauses matching
+    ``selection`` if one is given."""
     collector = _Collector(listener)
     output = io.StringIO()
     with tempfile.TemporaryDirectory(prefix="storage-check-") as ini_dir:
-        args = _pytest_args(suite, targets, targets[0].factory, sizes, ini_dir)
+        args = _pytest_args(suite, targets, targets[0].factory, sizes, ini_dir, selection)
         # pytest's own terminal output is kept out of the caller's display; it is only shown on a crash.
         with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):
             code = pytest.main(args, plugins=[collector])
+    if selection and (code is pytest.ExitCode.USAGE_ERROR or not collector.cases):
+        tail = "\n".join(output.getvalue().strip().splitlines()[-3:])
+        raise SelectionError(f"--clauses {selection!r} selects no clause of the contract:\n{tail}")
     if code not in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED) or not collector.cases:
         tail = "\n".join(output.getvalue().strip().splitlines()[-15:])
         raise ContractRunError(f"the contract suite did not run (pytest exit {int(code)}):\n{tail}")
@@ -402,8 +413,11 @@ def run_contract(
     listener: ProgressListener | None = None,
     suite: Sequence[str] = CONTRACT_SUITE,
     extra_versions: Iterable[tuple[str, str]] = (),
+    selection: str = "",
 ) -> ConformanceRun:
-    """Run every clause of ``suite`` against ``targets``; judged targets first, then peers.
+    """Run every clause of ``suite`` against ``targets``; judged targets first, then peers. With
+    ``selection`` (a pytest ``-k`` expression over clause names) only the clauses it matches run, and the
+    run says so (``ConformanceRun.selection``); one that matches none raises SelectionError.
 
     Targets sharing a factory share one pytest session. Raises ContractRunError if pytest could not
     collect or run the suite (never for clause failures: those are results).
@@ -419,7 +433,7 @@ def run_contract(
             if target.peer is peer:
                 by_factory.setdefault(target.factory, []).append(target)
         for group in by_factory.values():
-            collectors.append(_run_session(suite, group, peer_sizes if peer else sizes, listener))
+            collectors.append(_run_session(suite, group, peer_sizes if peer else sizes, listener, selection))
     clauses: dict[str, Clause] = {}
     for collector in collectors:
         for name, clause in collector.clauses.items():
@@ -433,6 +447,7 @@ def run_contract(
         peer_sizes=peer_sizes,
         versions=(*versions(), *extra_versions),
         compatibility_modes=tuple((t.name, compatibility_modes(t)) for t in targets if not t.peer and t.url),
+        selection=selection,
     )
 
 
@@ -444,6 +459,7 @@ def not_run(
     peer_sizes: ContractSizes = PEER_SIZES,
     duration_s: float = 0.0,
     extra_versions: Iterable[tuple[str, str]] = (),
+    selection: str = "",
 ) -> ConformanceRun:
     """The run of a check that could not start the contract (a preflight failed, a server could not run):
     no results, and ``reason`` says why, so a report is written in that case too."""
@@ -456,6 +472,7 @@ def not_run(
         peer_sizes=peer_sizes,
         versions=(*versions(), *extra_versions),
         not_run=reason,
+        selection=selection,
     )
 
 

@@ -100,6 +100,8 @@ def verdict_lines(run: ConformanceRun) -> list[str]:
 def overall(run: ConformanceRun) -> str:
     """The run's one-line verdict; a run that did not happen says why."""
     text = _OVERALL[run.status]
+    if run.selection:
+        text += f" (only the clauses selected by --clauses {run.selection!r})"
     return f"{text}: {run.not_run}" if run.not_run else text
 
 
@@ -136,6 +138,7 @@ def to_json(run: ConformanceRun) -> dict[str, Any]:
         "written_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "status": run.status.value,
         "not_run": run.not_run or None,
+        "selection": run.selection or None,
         "conforms": run.conforms,
         "compatibility_modes": {target: list(modes) for target, modes in run.compatibility_modes if modes},
         "duration_s": round(run.duration_s, 3),

@@ -45,16 +45,20 @@ def outcomes(report: dict[str, Any], target: str) -> dict[str, str]:
 
 
 def test_stage_against_an_s3_url_from_the_environment(embedded_seaweedfs: Any, tmp_path: Path) -> None:
-    """The path a downstream CI takes: its own endpoint, credentials in AWS_*, a bucket/prefix URL."""
+    """The path a downstream CI takes: its own endpoint, credentials in AWS_*, a bucket/prefix URL. The
+    clauses run are those that open the URL in the check's process and in spawned ones (the whole contract
+    runs on this server in the stage of scripts/test.sh and in tests/test_contract_embedded.py; a whole
+    check here cost 58 s)."""
     url = embedded_seaweedfs.url("stage-url-test")
     result = run_stage(
-        url, *SMALL, "--report", str(tmp_path / "stage"), env=embedded_seaweedfs.environment(), cwd=tmp_path
-    )
+        url, *SMALL, "--clauses", "round_trip or linearizable", "--report", str(tmp_path / "stage"),
+        env=embedded_seaweedfs.environment(), cwd=tmp_path,
+    )  # fmt: skip
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     report = json.loads((tmp_path / "stage.json").read_text())
     assert [(t["name"], t["url"], t["peer"]) for t in report["targets"]] == [("stage", url, False)]
     rows = outcomes(report, "stage")
-    assert rows["test_round_trip_bytes"] == rows[LINEARIZABILITY[1]] == "pass"
+    assert rows["test_round_trip_bytes"] == rows[LINEARIZABILITY[0]] == rows[LINEARIZABILITY[1]] == "pass"
     assert set(rows.values()) == {"pass"}
     assert "stage: conforms - " in result.stdout
 

@@ -185,6 +185,33 @@ def test_check_cli_on_memory_and_local(tmp_path: Path) -> None:
     assert report.with_suffix(".md").exists()
 
 
+def test_check_clauses_runs_a_selection_and_says_so(tmp_path: Path) -> None:
+    """``--clauses EXPR`` (pytest's -k over clause names) runs only the matching clauses; the verdict line
+    and both reports say the run was a selection. An expression that matches nothing, or is not one, is
+    bad input (exit 2) before any clause runs, and the report says why."""
+    report = tmp_path / "sel"
+    result = _run_cli("check", "memory://cli-sel", "--no-peers", "--clauses", "cas_stale or round_trip_bytes",
+                      "--report", str(report))  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "overall: conforms (only the clauses selected by --clauses 'cas_stale or round_trip_bytes')" in (
+        result.stdout
+    )
+    data = json.loads(report.with_suffix(".json").read_text())
+    assert data["selection"] == "cas_stale or round_trip_bytes"
+    assert {r["clause"] for r in data["results"]} == {
+        "test_cas_stale_token_gets_none",
+        "test_round_trip_bytes",
+    }
+    assert "only the clauses selected by --clauses" in report.with_suffix(".md").read_text()
+    for expression in ("no_such_clause", "cas and ("):
+        bad = _run_cli(
+            "check", "memory://cli-sel", "--no-peers", "--clauses", expression, "--report", str(report)
+        )
+        assert bad.returncode == 2, bad.stdout[-3000:] + bad.stderr[-3000:]
+        assert f"--clauses {expression!r} selects no clause of the contract" in bad.stdout + bad.stderr
+        assert json.loads(report.with_suffix(".json").read_text())["status"] == "not-run"
+
+
 def test_check_cli_peer_failures_do_not_change_the_exit_status() -> None:
     result = _run_cli("check", "mem=memory://cli-peers", "--threads", "4", "--increments", "3")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
