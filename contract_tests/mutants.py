@@ -1,11 +1,24 @@
 """The mutant catalogue: realistic bugs a backend author could make, planted one at a time by
 :mod:`contract_tests.mutation` to measure how many the contract catches.
 
-A mutant is an exact text replacement in one module of ``storage_adapter`` (it must match exactly once:
-a refactoring that moves the text makes the catalogue fail its own test rather than silently test
-nothing). ``targets`` are the embedded targets where the mutated code runs. A mutant no behaviour can
-reveal is kept, with ``equivalent`` saying why, and never run. ``smoke`` marks the CI-sized subset: one
-or two per bug class.
+A mutant replaces one piece of code of ``storage_adapter``. It names the module it was written against
+(``path``) and the function its code lives in (``function``: the qualified name inside the module,
+classes and enclosing functions joined by dots, e.g. ``"LocalMutator.write"``; ``None`` for module-level
+code). The function is looked up in ``path`` and, if it is no longer there, in every module of the
+package, which must define it exactly once (module-level code likewise: ``path`` while it holds the
+text, else the one module that does), so code moved to another module is still found. ``find`` is
+matched inside the function's source only (module-level code: the whole module) and tolerates what the
+formatter changes - whitespace and line breaks (whitespace is required only between two words),
+parentheses it adds around a long expression, a trailing comma before a closing bracket, either quote -
+and must still match exactly once: a refactoring that changes the code itself makes the catalogue fail
+its own test, by mutant name, rather than silently test nothing. ``replace`` takes the match's place;
+it keeps ``find``'s leading and trailing whitespace (or is empty), and its lines after the first are
+re-indented by as much as the code's indentation now differs from the one ``find`` starts with, so a
+replacement of several lines needs a ``find`` that starts with its indentation.
+
+``targets`` are the embedded targets where the mutated code runs. A mutant no behaviour can reveal is
+kept, with ``equivalent`` saying why, and never run. ``smoke`` marks the CI-sized subset: one or two per
+bug class.
 """
 
 from __future__ import annotations
@@ -21,6 +34,7 @@ OBSTORE = ("memory", "seaweedfs")
 class Mutant:
     name: str
     path: str
+    function: str | None
     find: str
     replace: str
     bug: str
@@ -42,6 +56,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "adapter-create-reports-loss-as-win",
         _ADAPTER,
+        "ObjectStorageAdapter.write_if_absent",
         "return self._backend.put_if_absent(key, body)",
         "return self._backend.put_if_absent(key, body) or self._backend.head_token(key)",
         "write_if_absent answers a win (a token) to every caller, winners and losers alike",
@@ -50,6 +65,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "adapter-exists-swallows-errors",
         _ADAPTER,
+        "ObjectStorageAdapter.exists",
         "        except NotFoundError:\n            return False\n        return True",
         "        except Exception:\n            return False\n        return True",
         "exists() answers False on any error, an outage included",
@@ -57,6 +73,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "adapter-list-unsorted",
         _ADAPTER,
+        "AdapterCore._sorted",
         "return sorted(infos, key=_BY_KEY)",
         "return builtins.list(infos)",
         "list() returns the backend's order instead of sorted keys",
@@ -64,6 +81,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "adapter-list-dir-prefixes-unsorted",
         _ADAPTER,
+        "AdapterCore._dir_listing",
         "prefixes=tuple(sorted(prefixes))",
         "prefixes=tuple(prefixes)",
         "list_dir() returns child prefixes unsorted",
@@ -71,6 +89,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "adapter-rename-onto-itself-copies",
         _ADAPTER,
+        "ObjectStorageAdapter.rename",
         "            if src == dst:",
         "            if src == dst and False:",
         "rename(k, k) goes through copy-then-delete (deletes the object on memory, changes the token)",
@@ -78,6 +97,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "adapter-rename-onto-itself-skips-check",
         _ADAPTER,
+        "ObjectStorageAdapter.rename",
         "                self._backend.head_token(src)\n                return",
         "                return",
         "rename(k, k) of a missing key succeeds instead of NotFoundError",
@@ -85,6 +105,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "adapter-cas-accepts-wildcard-token",
         _ADAPTER,
+        "AdapterCore._match_args",
         'if not isinstance(token, str) or not _TOKEN.fullmatch(token) or token == "*":',
         "if not isinstance(token, str) or not _TOKEN.fullmatch(token):",
         "write_if_match accepts the wildcard token * (If-Match: * matches any version) instead of refusing it",
@@ -93,6 +114,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "derived-read-if-exists-swallows-errors",
         _DERIVED,
+        "DerivedOperations.read_if_exists",
         "        except NotFoundError:\n            return None",
         "        except StorageError:\n            return None",
         "read_if_exists answers None (absent) on any error",
@@ -101,6 +123,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "derived-delete-prefix-bleeds",
         _DERIVED,
+        "DerivedOperations.delete_prefix",
         "infos = self.list(prefix)",
         "infos = [i for i in self.list(prefix.rsplit('/', 1)[0] if '/' in prefix else '') "
         "if i.key.startswith(prefix)]",
@@ -109,6 +132,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "derived-delete-prefix-empties-root",
         _DERIVED,
+        "DerivedOperations.delete_prefix",
         "        if not validate_prefix(prefix, self.backend):",
         "        if not validate_prefix(prefix, self.backend) and False:",
         "delete_prefix('') empties the whole root instead of refusing",
@@ -116,6 +140,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "derived-delete-prefix-miscounts",
         _DERIVED,
+        "DerivedOperations.delete_prefix",
         "        return len(infos)",
         "        return len(infos) - 1 if infos else 0",
         "delete_prefix reports one object fewer than it deleted",
@@ -123,6 +148,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "derived-iter-list-limit-off-by-one",
         _DERIVED,
+        "taken",
         "stop = None if limit is None else min(limit, sys.maxsize)",
         "stop = None if limit is None else min(limit + 1, sys.maxsize)",
         "iter_list(limit=n) yields one object more than asked",
@@ -130,6 +156,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "derived-limit-accepts-bool",
         _DERIVED,
+        "validate_limit",
         "isinstance(limit, int) and not isinstance(limit, bool) and limit >= 0",
         "isinstance(limit, int) and limit >= 0",
         "iter_list(limit=True) lists one object instead of refusing a bool",
@@ -138,6 +165,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "keys-length-in-characters",
         _KEYS,
+        "validate_key",
         'size = len(key.encode("utf-8"))',
         "size = len(key)",
         "the key length is counted in characters, not UTF-8 bytes",
@@ -146,6 +174,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "keys-length-off-by-one",
         _KEYS,
+        "validate_key",
         "if size > MAX_KEY_BYTES else",
         "if size >= MAX_KEY_BYTES else",
         "a key of exactly 1,024 bytes is refused",
@@ -153,6 +182,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "keys-fast-path-length-off-by-one",
         _KEYS,
+        "validate_key",
         "len(key) <= MAX_KEY_BYTES and",
         "len(key) <= MAX_KEY_BYTES + 1 and",
         "an ASCII key of 1,025 bytes passes the fast path",
@@ -160,6 +190,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "keys-staging-rule-last-segment-only",
         _KEYS,
+        None,
         "(?!.*#\\d+(?:/|$))",
         "(?!.*#\\d+$)",
         "the reserved '#<digits>' rule is checked on the last segment only (ASCII fast path)",
@@ -167,6 +198,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "keys-segment-limit-in-characters",
         _KEYS,
+        "validate_key",
         'if len(segment.encode("utf-8")) > MAX_SEGMENT_BYTES:',
         "if len(segment) > MAX_SEGMENT_BYTES:",
         "a segment's limit is counted in characters (a 200-character segment of 400 bytes passes)",
@@ -174,6 +206,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "keys-no-dot-segment-check",
         _KEYS,
+        "validate_key",
         '        if segment in (".", ".."):',
         '        if segment == "..":',
         "a '.' segment is accepted",
@@ -181,6 +214,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "keys-backslash-allowed",
         _KEYS,
+        "validate_key",
         '    if "\\\\" in key:\n        raise _reject(key, "backslash", backend)\n',
         "",
         "a backslash is accepted in a key (it is a separator on some stores)",
@@ -188,6 +222,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "keys-surrogates-accepted",
         _KEYS,
+        "validate_key",
         '        size = len(key.encode("utf-8"))\n    except UnicodeEncodeError as exc:',
         '        size = len(key.encode("utf-8", "surrogatepass"))\n    except UnicodeEncodeError as exc:',
         "a key with a lone surrogate is accepted (unlistable on local, unstorable on S3)",
@@ -195,6 +230,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "keys-prefix-keeps-double-slash",
         _KEYS,
+        "validate_prefix",
         '    if isinstance(prefix, str) and prefix.endswith("/"):\n        prefix = prefix[:-1]',
         '    if isinstance(prefix, str) and prefix.endswith("/"):\n        prefix = prefix.rstrip("/")',
         "a prefix 'a//' is accepted as 'a' instead of refused",
@@ -203,6 +239,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "obstore-cas-error-is-conflict",
         _OBSTORE,
+        "ObstoreBackend.put_if_match",
         "            except (PreconditionError, FileNotFoundError):\n                return None",
         "            except (PreconditionError, FileNotFoundError, BaseError):\n                return None",
         "CAS answers None (lost race) on every error, an outage included",
@@ -212,6 +249,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "obstore-create-error-is-loss",
         _OBSTORE,
+        "ObstoreBackend.put_if_absent",
         "            except AlreadyExistsError:\n                return None",
         "            except (AlreadyExistsError, BaseError):\n                return None",
         "write_if_absent answers None (lost) on every error",
@@ -220,6 +258,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "obstore-delete-swallows-errors",
         _OBSTORE,
+        "ObstoreBackend.delete",
         'with self.translated(key, "delete"), suppress(FileNotFoundError):',
         'with self.translated(key, "delete"), suppress(BaseError):',
         "delete swallows every error, not just 'already absent'",
@@ -229,6 +268,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "obstore-cas-unconditional",
         _OBSTORE,
+        "ObstoreBackend.put_if_match",
         'mode: Any = {"e_tag": self.if_match_token(token)}',
         'mode: Any = "overwrite"',
         "CAS writes unconditionally (the If-Match is dropped)",
@@ -238,6 +278,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "obstore-create-overwrites",
         _OBSTORE,
+        "ObstoreBackend.put_if_absent",
         'data, mode="create")["e_tag"]',
         'data)["e_tag"]',
         "write_if_absent writes unconditionally (the If-None-Match is dropped)",
@@ -246,6 +287,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "obstore-create-returns-version-not-etag",
         _OBSTORE,
+        "ObstoreBackend.put_if_absent",
         'return str(obstore.put(self._store, self.path(key), data, mode="create")["e_tag"])',
         'return str(obstore.put(self._store, self.path(key), data, mode="create")["version"])',
         'write_if_absent returns the put\'s version id, not its ETag: a wrong token ("None" where the '
@@ -255,6 +297,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "obstore-rename-keeps-source",
         _OBSTORE,
+        "ObstoreBackend.rename",
         "            obstore.copy(self._store, self.path(src), self.path(dst))\n            self._delete_path(self.path(src))",
         "            obstore.copy(self._store, self.path(src), self.path(dst))",
         "rename copies without deleting the source",
@@ -263,6 +306,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "obstore-rename-deletes-first",
         _OBSTORE,
+        "ObstoreBackend.rename",
         "            obstore.copy(self._store, self.path(src), self.path(dst))\n            self._delete_path(self.path(src))",
         "            data = obstore.get(self._store, self.path(src)).bytes()\n"
         "            self._delete_path(self.path(src))\n"
@@ -275,6 +319,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "obstore-list-dir-no-confirm",
         _OBSTORE,
+        "ObstoreBackend._confirmed",
         "            return [p for p in reported if p in held]",
         "            return reported",
         "list_dir reports emptied directories as prefixes (SeaweedFS keeps them) when one page shows the whole listing",
@@ -283,6 +328,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "obstore-status-503-permanent",
         _OBSTORE,
+        "status_error_class",
         "    if status in (408, 409, 429) or status >= 500:",
         "    if status in (408, 409, 429):",
         "a 5xx answer is classified permanent, not transient (never retried by callers)",
@@ -291,6 +337,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "obstore-denied-is-not-found",
         _OBSTORE,
+        "Translation._classify",
         "        if isinstance(exc, FileNotFoundError) or status == 404:",
         "        if isinstance(exc, FileNotFoundError) or status in (403, 404):",
         "403 Forbidden is reported as NotFoundError (a denied read looks like an absent object)",
@@ -299,6 +346,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "obstore-panic-escapes",
         _OBSTORE,
+        "Translation.__exit__",
         "        if isinstance(exc, _TRANSLATED) or _is_panic(exc):",
         "        if isinstance(exc, _TRANSLATED):",
         "a Rust panic escapes untranslated",
@@ -307,6 +355,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "obstore-read-token-from-head",
         _OBSTORE,
+        "ObstoreBackend.get_versioned",
         '            result = obstore.get(self._store, self.path(key))\n            return _whole_body(result), str(result.meta["e_tag"])',
         "            result = obstore.get(self._store, self.path(key))\n            body = _whole_body(result)\n"
         '            return body, str(obstore.head(self._store, self.path(key))["e_tag"])',
@@ -317,6 +366,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "obstore-list-ignores-start-after",
         _OBSTORE,
+        "ObstoreBackend.listing",
         "offset=None if start_after is None else self.path(start_after),",
         "offset=None,",
         "a resumed listing starts again from the first object (callers paging a prefix loop or duplicate)",
@@ -326,8 +376,9 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "caps-local-not-shared",
         "storage_adapter/builtin_backends.py",
-        "atomic_rename=True,\n            shared_across_processes=True,\n            equal_content_equal_token=False,\n            durable=True,",
-        "atomic_rename=True,\n            shared_across_processes=False,\n            equal_content_equal_token=False,\n            durable=True,",
+        None,
+        "            atomic_rename=True,\n            shared_across_processes=True,\n            equal_content_equal_token=False,\n            durable=True,",
+        "            atomic_rename=True,\n            shared_across_processes=False,\n            equal_content_equal_token=False,\n            durable=True,",
         "local declares its store per-process: every process race is skipped, unseen",
         targets=LOCAL,
         smoke=True,
@@ -335,14 +386,18 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "caps-memory-shared",
         "storage_adapter/builtin_backends.py",
-        "            shared_across_processes=False,\n            equal_content_equal_token=False,\n            durable=False,",
-        "            shared_across_processes=True,\n            equal_content_equal_token=False,\n            durable=False,",
+        None,
+        "            atomic_rename=False,  # object_store's InMemory renames by copy then delete\n"
+        "            shared_across_processes=False,",
+        "            atomic_rename=False,  # object_store's InMemory renames by copy then delete\n"
+        "            shared_across_processes=True,",
         "memory claims its store is shared across processes (it is per process)",
         targets=("memory",),
     ),
     Mutant(
         "caps-s3-tokens-differ",
         "storage_adapter/builtin_backends.py",
+        None,
         '            shared_across_processes=True,\n            equal_content_equal_token=True,\n            durable=True,\n            token_semantics="the ETag;',
         '            shared_across_processes=True,\n            equal_content_equal_token=False,\n            durable=True,\n            token_semantics="the ETag;',
         "S3 declares that equal content gives distinct tokens (ETags are content hashes: an ABA trap)",
@@ -352,6 +407,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "local-list-shows-staging",
         _LOCAL,
+        "LocalBackend._info",
         "        if not entry.is_file(follow_symlinks=False) or not _is_key(key):",
         "        if not entry.is_file(follow_symlinks=False):",
         "listings show staging files (and other invalid names) as objects",
@@ -361,6 +417,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "local-list-dir-empty-prefixes",
         _LOCAL,
+        "LocalBackend.list_dir",
         "                    and self._holds_objects(chain.fd, entry.name, key)\n",
         "",
         "list_dir reports directories without objects as prefixes",
@@ -369,6 +426,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "local-head-accepts-directory",
         _MUTATION,
+        "stat_object",
         '        os.close(fd)\n    if stat.S_ISDIR(st.st_mode):\n        raise FileNotFoundError(errno.ENOENT, "a prefix, not an object", path)\n    return st',
         "        os.close(fd)\n    return st",
         "exists() is True for a prefix (a directory)",
@@ -377,6 +435,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "local-list-from-root",
         _LOCAL,
+        "LocalBackend._listed",
         "return open_chain(self._root, dir_names(self.path(prefix) if prefix else self._prefix), create=False)",
         'return open_chain(self._root, dir_names(self.path(prefix) if prefix else ""), create=False)',
         "list('') of a child adapter lists from the store root (objects outside its prefix)",
@@ -385,6 +444,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "local-delete-swallows-errors",
         _LOCAL,
+        "LocalBackend.delete",
         '        with self.translated(key, "delete"):\n            self._mutator.delete(self.path(key))',
         '        with self.translated(key, "delete"):\n            try:\n                self._mutator.delete(self.path(key))\n'
         "            except OSError:\n                pass",
@@ -394,6 +454,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "local-cas-error-is-conflict",
         _LOCAL,
+        "LocalBackend.put_if_match",
         "            return self._mutator.write_if_match(self.path(key), data, token)",
         "            try:\n                return self._mutator.write_if_match(self.path(key), data, token)\n"
         "            except OSError:\n                return None",
@@ -403,6 +464,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "local-read-error-is-absent",
         _LOCAL,
+        "LocalBackend.get_versioned",
         "            data, st = read_object(self._root, self.path(key))",
         "            try:\n                data, st = read_object(self._root, self.path(key))\n"
         "            except OSError as exc:\n                raise FileNotFoundError(key) from exc",
@@ -412,6 +474,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "local-list-resumes-at-start-after",
         _MUTATION,
+        "walk_in_key_order",
         "        elif after is None or key > after:",
         "        elif after is None or key >= after:",
         "a resumed listing repeats the object it resumes after",
@@ -420,6 +483,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "local-list-skips-directory-of-start-after",
         _MUTATION,
+        "walk_in_key_order",
         'if after is None or after < key + "/" or after.startswith(key + "/"):',
         'if after is None or after < key + "/":',
         "a listing resumed inside a directory skips the rest of that directory",
@@ -429,6 +493,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "local-cas-no-lock",
         _MUTATION,
+        "LocalMutator.write_if_match",
         "            with self._locked((directory, False)) as (chain,):\n                current = self._current(chain, name)",
         "            with open_chain(self.root, directory, True) as chain:\n                current = self._current(chain, name)",
         "CAS compares and replaces without the directory lock",
@@ -438,6 +503,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "local-create-check-then-rename",
         _MUTATION,
+        "LocalMutator.write_if_absent",
         "                os.link(staging, name, src_dir_fd=chain.fd, dst_dir_fd=chain.fd, follow_symlinks=False)\n            except FileExistsError:",
         "                os.rename(staging, name, src_dir_fd=chain.fd, dst_dir_fd=chain.fd)\n            except FileExistsError:",
         "create publishes by rename (overwrites) instead of link (fails if present)",
@@ -448,6 +514,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "local-write-in-place",
         _MUTATION,
+        "LocalMutator.write",
         "            staging, token = self._stage(chain, name, data, self._current(chain, name))\n            self._replace(chain, staging, name)\n            return token",
         "            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644, dir_fd=chain.fd)\n"
         "            try:\n                view = memoryview(data)\n                while view:\n"
@@ -460,6 +527,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "local-token-not-monotonic",
         _MUTATION,
+        "_date_after",
         "        mtime_us = max(mtime_us, previous.st_mtime_ns // 1000 + 1)",
         "        mtime_us = mtime_us",
         "a new version may reuse the previous version's token (inode and coarse mtime reused: ABA)",
@@ -469,6 +537,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "local-cas-ignores-token",
         _MUTATION,
+        "LocalMutator.write_if_match",
         "                if current is None or local_token(current) != token:",
         "                if current is None:",
         "CAS replaces whatever the current token is",
@@ -477,6 +546,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "local-cas-creates-absent",
         _MUTATION,
+        "LocalMutator.write_if_match",
         "                if current is None or local_token(current) != token:\n                    return None",
         "                if current is not None and local_token(current) != token:\n                    return None",
         "CAS on an absent key creates it",
@@ -485,6 +555,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "local-delete-no-lock",
         _MUTATION,
+        "LocalMutator.delete",
         '            with self._locked((directory, False)) as (chain,):\n                st = stat_entry(chain.fd, name, chain.entry(name))\n                if st is None or stat.S_ISDIR(st.st_mode):\n                    return  # no object, or only a prefix of other keys: none to delete (as on S3)\n                fault_point("unlink")\n                os.unlink(name, dir_fd=chain.fd)\n                self._sync(chain.fd)\n        except _Absent:',
         "            os.unlink(os.path.join(self.root, path))\n        except FileNotFoundError:",
         "delete unlinks by path without the directory lock (races a CAS)",
@@ -493,6 +564,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "local-shared-lock",
         _MUTATION,
+        "LocalMutator._lock",
         "                fcntl.flock(by_inode[inode], fcntl.LOCK_EX)",
         "                fcntl.flock(by_inode[inode], fcntl.LOCK_SH)",
         "mutations take a shared lock (LOCK_SH): nothing serializes them",
@@ -501,6 +573,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "local-failed-publish-keeps-staging",
         _MUTATION,
+        "LocalMutator._replace",
         "        except BaseException:\n            with suppress(OSError):  # a publish that failed leaves no staging file behind\n                os.unlink(staging, dir_fd=chain.fd)\n            raise",
         "        except BaseException:\n            raise",
         "a write whose publish (rename) failed leaves its staging file behind",
@@ -510,6 +583,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "local-fsync-errors-ignored",
         _MUTATION,
+        "LocalMutator._sync",
         '        if self.durable:\n            fault_point("fsync")\n            os.fsync(fd)',
         '        if self.durable:\n            try:\n                fault_point("fsync")\n                os.fsync(fd)\n'
         "            except OSError:\n                pass",
@@ -519,6 +593,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "local-lock-in-argument-order",
         _MUTATION,
+        "LocalMutator._lock",
         "            for inode in sorted(by_inode):",
         "            for inode in by_inode:",
         "locks are taken in argument order, not a global order (crossing renames deadlock)",
@@ -528,6 +603,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "local-no-relink-check",
         _MUTATION,
+        "LocalMutator._lock",
         "            if all(chain.linked(len(chain.names)) for chain in chains):",
         "            if True:",
         "a writer keeps the lock of a directory a concurrent delete pruned (its write is lost)",
@@ -536,6 +612,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "local-prune-without-lock",
         _MUTATION,
+        "LocalMutator._prune",
         "                fcntl.flock(chain.fds[depth], fcntl.LOCK_EX)\n                try:\n                    if not chain.linked(depth):",
         "                try:\n                    if not chain.linked(depth):",
         "pruning removes a directory without taking its lock",
@@ -544,6 +621,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "local-prune-the-root",
         _MUTATION,
+        "LocalMutator._prune",
         "            for depth in range(len(names), 0, -1):",
         "            for depth in range(len(names), -1, -1):",
         "pruning goes one level too far (removes the adapter's root)",
@@ -554,6 +632,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "local-no-prune",
         _MUTATION,
+        "LocalMutator.delete",
         "        except _Absent:\n            return\n        self._prune(directory)",
         "        except _Absent:\n            return",
         "deletes never prune emptied directories (list_dir shows deleted prefixes)",
@@ -563,6 +642,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "local-rename-failure-leaves-dst-dir",
         _MUTATION,
+        "LocalMutator.rename",
         "            self._prune(src_dir if moved else dst_dir)",
         "            if moved:\n                self._prune(src_dir)",
         "a failed rename leaves the destination's directory behind",
@@ -572,6 +652,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "local-rename-no-token-bump",
         _MUTATION,
+        "LocalMutator.rename",
         "                    _date_after(fd, self._current(dst_chain, dst_name))  # dst's token chain, as in _stage",
         "                    pass",
         "rename keeps the source's mtime: the destination may get back a token it had before",
@@ -581,6 +662,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "local-orphans-ignore-age",
         _MUTATION,
+        "_remove_abandoned",
         "            if stat.S_ISREG(st.st_mode) and st.st_mtime < cutoff:",
         "            if stat.S_ISREG(st.st_mode):",
         "remove_orphans ignores min_age_s",
@@ -592,6 +674,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "local-orphans-without-lock",
         _MUTATION,
+        "_remove_abandoned",
         "    fcntl.flock(directory, fcntl.LOCK_EX)\n    try:\n        for name in names:",
         "    try:\n        for name in names:",
         "remove_orphans unlinks staging files without the directory lock (deletes a write in flight)",
@@ -601,6 +684,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "local-orphans-loose-name",
         _MUTATION,
+        None,
         '_STAGING_NAME = re.compile(rf".+#[0-9]{{{_STAGING_DIGITS}}}", re.ASCII | re.DOTALL)',
         '_STAGING_NAME = re.compile(r".*#.*", re.ASCII | re.DOTALL)',
         "remove_orphans takes any name with '#' for a staging file (deletes user objects)",
@@ -609,6 +693,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "local-stage-not-cleaned",
         _MUTATION,
+        "LocalMutator.write_if_absent",
         '            finally:\n                fault_point("unlink")\n                os.unlink(staging, dir_fd=chain.fd)',
         "            except BaseException:\n                os.unlink(staging, dir_fd=chain.fd)\n                raise",
         "a lost create leaves its staging file behind",
@@ -619,6 +704,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "write-skips-lock",
         _MUTATION,
+        "LocalMutator.write",
         "        with self._undone_on_failure(directory), self._locked((directory, True)) as (chain,):\n            staging, token = self._stage(chain, name, data, self._current(chain, name))",
         "        with self._undone_on_failure(directory), open_chain(self.root, directory, True) as chain:\n            staging, token = self._stage(chain, name, data, self._current(chain, name))",
         "write publishes without the directory lock (rename is atomic, so it looks safe): a racing CAS overwrites it",
@@ -627,6 +713,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "cas-skips-lock",
         _MUTATION,
+        "LocalMutator.write_if_match",
         "            with self._locked((directory, False)) as (chain,):\n                current = self._current(chain, name)",
         "            chain = open_chain(self.root, directory, False)\n            if chain is None:\n                raise _Absent\n            with chain:\n                current = self._current(chain, name)",
         "write_if_match compares then publishes without the directory lock (check-then-act)",
@@ -635,6 +722,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "rename-bypasses-mutator",
         _LOCAL,
+        "LocalBackend.rename",
         "            self._mutator.rename(self.path(src), self.path(dst))",
         "            source, target = os.path.join(self._root, self.path(src)), os.path.join(self._root, self.path(dst))\n            os.makedirs(os.path.dirname(target), exist_ok=True)\n            os.rename(source, target)",
         "rename is a plain os.rename of the two paths: no directory lock, so it can land inside a CAS on either key",
@@ -643,6 +731,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "mkdir-race-raises",
         _MUTATION,
+        "_open_dir",
         "        except FileExistsError:\n            continue  # created concurrently: open it",
         "        except FileExistsError:\n            raise  # created concurrently",
         "two writers re-creating a directory a delete pruned: the loser's mkdir EEXIST surfaces as a StorageError",
@@ -651,6 +740,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "mkdir-in-pruned-parent-raises",
         _MUTATION,
+        "_open_dir",
         "            raise _Pruned from None  # parent itself was pruned after we opened it",
         "            raise",
         "mkdir below a parent a delete just pruned: ENOENT surfaces as NotFoundError from write instead of a re-walk",
@@ -659,6 +749,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "prune-skips-lock",
         _MUTATION,
+        "LocalMutator._prune",
         "                fcntl.flock(chain.fds[depth], fcntl.LOCK_EX)",
         "                pass  # rmdir only removes an empty directory anyway",
         "pruning removes an empty directory without its lock: a writer that has locked it (not yet staged) writes into a removed directory",
@@ -667,6 +758,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "prune-skips-linked-check",
         _MUTATION,
+        "LocalMutator._prune",
         "                    if not chain.linked(depth):\n                        return\n",
         "",
         "pruning removes whatever directory now has the name, possibly one a writer re-created and locked",
@@ -675,6 +767,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "caps-s3-declares-atomic-rename",
         "storage_adapter/builtin_backends.py",
+        None,
         "            write_if_match=Support.NATIVE,\n            atomic_rename=False,  # copy + delete",
         "            write_if_match=Support.NATIVE,\n            atomic_rename=True,  # copy + delete",
         "S3 declares atomic renames (they are a copy then a delete)",
@@ -683,6 +776,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "caps-memory-declares-atomic-rename",
         "storage_adapter/builtin_backends.py",
+        None,
         "            atomic_rename=False,  # object_store's InMemory renames by copy then delete",
         "            atomic_rename=True,  # object_store's InMemory renames by copy then delete",
         "memory declares atomic renames (object_store's InMemory copies then deletes)",
@@ -691,6 +785,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "local-orphans-age-inverted",
         _MUTATION,
+        "_remove_abandoned",
         "if stat.S_ISREG(st.st_mode) and st.st_mtime < cutoff:",
         "if stat.S_ISREG(st.st_mode) and st.st_mtime > cutoff:",
         "the age test is inverted: young leftovers are reclaimed, old ones kept forever",
@@ -699,6 +794,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "local-orphans-name-prefix-match",
         _MUTATION,
+        "is_staging_name",
         "return _STAGING_NAME.fullmatch(name) is not None",
         "return _STAGING_NAME.match(name) is not None",
         "re.match instead of fullmatch: 'k#123456789012x' (a valid key) is taken for a staging file",
@@ -707,6 +803,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "local-orphans-name-word-chars",
         _MUTATION,
+        None,
         '_STAGING_NAME = re.compile(rf".+#[0-9]{{{_STAGING_DIGITS}}}", re.ASCII | re.DOTALL)',
         '_STAGING_NAME = re.compile(rf".+#\\w{{{_STAGING_DIGITS}}}", re.ASCII | re.DOTALL)',
         "\\w instead of digits: 'k#abcdefghijkl' (a valid key) is taken for a staging file",
@@ -715,6 +812,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "local-orphans-name-wrong-width",
         _MUTATION,
+        None,
         '_STAGING_NAME = re.compile(rf".+#[0-9]{{{_STAGING_DIGITS}}}", re.ASCII | re.DOTALL)',
         '_STAGING_NAME = re.compile(rf".+#[0-9]{{{_STAGING_DIGITS + 1}}}", re.ASCII | re.DOTALL)',
         "the staging-name test expects another width than _stage writes: leftovers are never reclaimed",
@@ -723,6 +821,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "local-orphans-never-reclaims",
         _MUTATION,
+        "LocalMutator.remove_orphans",
         "                if staged:\n                    removed += _remove_abandoned(fd, staged, cutoff)",
         "                if staged and min_age_s < 0:\n                    removed += _remove_abandoned(fd, staged, cutoff)",
         "remove_orphans never reclaims anything (a backend that declares reclaims_orphans but does nothing)",
@@ -731,6 +830,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "local-list-filter-objectstore-suffix",
         _LOCAL,
+        "_is_key",
         "    try:\n        validate_key(key)\n    except InvalidKeyError:\n        return False\n    return True",
         "    try:\n        validate_key(key)\n    except InvalidKeyError:\n        return '#' not in key.rsplit('/', 1)[-1][-11:]\n    return True",
         "the listing filter hides only object_store's '#<u32>' suffix (at most 10 digits): 12-digit staging files list",
@@ -739,6 +839,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "derived-delete-prefix-refuses-slash-only-literally",
         _DERIVED,
+        "DerivedOperations.delete_prefix",
         "        if not validate_prefix(prefix, self.backend):",
         "        if prefix == '':",
         "the root guard tests the raw argument: delete_prefix('/') (the root too) empties everything",
@@ -747,6 +848,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "derived-delete-prefix-takes-the-object",
         _DERIVED,
+        "DerivedOperations.delete_prefix",
         "infos = self.list(prefix)",
         "infos = [i for i in self.list(prefix.rsplit('/', 1)[0] if '/' in prefix else '') if i.key == prefix or i.key.startswith(prefix + '/')]",
         "delete_prefix('d/k') also deletes the object 'd/k' itself (the prefix is taken as a key too)",
@@ -755,6 +857,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "keys-length-off-by-one-up",
         _KEYS,
+        "validate_key",
         "if size > MAX_KEY_BYTES else",
         "if size > MAX_KEY_BYTES + 1 else",
         "a (non-ASCII) key of 1,025 bytes is accepted",
@@ -763,6 +866,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "keys-staging-rule-last-segment-only-slow",
         _KEYS,
+        "validate_key",
         "        if _STAGING_SUFFIX.search(segment):",
         "        if segment == key.rsplit('/', 1)[-1] and _STAGING_SUFFIX.search(segment):",
         "the reserved '#<digits>' rule is checked on the last segment only (detailed path)",
@@ -771,6 +875,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "keys-staging-rule-ascii-digits",
         _KEYS,
+        None,
         '_STAGING_SUFFIX = re.compile(r"#\\d+$")',
         '_STAGING_SUFFIX = re.compile(r"#[0-9]+$")',
         "the reserved rule covers ASCII digits only, though keys.py reserves every Unicode digit",
@@ -779,6 +884,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "keys-segment-check-removed",
         _KEYS,
+        "validate_key",
         '        if len(segment.encode("utf-8")) > MAX_SEGMENT_BYTES:\n            raise _reject(key, f"segment longer than {MAX_SEGMENT_BYTES} bytes", backend)\n',
         "",
         "no segment limit: a 201-255-byte segment is valid on memory/S3 and fails on local",
@@ -787,6 +893,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "keys-segment-limit-forgets-staging-suffix",
         _KEYS,
+        None,
         "MAX_SEGMENT_BYTES = 200",
         "MAX_SEGMENT_BYTES = 250",
         "the segment limit is the filesystem's 255 minus a margin, forgetting the 13-byte staging suffix: valid keys fail on local with a generic error",
@@ -795,6 +902,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "keys-fast-path-segment-off-by-one",
         _KEYS,
+        None,
         "{{0,{MAX_SEGMENT_BYTES - 1}}}",
         "{{0,{MAX_SEGMENT_BYTES}}}",
         "an ASCII segment of 201 bytes passes the fast path",
@@ -803,6 +911,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "delete-skips-lock",
         _MUTATION,
+        "LocalMutator.delete",
         "            with self._locked((directory, False)) as (chain,):\n                st = stat_entry(chain.fd, name, chain.entry(name))",
         "            chain = open_chain(self.root, directory, False)\n            if chain is None:\n                raise _Absent\n            with chain:\n                st = stat_entry(chain.fd, name, chain.entry(name))",
         "delete unlinks without the directory lock: it can land between a CAS's compare and its publish",
@@ -811,6 +920,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "local-orphans-miscount",
         _MUTATION,
+        "_remove_abandoned",
         "                os.unlink(name, dir_fd=directory)\n                removed += 1",
         "                os.unlink(name, dir_fd=directory)",
         "remove_orphans reclaims but reports 0",
@@ -820,6 +930,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "streams-start-past-end-reads-empty",
         _STREAMS,
+        "clip",
         "    if start > size:\n",
         "    if start > size and False:\n",
         'a range starting past the object\'s end reads b"" instead of InvalidRangeError naming the size',
@@ -828,6 +939,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "streams-bool-is-an-int",
         _STREAMS,
+        "check_ranges",
         "if any(isinstance(v, bool) or not isinstance(v, int) for v in (start, end)):",
         "if any(not isinstance(v, int) for v in (start, end)):",
         "a bool is accepted as a range bound (True reads from byte 1)",
@@ -835,6 +947,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "streams-bad-chunk-dropped",
         _STREAMS,
+        "_chunks",
         "        if not isinstance(chunk, (bytes, bytearray, memoryview)):\n            raise InvalidBodyError(",
         "        if not isinstance(chunk, (bytes, bytearray, memoryview)):\n            continue\n"
         "            raise InvalidBodyError(",
@@ -843,6 +956,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "obstore-reader-unpinned",
         _OBSTORE,
+        "_ObstoreSource.plan",
         "return self.driver.range_plan(self.key, offset, offset + length, self._pin)",
         "return self.driver.range_plan(self.key, offset, offset + length, None)",
         "a reader's reads are not pinned to the version it opened: after a replace it returns the new bytes",
@@ -851,6 +965,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "obstore-conditional-stream-truncated",
         _OBSTORE,
+        "ObstoreBackend._one_request",
         "        body, rest = _gathered(chunks, self._conditional_limit)\n        if rest is not None:",
         "        body, rest = _gathered(chunks, self._conditional_limit)\n        if False:",
         "a conditional stream past the limit is written truncated to its buffered head instead of refused",
@@ -859,6 +974,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "local-orphans-reclaim-streams-in-flight",
         _MUTATION,
+        "_remove_abandoned",
         "                if _streaming(directory, name):",
         "                if False:",
         "remove_orphans removes the staging file of a stream in flight (its flock is ignored): the write fails",
@@ -867,6 +983,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "local-aborted-stream-leaves-staging",
         _MUTATION,
+        "LocalMutator.write_stream",
         "                    self._discard(directory, staging)\n",
         "",
         "an aborted stream leaves its staging file behind (invisible, but an orphan to reclaim)",

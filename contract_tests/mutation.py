@@ -1,7 +1,9 @@
 """How strong is the referee? Mutation testing of the contract against this package's own backends.
 
 Each mutant of :data:`contract_tests.mutants.CATALOGUE` plants one realistic bug in a copy of
-``storage_adapter`` (an exact text replacement that must match once, so a stale catalogue fails loudly).
+``storage_adapter``: its text, found in the function it names wherever that function now lives and
+however the formatter laid it out, must match exactly once, so a stale catalogue fails loudly (the rule
+is stated in :mod:`contract_tests.mutants`).
 The contract then runs against the mutated copy, as a separate pytest session per target, ``runs`` times:
 
 * **killed**: every run found it (the contract failed on at least one target where the code runs);
@@ -21,10 +23,10 @@ whole catalogue three times; docs/mutation.md holds the last full score.
 from __future__ import annotations
 
 import argparse
+import ast
 import contextlib
 import json
 import os
-import py_compile
 import re
 import shutil
 import subprocess
@@ -123,26 +125,208 @@ class MutationReport:
 
 
 # -- the catalogue -------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Site:
+    """Where a mutant lands: a module (relative to the source root) and the span of its text there."""
+
+    path: str
+    start: int
+    end: int
+
+
+class _Package:
+    """The modules of ``storage_adapter`` under one source root, each read and parsed at most once."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._texts: dict[str, str] = {}
+        self._functions: dict[str, dict[str, list[tuple[int, int]]]] = {}
+
+    def modules(self) -> list[str]:
+        return sorted(p.relative_to(self.root).as_posix() for p in (self.root / PACKAGE).rglob("*.py"))
+
+    def text(self, path: str) -> str:
+        if path not in self._texts:
+            self._texts[path] = (self.root / path).read_text(encoding="utf-8")
+        return self._texts[path]
+
+    def functions(self, path: str) -> dict[str, list[tuple[int, int]]]:
+        """Qualified name -> the spans of its definitions in ``path``, each from its first decorator's
+        line to the end of its last line (a property's getter and setter share one name)."""
+        if path not in self._functions:
+            text = self.text(path)
+            try:
+                tree = ast.parse(text, path)
+            except SyntaxError as exc:
+                raise MutationError(f"{path} does not parse: {exc}") from None
+            # Line starts as ast counts lines (str.splitlines would also split at \f and \u2028).
+            lines = [0, *(m.end() for m in re.finditer("\n", text)), len(text)]
+            found: dict[str, list[tuple[int, int]]] = {}
+
+            def visit(node: ast.AST, scope: str) -> None:
+                for child in ast.iter_child_nodes(node):
+                    if isinstance(child, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+                        name = scope + child.name
+                        if not isinstance(child, ast.ClassDef):
+                            first = min([child.lineno, *(d.lineno for d in child.decorator_list)])
+                            last = child.end_lineno or child.lineno
+                            found.setdefault(name, []).append((lines[first - 1], lines[last]))
+                        visit(child, name + ".")
+                    else:
+                        visit(child, scope)
+
+            visit(tree, "")
+            self._functions[path] = found
+        return self._functions[path]
+
+    def line(self, path: str, offset: int) -> int:
+        return self.text(path).count("\n", 0, offset) + 1
+
+
+# Where the formatter may reflow code: between two tokens it adds or drops whitespace and line breaks,
+# wraps a long expression in parentheses (or unwraps it) and puts a trailing comma before a closing one.
+# Lazy, so that a match ends at the first bracket that can close it rather than swallowing the next.
+_GAP = r"(?:\s|\(|,?\s*\))*?"
+_WORDS_GAP = r"(?:\s|\(|,?\s*\))+?"
+_WORD = re.compile(r"\w")
+
+
+def _pattern(find: str) -> re.Pattern[str]:
+    """``find`` as a regex that matches the same code however a formatter lays it out: whitespace is
+    required only where it separates two words and may be any whitespace there; elsewhere whitespace,
+    added parentheses and a trailing comma before a closing bracket are allowed; either quote matches."""
+    parts: list[str] = []
+    previous, spaced = "", False
+    for char in find.strip():
+        if char.isspace():
+            spaced = True
+            continue
+        if previous:
+            words = _WORD.match(previous) and _WORD.match(char)
+            parts.append((_WORDS_GAP if spaced else "") if words else _GAP)
+        if char in ")]}":
+            parts.append(r",?\s*")
+        parts.append("[\"']" if char in "\"'" else re.escape(char))
+        previous, spaced = char, False
+    return re.compile("".join(parts))
+
+
+def _matches(mutant: Mutant, text: str, spans: Sequence[tuple[int, int]]) -> list[re.Match[str]]:
+    """The matches of ``mutant``'s text inside ``spans`` of ``text``."""
+    pattern = _pattern(mutant.find)
+    # The parentheses a match adds to find's must pair up inside it: the replacement drops them all.
+    balance = mutant.find.count("(") - mutant.find.count(")")
+    return [
+        m
+        for start, end in spans
+        for m in pattern.finditer(text, start, end)
+        if m[0].count("(") - m[0].count(")") == balance
+    ]
+
+
+def _module_of(mutant: Mutant, package: _Package) -> str:
+    """The module ``mutant`` lands in: its own path while that still defines its function (module-level
+    code: still holds its text), else the one module of the package that does (the code moved)."""
+
+    def holds(path: str) -> bool:
+        if mutant.function:
+            return mutant.function in package.functions(path)
+        return bool(_matches(mutant, package.text(path), [(0, len(package.text(path)))]))
+
+    if (package.root / mutant.path).is_file() and holds(mutant.path):
+        return mutant.path
+    holders = [p for p in package.modules() if holds(p)]
+    if len(holders) != 1:
+        what = f"its function {mutant.function} is" if mutant.function else "its module-level text is"
+        where = ", ".join(holders) or f"no module of {PACKAGE}"
+        raise MutationError(f"{mutant.name}: {what} not in {mutant.path} but in {where} (must be one module)")
+    return holders[0]
+
+
+def _locate(mutant: Mutant, package: _Package) -> _Site:
+    """The one match of ``mutant``'s text in its function (its module if it names none); MutationError,
+    naming the mutant, for none or several."""
+    path = _module_of(mutant, package)
+    text = package.text(path)
+    spans = package.functions(path)[mutant.function] if mutant.function else [(0, len(text))]
+    found = _matches(mutant, text, spans)
+    if len(found) != 1:
+        scope = f"{mutant.function} of {path}" if mutant.function else path
+        # Where: the lines of the matches, or of the code searched when there is none.
+        where = [str(package.line(path, m.start())) for m in found] or [
+            f"{package.line(path, start)}-{package.line(path, end - 1)}" for start, end in spans
+        ]
+        raise MutationError(
+            f"{mutant.name}: its text occurs {len(found)} times in {scope} "
+            f"(lines {', '.join(where)}) (must be once)"
+        )
+    return _Site(path, found[0].start(), found[0].end())
+
+
 def check_catalogue(catalogue: Sequence[Mutant], root: Path = SOURCE_ROOT) -> None:
-    """Raise MutationError unless every mutant's text occurs exactly once in its file and names are unique."""
+    """Raise MutationError unless names are unique and every mutant lands exactly once under ``root``."""
     problems = [
         f"duplicate mutant name {n!r}" for n, c in Counter(m.name for m in catalogue).items() if c > 1
     ]
+    package = _Package(root)
     for mutant in catalogue:
-        path = root / mutant.path
-        if not path.is_file():
-            problems.append(f"{mutant.name}: no file {mutant.path}")
-            continue
-        found = path.read_text(encoding="utf-8").count(mutant.find)
-        if found != 1:
-            problems.append(f"{mutant.name}: its text occurs {found} times in {mutant.path} (must be once)")
+        try:
+            _locate(mutant, package)
+        except MutationError as exc:
+            problems.append(str(exc))
         if mutant.find == mutant.replace:
             problems.append(f"{mutant.name}: replacement equals the original")
+        lead, trail = _margins(mutant.find)
+        if mutant.replace and not (mutant.replace.startswith(lead) and mutant.replace.endswith(trail)):
+            problems.append(
+                f"{mutant.name}: its replacement must keep its text's leading and trailing whitespace"
+            )
+        if "\n" in mutant.replace.strip() and not lead:
+            problems.append(
+                f"{mutant.name}: a replacement of several lines needs a text that starts with its indentation"
+            )
         unknown = set(mutant.targets) - set(EMBEDDED)
         if unknown:
             problems.append(f"{mutant.name}: unknown targets {sorted(unknown)}")
     if problems:
         raise MutationError("stale mutant catalogue:\n  " + "\n  ".join(problems))
+
+
+def planted_source(mutant: Mutant, root: Path = SOURCE_ROOT) -> tuple[str, str]:
+    """The module ``mutant`` lands in (relative to ``root``) and its source with the bug planted: the
+    match replaced by ``replace``, whose lines after the first move by as much as the code's indentation
+    differs from the one ``find`` assumed. MutationError if it does not land once or does not compile."""
+    package = _Package(root)
+    site = _locate(mutant, package)
+    text = package.text(site.path)
+    lead, trail = _margins(mutant.find)
+    body = mutant.replace.removeprefix(lead).removesuffix(trail)
+    before = text[text.rfind("\n", 0, site.start) + 1 : site.start]
+    shift = len(before) - len(before.lstrip(" ")) - len(lead.rsplit("\n", 1)[-1])
+    first, *rest = body.split("\n")
+    try:
+        body = "\n".join([first, *(_shifted(line, shift) for line in rest)])
+        mutated = text[: site.start] + body + text[site.end :]
+        compile(mutated, site.path, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError) as exc:
+        raise MutationError(f"{mutant.name}: the mutated {site.path} does not compile: {exc}") from None
+    return site.path, mutated
+
+
+def _margins(find: str) -> tuple[str, str]:
+    """The whitespace before and after ``find``'s code: the source's own is kept where it lands."""
+    return find[: len(find) - len(find.lstrip())], find[len(find.rstrip()) :]
+
+
+def _shifted(line: str, shift: int) -> str:
+    """``line`` moved ``shift`` columns (left if negative); a blank line stays blank."""
+    if not line.strip():
+        return line
+    if shift >= 0:
+        return " " * shift + line
+    if not line.startswith(" " * -shift):
+        raise ValueError(f"cannot move {line!r} {-shift} columns left")
+    return line[-shift:]
 
 
 def planted_copy(mutant: Mutant | None, into: Path, root: Path = SOURCE_ROOT) -> Path:
@@ -153,12 +337,8 @@ def planted_copy(mutant: Mutant | None, into: Path, root: Path = SOURCE_ROOT) ->
     for package in (PACKAGE, REFEREE):
         shutil.copytree(root / package, into / package, ignore=shutil.ignore_patterns("__pycache__"))
     if mutant is not None:
-        path = into / mutant.path
-        path.write_text(path.read_text(encoding="utf-8").replace(mutant.find, mutant.replace, 1), "utf-8")
-        try:
-            py_compile.compile(str(path), doraise=True)
-        except py_compile.PyCompileError as exc:
-            raise MutationError(f"{mutant.name}: the mutated {mutant.path} does not compile: {exc}") from None
+        path, text = planted_source(mutant, root)
+        (into / path).write_text(text, encoding="utf-8")
     return into
 
 

@@ -1,10 +1,16 @@
-"""The mutation harness (contract_tests.mutation): its catalogue stays applicable, it refuses what it
-cannot score, and the CI-sized subset of planted bugs is caught. The full catalogue, three runs on every
-embedded target, is a stress run (``pytest -m stress``); its score is recorded in docs/mutation.md."""
+"""The mutation harness (contract_tests.mutation): its catalogue stays applicable - to this tree, to a
+reformatted copy of it and to functions moved between modules - it refuses what it cannot score, and the
+CI-sized subset of planted bugs is caught. The full catalogue, three runs on every embedded target, is a
+stress run (``pytest -m stress``); its score is recorded in docs/mutation.md."""
 
 from __future__ import annotations
 
 import json
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -16,9 +22,103 @@ from contract_tests.mutants import CATALOGUE, Mutant
 def test_every_mutant_applies_exactly_once_and_compiles(tmp_path: Path) -> None:
     mutation.check_catalogue(CATALOGUE)
     for mutant in CATALOGUE:
+        path, text = mutation.planted_source(mutant)
         copy = mutation.planted_copy(mutant, tmp_path / mutant.name)
-        text = (copy / mutant.path).read_text(encoding="utf-8")
-        assert mutant.replace in text and text != (mutation.SOURCE_ROOT / mutant.path).read_text("utf-8")
+        original = (mutation.SOURCE_ROOT / path).read_text(encoding="utf-8")
+        assert (copy / path).read_text(encoding="utf-8") == text != original
+        assert all(line.strip() in text for line in mutant.replace.splitlines()), mutant.name
+
+
+def _reformatted(into: Path) -> Path:
+    """A copy of the package as the formatter would lay it out with no ``# fmt: skip`` marker left and
+    80 columns instead of 110: most long lines reflow, some into parentheses it adds."""
+    package = into / mutation.PACKAGE
+    shutil.copytree(
+        mutation.SOURCE_ROOT / mutation.PACKAGE, package, ignore=shutil.ignore_patterns("__pycache__")
+    )
+    for module in package.rglob("*.py"):
+        text = module.read_text(encoding="utf-8")
+        module.write_text(re.sub(r"[ \t]*# fmt: skip[ \t]*$", "", text, flags=re.MULTILINE), "utf-8")
+    ruff = [sys.executable, "-m", "ruff", "format", "--isolated", "--target-version", "py311"]
+    subprocess.run([*ruff, "--line-length", "80", str(package)], check=True, capture_output=True)
+    return into
+
+
+def test_every_mutant_applies_exactly_once_to_a_reformatted_copy(tmp_path: Path) -> None:
+    root = _reformatted(tmp_path)
+    reflowed = [m.name for m in CATALOGUE if m.find not in (root / m.path).read_text(encoding="utf-8")]
+    assert reflowed, "the reformat moved no mutant's code: this test would prove nothing"
+    mutation.check_catalogue(CATALOGUE, root)
+    for mutant in CATALOGUE:
+        if not mutant.equivalent:
+            mutation.planted_source(mutant, root)
+
+
+_STORE = """
+    class Store:
+        def put(self, key: str) -> str:
+            if not key:
+                raise ValueError(key)
+            return key
+"""
+# The same method after a move into sub/b.py: one level deeper (under an if, which leaves its qualified
+# name alone) and reflowed with a trailing comma.
+_STORE_MOVED = """
+    LIMIT = 3
+
+    if True:
+        class Store:
+            def put(self, key: str) -> str:
+                if not key:
+                    raise ValueError(
+                        key,
+                    )
+                return key
+"""
+_ACCEPTS_EMPTY = Mutant(
+    "store-accepts-empty-key",
+    "storage_adapter/a.py",
+    "Store.put",
+    "        if not key:\n            raise ValueError(key)\n",
+    "        if not key:\n            pass\n",
+    "an empty key is accepted",
+)
+
+
+def _package(root: Path, modules: dict[str, str]) -> Path:
+    for name, text in modules.items():
+        path = root / mutation.PACKAGE / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text), encoding="utf-8")
+    return root
+
+
+_LIMIT_OFF = Mutant("limit-off", "storage_adapter/a.py", None, "LIMIT = 3", "LIMIT = 4", "one too many")
+
+
+def test_code_moved_to_another_module_is_still_found_and_reindented(tmp_path: Path) -> None:
+    root = _package(tmp_path, {"a.py": "VERSION = 1\n", "sub/b.py": _STORE_MOVED})
+    mutation.check_catalogue([_ACCEPTS_EMPTY, _LIMIT_OFF], root)
+    path, text = mutation.planted_source(_ACCEPTS_EMPTY, root)
+    assert path == "storage_adapter/sub/b.py"
+    assert "            if not key:\n                pass\n            return key" in text
+    assert mutation.planted_source(_LIMIT_OFF, root)[0] == path
+
+
+@pytest.mark.parametrize(
+    ("modules", "reason"),
+    [
+        ({"a.py": "VERSION = 1\n"}, "Store.put is not in storage_adapter/a.py but in no module"),
+        ({"b.py": _STORE, "c.py": _STORE}, "but in storage_adapter/b.py, storage_adapter/c.py"),
+    ],
+    ids=["missing", "ambiguous"],
+)
+def test_a_missing_or_ambiguous_function_is_refused_by_name(
+    tmp_path: Path, modules: dict[str, str], reason: str
+) -> None:
+    root = _package(tmp_path, modules)
+    with pytest.raises(mutation.MutationError, match=rf"{_ACCEPTS_EMPTY.name}: .*{re.escape(reason)}"):
+        mutation.check_catalogue([_ACCEPTS_EMPTY], root)
 
 
 def test_every_equivalent_mutant_says_why_and_the_smoke_subset_spans_modules() -> None:
@@ -30,10 +130,31 @@ def test_every_equivalent_mutant_says_why_and_the_smoke_subset_spans_modules() -
 @pytest.mark.parametrize(
     "bad",
     [
-        Mutant("gone", "storage_adapter/keys.py", "text that is nowhere", "x", "stale"),
-        Mutant("twice", "storage_adapter/keys.py", "return", "yield", "matches many times"),
-        Mutant("nofile", "storage_adapter/nope.py", "a", "b", "no such module"),
-        Mutant("elsewhere", "storage_adapter/keys.py", "MAX_KEY_BYTES = 1024", "x", "bad", targets=("s3",)),
+        Mutant("gone", "storage_adapter/keys.py", "validate_key", "text that is nowhere", "x", "stale"),
+        Mutant("twice", "storage_adapter/keys.py", None, "return", "yield", "matches many times"),
+        Mutant("nofile", "storage_adapter/nope.py", None, "NOWHERE = 1", "NOWHERE = 2", "no such module"),
+        Mutant(
+            "elsewhere", "storage_adapter/keys.py", None, "MAX_KEY_BYTES = 1024", "x", "bad", targets=("s3",)
+        ),
+        Mutant(
+            "other-function",
+            "storage_adapter/keys.py",
+            "validate_prefix",
+            'size = len(key.encode("utf-8"))',
+            "size = len(key)",
+            "its text is in validate_key, not in the function it names",
+        ),
+        Mutant(
+            "margins", "storage_adapter/keys.py", None, "MAX_KEY_BYTES = 1024\n", "X = 1", "drops the newline"
+        ),
+        Mutant(
+            "unindented",
+            "storage_adapter/keys.py",
+            "validate_key",
+            'size = len(key.encode("utf-8"))',
+            "size = 0\n    size += 1",
+            "several lines, no indentation to re-indent from",
+        ),
     ],
     ids=lambda m: m.name,
 )
@@ -43,7 +164,9 @@ def test_a_stale_catalogue_is_refused_by_name(bad: Mutant) -> None:
 
 
 def test_a_mutant_that_does_not_compile_is_refused(tmp_path: Path) -> None:
-    broken = Mutant("syntax", "storage_adapter/keys.py", "MAX_KEY_BYTES = 1024", "MAX_KEY_BYTES = (", "x")
+    broken = Mutant(
+        "syntax", "storage_adapter/keys.py", None, "MAX_KEY_BYTES = 1024", "MAX_KEY_BYTES = (", "x"
+    )
     with pytest.raises(mutation.MutationError, match="does not compile"):
         mutation.planted_copy(broken, tmp_path)
 
