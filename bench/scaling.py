@@ -52,7 +52,7 @@ import pyarrow as pa
 from bench.contention import engine_contention
 from contract_tests.counting import CountingAdapter
 from storage_adapter.adapter import open_adapter
-from storage_adapter.engine import Engine, EngineSettings
+from storage_adapter.engine import CommitRequest, Engine, EngineSettings
 from storage_adapter.engine.layout import MANIFEST_KEY
 from storage_adapter.engine.manifest import CHANGED_LIMIT
 from storage_adapter.idempotency import IdempotencyStore
@@ -106,7 +106,9 @@ def history(root: StorageAdapter, marks: tuple[int, ...]) -> list[dict[str, floa
     for n in range(1, max(marks) + 1):
         window = [
             *window,
-            measured(counting, partial(engine.commit, {"t": rows(1, n)}, idempotency_key=f"k{n}")),
+            measured(
+                counting, partial(engine.commit, {"t": rows(1, n)}, CommitRequest(idempotency_key=f"k{n}"))
+            ),
         ]
         window = window[-HISTORY_WINDOW:]
         if n in marks:
@@ -127,7 +129,7 @@ def key_lookup(root: StorageAdapter, marks: tuple[int, ...]) -> list[dict[str, f
     engine.create_table("t", SCHEMA)
     points = []
     for n in range(1, max(marks) + 1):
-        engine.commit({"t": rows(1, n)}, idempotency_key=f"k{n}")
+        engine.commit({"t": rows(1, n)}, CommitRequest(idempotency_key=f"k{n}"))
         if n in marks:
             points.append({"x": n, **measured(counting, partial(engine.find_commit, "k1"))})
     return points

@@ -1,7 +1,7 @@
 """``storage-adapter chaos``: a seeded chaos campaign against the idempotency layer and the commit engine.
 
 Many concurrent logical requests, each one Idempotency-Key and one payload that appends one row (its unique
-request id) to a table through ``Engine.commit(..., idempotency_key=ctx.commit_key)`` inside
+request id) to a table through ``Engine.commit(..., CommitRequest(idempotency_key=ctx.commit_key))`` inside
 ``run_idempotent`` with an ``EngineReconciler``. Each request is retried (same key, same payload) until it
 gets a definite answer or its retry budget ends, while the campaign injects, at points chosen from the
 seed: owner crashes before/after the commit (and inside it, at every engine failpoint) and before/after
@@ -50,6 +50,7 @@ import pyarrow as pa
 
 from storage_adapter.adapter import open_adapter
 from storage_adapter.engine import (
+    CommitRequest,
     CorruptSidecarError,
     Engine,
     EngineSettings,
@@ -466,7 +467,8 @@ def make_handler(engine: Engine, plan: RequestPlan, owner: _Owner | None, stall_
             if stall_s:
                 time.sleep(stall_s)
             commit = engine.commit(
-                {table_of(plan): rows}, idempotency_key=ctx.commit_key, key_issued_at=ctx.key_issued_at
+                {table_of(plan): rows},
+                CommitRequest(idempotency_key=ctx.commit_key, key_issued_at=ctx.key_issued_at),
             )
             if commit.attempts > 1:
                 counter("commit_retries", commit.attempts - 1)
@@ -527,7 +529,9 @@ class Campaign:
         while not self._stop.wait(self.config.noise_interval_s):
             try:
                 # An overwrite: the noise table stays one fragment, only the manifest's history moves.
-                engine.commit({NOISE_TABLE: pa.table({"n": [n]}, schema=NOISE_SCHEMA)}, mode="overwrite")
+                engine.commit(
+                    {NOISE_TABLE: pa.table({"n": [n]}, schema=NOISE_SCHEMA)}, CommitRequest(mode="overwrite")
+                )
                 n += 1
             except Exception as exc:
                 self._count("noise_errors")

@@ -16,7 +16,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from storage_adapter.engine import Engine
+from storage_adapter.engine import CommitRequest, Engine
 from storage_adapter.engine.layout import RECOVERY_PREFIX
 from storage_adapter.engine.manifest import ManifestStore
 from storage_adapter.engine.tables import TableVersionStore
@@ -72,7 +72,10 @@ def run_commits(url: str, options: dict[str, Any], worker: str, ack_path: str, c
     with open(ack_path, "a", encoding="utf-8") as ack:
         for i in range(commits):
             tag = f"{worker}-{i}"
-            engine.commit({t: batch(tag, rows) for t, rows in ROWS_PER_COMMIT.items()}, idempotency_key=tag)
+            engine.commit(
+                {t: batch(tag, rows) for t, rows in ROWS_PER_COMMIT.items()},
+                CommitRequest(idempotency_key=tag),
+            )
             ack.write(tag + "\n")
             ack.flush()
             os.fsync(ack.fileno())

@@ -21,7 +21,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from storage_adapter.engine import Engine, TableExistsError, failpoints
+from storage_adapter.engine import CommitRequest, Engine, TableExistsError, failpoints
 from storage_adapter.idempotency import (
     HandlerResult,
     IdempotencyStore,
@@ -72,8 +72,7 @@ def committing_handler(engine: Engine, pause: Any = lambda point: None) -> Any:
         pause("after_reserve")
         commit = engine.commit(
             {TABLE: pa.table({"id": [1, 2, 3]})},
-            idempotency_key=ctx.commit_key,
-            key_issued_at=ctx.key_issued_at,
+            CommitRequest(idempotency_key=ctx.commit_key, key_issued_at=ctx.key_issued_at),
         )
         pause("after_commit")
         return describe_commit(commit)

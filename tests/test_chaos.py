@@ -7,6 +7,7 @@ SeaweedFS. ``CHAOS_SEED`` replaces the fixed seeds (the failure message prints t
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import uuid
 from pathlib import Path
@@ -17,7 +18,7 @@ import pytest
 from backends.server import S3Endpoint
 from contract_tests import chaos
 from contract_tests.chaos import ChaosConfig, plan_request, run_campaign, schedule, schedule_digest
-from storage_adapter.engine import Engine
+from storage_adapter.engine import CommitRequest, Engine
 
 SEEDS = {"memory": 11, "local": 12, "seaweedfs": 13}
 # (requests, workers): 1,400 in all, within the default tier's 60 s budget (1,600 on memory took 66 s).
@@ -70,10 +71,9 @@ def test_the_oracle_catches_an_engine_that_ignores_the_key(monkeypatch: pytest.M
     """A planted bug: Engine.commit forgets the idempotency key, so a retry after a crash applies twice."""
     commit = Engine.commit
 
-    def forgetful(self: Engine, data: Any, *args: Any, **kwargs: Any) -> Any:
-        kwargs.pop("idempotency_key", None)
-        kwargs.pop("key_issued_at", None)
-        return commit(self, data, *args, **kwargs)
+    def forgetful(self: Engine, data: Any, request: CommitRequest | None = None) -> Any:
+        keyless = dataclasses.replace(request or CommitRequest(), idempotency_key=None, key_issued_at=None)
+        return commit(self, data, keyless)
 
     monkeypatch.setattr(Engine, "commit", forgetful)
     config = ChaosConfig(requests=60, workers=16, retention=10_000, storage_fault_rate=0.0)

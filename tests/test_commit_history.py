@@ -16,7 +16,7 @@ import pytest
 
 from contract_tests.counting import CountingAdapter
 from storage_adapter.adapter import open_adapter
-from storage_adapter.engine import Engine, EngineSettings, HistoryExpiredError, layout
+from storage_adapter.engine import CommitRequest, Engine, EngineSettings, HistoryExpiredError, layout
 from storage_adapter.engine import failpoints as fp
 from storage_adapter.engine.errors import CorruptManifestError
 from storage_adapter.engine.manifest import CHANGED_LIMIT, TAIL, Manifest, ManifestStore
@@ -58,7 +58,7 @@ def test_the_manifest_stays_the_same_size_however_long_the_history():
     engine.create_table("a", SCHEMA)
     sizes = {}
     for i in range(1, 301):
-        engine.commit({"a": rows(i)}, idempotency_key=f"request-{i}")
+        engine.commit({"a": rows(i)}, CommitRequest(idempotency_key=f"request-{i}"))
         sizes[i] = manifest_bytes(engine)
     assert sizes[300] <= 1.05 * sizes[20], sizes  # the same TAIL records, up to longer numbers and keys
     manifest = ManifestStore(engine.adapter).load().manifest
@@ -152,7 +152,7 @@ def test_a_format_1_manifest_reads_and_upgrades_without_losing_history_or_keys()
     engine = Engine.open(adapter, settings=EngineSettings(retention=32))
     engine.create_table("a", SCHEMA)
     for i in range(40):
-        engine.commit({"a": rows(i)}, idempotency_key=f"old-{i}")  # version i + 2
+        engine.commit({"a": rows(i)}, CommitRequest(idempotency_key=f"old-{i}"))  # version i + 2
     store = ManifestStore(adapter)
     state = store.load()
     records = (*store.records_after(state.manifest, state.manifest.history_floor),)
@@ -171,7 +171,7 @@ def test_a_format_1_manifest_reads_and_upgrades_without_losing_history_or_keys()
     assert upgraded.format_version == 2 and len(upgraded.commits) == TAIL
     assert [r.version for r in engine.history()] == [r.version for r in records[1:]] + [upgraded.version]
     for i in range(8, 40):  # every key the old manifest answered (versions 10-41) is in the ledger now
-        replay = engine.commit({"a": rows(2000)}, idempotency_key=f"old-{i}")
+        replay = engine.commit({"a": rows(2000)}, CommitRequest(idempotency_key=f"old-{i}"))
         assert replay.replayed and replay.version == i + 2
     assert engine.read("a").num_rows == 41
 
@@ -301,7 +301,9 @@ def test_a_crash_between_the_stored_objects_and_the_cas_is_rolled_forward_once()
     for i in range(CHANGED_LIMIT):  # CHANGED_LIMIT tables inline
         engine.commit({f"t{i}": rows(i)})
     with fp.armed("publish.before_cas", "crash", times=1), pytest.raises(fp.SimulatedCrash):
-        engine.commit({n: rows(100) for n in ("t0", f"t{CHANGED_LIMIT}")}, idempotency_key="crashed")
+        engine.commit(
+            {n: rows(100) for n in ("t0", f"t{CHANGED_LIMIT}")}, CommitRequest(idempotency_key="crashed")
+        )
     before = ManifestStore(adapter).load().manifest
     maps = [i.key for i in adapter.iter_list(layout.TABLE_MAPS_PREFIX)]
     healed = Engine.open(adapter)

@@ -16,6 +16,7 @@ from ulid import ULID
 from contract_tests.counting import CountingAdapter
 from storage_adapter.engine import (
     CommitConflictError,
+    CommitRequest,
     CorruptManifestError,
     Engine,
     EngineSettings,
@@ -56,7 +57,9 @@ def ids(table: pa.Table) -> list[int]:
 
 
 def test_multi_table_commit_is_one_version_with_its_record(engine):
-    commit = engine.commit({"a": rows(0, 3), "b": rows(100, 2)}, idempotency_key="k-1", actor="alice")
+    commit = engine.commit(
+        {"a": rows(0, 3), "b": rows(100, 2)}, CommitRequest(idempotency_key="k-1", actor="alice")
+    )
     snap = engine.snapshot()
     assert snap.version == commit.version == 3
     assert ids(engine.read("a", snap)) == [0, 1, 2]
@@ -73,7 +76,7 @@ def test_snapshot_isolation_and_time_travel(engine):
     engine.commit({"a": rows(0, 2)})
     old = engine.snapshot()
     engine.commit({"a": rows(10, 2), "b": rows(20, 1)})
-    engine.commit({"a": rows(30, 1)}, mode="overwrite")
+    engine.commit({"a": rows(30, 1)}, CommitRequest(mode="overwrite"))
     assert ids(engine.read("a", old)) == [0, 1]
     assert engine.read("b", old).num_rows == 0
     assert ids(engine.read("a", old.version + 1)) == [0, 1, 10, 11]
@@ -107,12 +110,12 @@ def test_reader_holds_one_snapshot_while_writers_commit(engine):
 def test_expected_version_mismatch_is_typed_and_publishes_nothing(engine, adapter):
     engine.commit({"a": rows(0, 1)})
     with pytest.raises(CommitConflictError) as info:
-        engine.commit({"a": rows(1, 1)}, expected_version=1)
+        engine.commit({"a": rows(1, 1)}, CommitRequest(expected_version=1))
     assert (info.value.expected, info.value.actual) == (1, 3)
     assert "expected manifest version 1" in str(info.value) and "is 3" in str(info.value)
     assert len(adapter.list("tables/a/data")) == 1  # checked before the data file was written
     assert engine.snapshot().version == 3
-    assert engine.commit({"a": rows(1, 1)}, expected_version=3).version == 4
+    assert engine.commit({"a": rows(1, 1)}, CommitRequest(expected_version=3)).version == 4
 
 
 def test_overwrite_racing_an_append_conflicts_and_leaves_nothing(engine, adapter):
@@ -120,7 +123,7 @@ def test_overwrite_racing_an_append_conflicts_and_leaves_nothing(engine, adapter
     other = Engine.open(adapter, actor="other")
     fp.arm("commit.before_publish", lambda _: other.commit({"a": rows(50, 1)}), times=1)
     with pytest.raises(CommitConflictError) as info:
-        engine.commit({"a": rows(99, 1)}, mode="overwrite")
+        engine.commit({"a": rows(99, 1)}, CommitRequest(mode="overwrite"))
     assert info.value.table == "a"
     assert (info.value.expected, info.value.actual) == (1, 3)  # version 2 is the loser's own, unpublished
     assert ids(engine.read("a")) == [0, 50]
@@ -132,7 +135,7 @@ def test_expected_version_raced_at_publish_conflicts(engine, adapter):
     other = Engine.open(adapter)
     fp.arm("commit.before_publish", lambda _: other.commit({"b": rows(50, 1)}), times=1)
     with pytest.raises(CommitConflictError) as info:
-        engine.commit({"a": rows(0, 1)}, expected_version=2)
+        engine.commit({"a": rows(0, 1)}, CommitRequest(expected_version=2))
     assert (info.value.expected, info.value.actual) == (2, 3)
     assert engine.read("a").num_rows == 0
 
@@ -177,8 +180,8 @@ def test_corrupt_manifest_is_refused_and_kept(engine, adapter):
 
 
 def test_idempotency_key_replays_instead_of_reapplying(engine):
-    first = engine.commit({"a": rows(0, 2)}, idempotency_key="once")
-    again = engine.commit({"a": rows(0, 2)}, idempotency_key="once")
+    first = engine.commit({"a": rows(0, 2)}, CommitRequest(idempotency_key="once"))
+    again = engine.commit({"a": rows(0, 2)}, CommitRequest(idempotency_key="once"))
     assert again.replayed and again.version == first.version and again.record == first.record
     assert engine.read("a").num_rows == 2
 
@@ -212,7 +215,7 @@ def test_bounded_history_window(adapter):
     engine = Engine.open(adapter, settings=EngineSettings(retention=3))
     engine.create_table("a", SCHEMA)
     for i in range(5):
-        engine.commit({"a": rows(i, 1)}, idempotency_key=f"k{i}")
+        engine.commit({"a": rows(i, 1)}, CommitRequest(idempotency_key=f"k{i}"))
     assert [r.version for r in engine.history()] == [4, 5, 6]
     # the manifest's history is bounded; the key ledger is not bound to it
     assert engine.find_commit("k0").version == 2 and engine.find_commit("k4").version == 6

@@ -7,7 +7,7 @@ import multiprocessing
 import pytest
 from engine_crash_worker import SCHEMA, append_worker, batch
 
-from storage_adapter.engine import Engine, EngineSettings, StaleFragmentError
+from storage_adapter.engine import CommitRequest, Engine, EngineSettings, StaleFragmentError
 from storage_adapter.engine.tables import FragmentRef
 
 PROCESSES = 3
@@ -34,7 +34,7 @@ def test_vacuum_reclaims_only_unreferenced_files_past_grace(adapter):
     engine.create_table("t", SCHEMA)
     orphan = engine.write_fragment("t", batch("orphan", 1))  # never committed
     engine.commit({"t": batch("old", 2)})
-    engine.commit({"t": batch("new", 1)}, mode="overwrite")
+    engine.commit({"t": batch("new", 1)}, CommitRequest(mode="overwrite"))
     engine.commit({"t": batch("newer", 1)})
     assert engine.vacuum().deleted == ()  # default grace: everything is young
     report = engine.vacuum(grace_s=0)

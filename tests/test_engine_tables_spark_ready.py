@@ -14,6 +14,7 @@ import pytest
 
 from storage_adapter.engine import (
     CommitConflictError,
+    CommitRequest,
     DataFile,
     Engine,
     SchemaMismatchError,
@@ -155,16 +156,22 @@ def test_compaction_keeps_partitions_apart(engine):
 # -- replace_where -----------------------------------------------------------------------------------------
 def test_replace_where_replaces_exactly_the_matching_partitions(engine):
     engine.commit({"ev": events([1, 2, 3, 4], [D1, D2, D3, D1], ["eu", "eu", "eu", "us"])})
-    commit = engine.commit({"ev": events([10, 11], [D1, D1], ["eu", "eu"])}, mode="overwrite",
-                           replace_where={"ev": {"day": [D1], "region": ["eu"]}})  # fmt: skip
+    commit = engine.commit(
+        {"ev": events([10, 11], [D1, D1], ["eu", "eu"])},
+        CommitRequest(mode="overwrite", replace_where={"ev": {"day": [D1], "region": ["eu"]}}),
+    )
     assert commit.record.mode == "overwrite"
     assert ids_of(engine.read("ev")) == [2, 3, 4, 10, 11]
     refs = engine.write_fragments("ev", events([20], [D2], ["eu"]))
-    engine.commit_fragments({"ev": refs}, mode="overwrite", replace_where={"ev": {"day": [D2, D3]}})
+    engine.commit_fragments(
+        {"ev": refs}, CommitRequest(mode="overwrite", replace_where={"ev": {"day": [D2, D3]}})
+    )
     assert ids_of(engine.read("ev")) == [4, 10, 11, 20]
     assert ids_of(engine.read("ev", commit.version)) == [2, 3, 4, 10, 11]  # time travel still exact
     # a replace_where with no new data empties the matching partitions
-    engine.commit({"ev": events([], [], [])}, mode="overwrite", replace_where={"ev": {"region": ["us"]}})
+    engine.commit(
+        {"ev": events([], [], [])}, CommitRequest(mode="overwrite", replace_where={"ev": {"region": ["us"]}})
+    )
     assert ids_of(engine.read("ev")) == [10, 11, 20]
 
 
@@ -191,14 +198,18 @@ def test_replace_where_errors_publish_nothing(engine, adapter):
     ]
     for kwargs, error, match in cases:
         with pytest.raises(error, match=match):
-            engine.commit({"ev": outside}, **kwargs)  # type: ignore[arg-type]
+            engine.commit({"ev": outside}, CommitRequest(**kwargs))  # type: ignore[arg-type]
     with pytest.raises(SchemaMismatchError, match="not a partition"):
-        engine.commit({"flat": outside}, mode="overwrite", replace_where={"flat": {"day": [D2]}})
+        engine.commit(
+            {"flat": outside}, CommitRequest(mode="overwrite", replace_where={"flat": {"day": [D2]}})
+        )
     assert adapter.read_bytes(MANIFEST_KEY) == before
     assert {i.key for i in adapter.list(layout.data_prefix("ev"))} == listed  # refused before any data write
     refs = engine.write_fragments("ev", outside)
     with pytest.raises(SchemaMismatchError, match="outside"):
-        engine.commit_fragments({"ev": refs}, mode="overwrite", replace_where={"ev": {"day": [D1]}})
+        engine.commit_fragments(
+            {"ev": refs}, CommitRequest(mode="overwrite", replace_where={"ev": {"day": [D1]}})
+        )
     assert adapter.read_bytes(MANIFEST_KEY) == before
 
 
@@ -211,11 +222,15 @@ def test_replace_where_rebases_over_a_concurrent_commit_outside_its_partitions(e
 
     def winners(_: str) -> None:
         other.commit({"ev": events([3], [D2], ["eu"])})
-        other.commit({"ev": events([5], [D3], ["eu"])}, mode="overwrite", replace_where={"ev": {"day": [D3]}})
+        other.commit(
+            {"ev": events([5], [D3], ["eu"])},
+            CommitRequest(mode="overwrite", replace_where={"ev": {"day": [D3]}}),
+        )
 
     fp.arm("commit.before_publish", winners, times=1)
     commit = engine.commit(
-        {"ev": events([9], [D1], ["eu"])}, mode="overwrite", replace_where={"ev": {"day": [D1]}}
+        {"ev": events([9], [D1], ["eu"])},
+        CommitRequest(mode="overwrite", replace_where={"ev": {"day": [D1]}}),
     )
     assert commit.attempts == 2 and commit.record.mode == "overwrite"
     assert ids_of(engine.read("ev")) == [2, 3, 5, 9]
@@ -233,16 +248,20 @@ def test_replace_where_conflicts_with_a_concurrent_change_inside_its_partitions(
     race = {
         "append inside": lambda: other.commit({"ev": events([3], [D1], ["us"])}),
         "overwrite of the same partition": lambda: other.commit(
-            {"ev": events([4], [D1], ["eu"])}, mode="overwrite", replace_where={"ev": {"day": [D1]}}
+            {"ev": events([4], [D1], ["eu"])},
+            CommitRequest(mode="overwrite", replace_where={"ev": {"day": [D1]}}),
         ),
-        "whole-table overwrite": lambda: other.commit({"ev": events([5], [D2], ["eu"])}, mode="overwrite"),
+        "whole-table overwrite": lambda: other.commit(
+            {"ev": events([5], [D2], ["eu"])}, CommitRequest(mode="overwrite")
+        ),
     }[winner]
     fp.arm("commit.before_publish", lambda _: race(), times=1)
     before = None
     with pytest.raises(CommitConflictError, match="partitions it replaces"):
         before = engine.snapshot().version
         engine.commit(
-            {"ev": events([9], [D1], ["eu"])}, mode="overwrite", replace_where={"ev": {"day": [D1]}}
+            {"ev": events([9], [D1], ["eu"])},
+            CommitRequest(mode="overwrite", replace_where={"ev": {"day": [D1]}}),
         )
     assert 9 not in ids_of(engine.read("ev")) and engine.snapshot().version == (before or 0) + 1
 
@@ -334,8 +353,11 @@ def test_files_list_exactly_one_snapshot(engine, adapter):
     engine.commit({"ev": events([1, 2], [D1, D2], ["eu", "eu"])})
     engine.commit({"ev": events([3], [D1], ["us"])})
     after_append = engine.snapshot()
-    engine.commit({"ev": events([4, 5], [D1, D3], ["eu", "eu"])}, mode="overwrite")
-    engine.commit({"ev": events([6], [D3], ["eu"])}, mode="overwrite", replace_where={"ev": {"day": [D3]}})
+    engine.commit({"ev": events([4, 5], [D1, D3], ["eu", "eu"])}, CommitRequest(mode="overwrite"))
+    engine.commit(
+        {"ev": events([6], [D3], ["eu"])},
+        CommitRequest(mode="overwrite", replace_where={"ev": {"day": [D3]}}),
+    )
     engine.write_fragments("ev", events([100, 101], [D1, D2], ["eu", "eu"]))  # orphans of a failed job
     fp.arm("commit.before_publish", "error", times=1)  # a failed commit: its fragment stays, unpublished
     with pytest.raises(fp.InjectedFault):
@@ -355,7 +377,10 @@ def test_files_list_exactly_one_snapshot(engine, adapter):
 def test_vacuum_reclaims_overwritten_and_orphaned_partition_fragments(engine, adapter):
     engine.commit({"ev": events([1, 2], [D1, D2], ["eu", "eu"])})
     engine.write_fragments("ev", events([100], [D1], ["us"]))  # orphan of a failed job
-    engine.commit({"ev": events([3], [D1], ["eu"])}, mode="overwrite", replace_where={"ev": {"day": [D1]}})
+    engine.commit(
+        {"ev": events([3], [D1], ["eu"])},
+        CommitRequest(mode="overwrite", replace_where={"ev": {"day": [D1]}}),
+    )
     report = engine.vacuum(grace_s=0)
     kept = {f.key for f in engine.files("ev")}
     on_disk = {i.key for i in adapter.list(layout.data_prefix("ev"))}
@@ -366,11 +391,13 @@ def test_vacuum_reclaims_overwritten_and_orphaned_partition_fragments(engine, ad
 
 
 def test_precheck_validates_replace_where_before_a_job_runs(engine):
-    assert engine.precheck(["ev"], "overwrite", replace_where={"ev": {"day": [D1]}}) is None
+    assert (
+        engine.precheck(["ev"], CommitRequest(mode="overwrite", replace_where={"ev": {"day": [D1]}})) is None
+    )
     with pytest.raises(SchemaMismatchError, match="not a partition"):
-        engine.precheck(["ev"], "overwrite", replace_where={"ev": {"id": [1]}})
+        engine.precheck(["ev"], CommitRequest(mode="overwrite", replace_where={"ev": {"id": [1]}}))
     with pytest.raises(ValueError, match="overwrite"):
-        engine.precheck(["ev"], "append", replace_where={"ev": {"day": [D1]}})
+        engine.precheck(["ev"], CommitRequest(mode="append", replace_where={"ev": {"day": [D1]}}))
 
 
 @pytest.mark.parametrize(
@@ -382,7 +409,8 @@ def test_crashed_partition_overwrite_is_all_or_nothing(engine, adapter, point, v
     engine.commit({"ev": events([1, 2], [D1, D2], ["eu", "eu"])})
     with fp.armed(point, "crash", times=1), pytest.raises(fp.SimulatedCrash):
         engine.commit(
-            {"ev": events([9], [D1], ["eu"])}, mode="overwrite", replace_where={"ev": {"day": [D1]}}
+            {"ev": events([9], [D1], ["eu"])},
+            CommitRequest(mode="overwrite", replace_where={"ev": {"day": [D1]}}),
         )
     reopened = Engine.open(adapter)  # heals: its one table version written = rolled forward
     assert ids_of(reopened.read("ev")) == ([2, 9] if visible else [1, 2])

@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 import pyarrow as pa
 import pytest
 
-from storage_adapter.engine import Engine, EngineSettings, RecoveryOutcome
+from storage_adapter.engine import CommitRequest, Engine, EngineSettings, RecoveryOutcome
 from storage_adapter.engine import failpoints as fp
 from storage_adapter.engine.errors import CorruptMetadataError, KeyInFlightError, KeyWindowExpiredError
 from storage_adapter.engine.failpoints import InjectedFault, SimulatedCrash
@@ -52,7 +52,7 @@ def engine(adapter):
 
 def crash_at(engine: Engine, point: str, data: dict[str, pa.Table], key: str) -> None:
     with fp.armed(point, "crash"), pytest.raises(SimulatedCrash):
-        engine.commit(data, idempotency_key=key)
+        engine.commit(data, CommitRequest(idempotency_key=key))
 
 
 def as_if_elsewhere(engine: Engine, lease_s: float) -> None:
@@ -67,13 +67,13 @@ def as_if_elsewhere(engine: Engine, lease_s: float) -> None:
 
 # -- hole 1: the key window is not the manifest's retention ------------------------------------------------
 def test_a_key_is_found_and_replayed_after_it_left_the_retained_history(engine: Engine) -> None:
-    first = engine.commit({"a": rows(1)}, idempotency_key="realm/k1")
+    first = engine.commit({"a": rows(1)}, CommitRequest(idempotency_key="realm/k1"))
     for n in range(3 * RETENTION):
         engine.commit({"b": rows(100 + n)})
     assert all(r.idempotency_key != "realm/k1" for r in engine.history())  # out of the manifest's window
     found = engine.find_commit("realm/k1")
     assert found is not None and found.version == first.version
-    again = engine.commit({"a": rows(1)}, idempotency_key="realm/k1")
+    again = engine.commit({"a": rows(1)}, CommitRequest(idempotency_key="realm/k1"))
     assert again.replayed and again.version == first.version
     assert ids(engine, "a") == [1]
 
@@ -84,7 +84,7 @@ def test_a_stale_owner_past_retention_is_reconciled_as_applied_not_run_twice(eng
 
     def handler(ctx):
         calls.append(1)
-        commit = engine.commit({"a": rows(7)}, idempotency_key=ctx.commit_key)
+        commit = engine.commit({"a": rows(7)}, CommitRequest(idempotency_key=ctx.commit_key))
         for n in range(3 * RETENTION):  # the world moves on before this owner can finalize
             engine.commit({"b": rows(200 + n)})
         raise SimulatedCrash(f"owner dies after commit {commit.version}, before finalize")
@@ -101,7 +101,7 @@ def test_a_stale_owner_past_retention_is_reconciled_as_applied_not_run_twice(eng
 def test_a_roll_forward_never_publishes_a_key_that_already_landed(engine: Engine) -> None:
     crash_at(engine, "commit.before_publish", {"a": rows(1)}, "realm/k3")
     as_if_elsewhere(engine, lease_s=2)  # a writer elsewhere, dead or slow: heal leaves it alone meanwhile
-    retry = engine.commit({"b": rows(2)}, idempotency_key="realm/k3")
+    retry = engine.commit({"b": rows(2)}, CommitRequest(idempotency_key="realm/k3"))
     recovered_everything = Engine.open(engine.adapter, actor="healer",
                                        settings=EngineSettings(retention=RETENTION, lease_s=30))  # fmt: skip
     as_if_elsewhere(engine, lease_s=-1) if engine.adapter.list("__recovery") else None
@@ -122,7 +122,7 @@ def test_a_purged_key_reused_by_a_new_request_writes_its_rows(engine: Engine) ->
 
     def handler_for(value: int):
         def handler(ctx):
-            commit = engine.commit({"a": rows(value)}, idempotency_key=ctx.commit_key)
+            commit = engine.commit({"a": rows(value)}, CommitRequest(idempotency_key=ctx.commit_key))
             return HandlerResult(201, {"version": commit.version, "replayed": commit.replayed})
 
         return handler
@@ -191,7 +191,7 @@ def test_a_key_held_by_a_live_writer_is_waited_for_then_refused_with_nothing_vis
     crash_at(engine, "commit.before_publish", {"a": rows(1)}, "realm/held")
     as_if_elsewhere(engine, lease_s=60)  # its writer elsewhere looks alive for a minute
     with pytest.raises(KeyInFlightError, match="realm/held"):
-        engine.commit({"a": rows(2)}, idempotency_key="realm/held")
+        engine.commit({"a": rows(2)}, CommitRequest(idempotency_key="realm/held"))
     assert ids(engine, "a") == [] and engine.find_commit("realm/held") is None
     assert len(engine.adapter.list("__recovery")) == 1  # the waiter's own sidecar went with it
 
@@ -200,20 +200,20 @@ def test_a_key_held_by_a_live_writer_is_waited_for_then_refused_with_nothing_vis
 def test_a_bad_idempotency_key_is_refused_before_any_io(engine: Engine, bad: object) -> None:
     before = {info.key for info in engine.adapter.list()}
     with pytest.raises(ValueError, match="idempotency_key"):
-        engine.commit({"a": rows(1)}, idempotency_key=bad)  # type: ignore[arg-type]
+        engine.commit({"a": rows(1)}, CommitRequest(idempotency_key=bad))  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="idempotency_key"):
         engine.find_commit(bad)  # type: ignore[arg-type]
     assert {info.key for info in engine.adapter.list()} == before
 
 
 def test_a_corrupt_ledger_entry_is_refused_and_left_in_place(engine: Engine) -> None:
-    engine.commit({"a": rows(1)}, idempotency_key="realm/corrupt")
+    engine.commit({"a": rows(1)}, CommitRequest(idempotency_key="realm/corrupt"))
     (entry,) = engine.adapter.list("__keys")
     engine.adapter.write(entry.key, b'{"format": "storage-adapter-engine/key", "format_version": 1}')
     with pytest.raises(CorruptMetadataError, match=entry.key):
         engine.find_commit("realm/corrupt")
     with pytest.raises(CorruptMetadataError, match=entry.key):
-        engine.commit({"a": rows(1)}, idempotency_key="realm/corrupt")
+        engine.commit({"a": rows(1)}, CommitRequest(idempotency_key="realm/corrupt"))
     assert engine.adapter.read_bytes(entry.key).startswith(b'{"format"') and ids(engine, "a") == [1]
 
 
@@ -222,7 +222,7 @@ def test_vacuum_expires_published_keys_after_the_window_and_the_reconciler_then_
 ) -> None:
     engine = Engine.open(adapter.child("window"), settings=EngineSettings(key_window_s=0.0))
     engine.create_table("a", SCHEMA)
-    engine.commit({"a": rows(1)}, idempotency_key="realm/old")
+    engine.commit({"a": rows(1)}, CommitRequest(idempotency_key="realm/old"))
     report = engine.vacuum()
     assert report.keys_expired == 1 and engine.adapter.list("__keys") == []
     store = IdempotencyStore(engine.adapter.child("idem"))
@@ -241,7 +241,7 @@ def test_vacuum_expires_published_keys_after_the_window_and_the_reconciler_then_
 def test_a_writer_dying_right_after_its_key_claim_leaves_the_key_to_the_next_commit(engine: Engine) -> None:
     """Found by the chaos campaign (seed 11): the claim must not outlive the sidecar that lets heal release it."""
     crash_at(engine, "commit.after_key_claim", {"a": rows(1)}, "realm/claimed")
-    retry = engine.commit({"a": rows(2)}, idempotency_key="realm/claimed")
+    retry = engine.commit({"a": rows(2)}, CommitRequest(idempotency_key="realm/claimed"))
     assert not retry.replayed and ids(engine, "a") == [2]
     assert engine.find_commit("realm/claimed").version == retry.version
 
@@ -252,14 +252,16 @@ def test_a_key_issued_before_the_window_is_refused_before_any_io(adapter) -> Non
     before = {info.key for info in engine.adapter.list()}
     old = datetime.now(UTC) - timedelta(seconds=3600 - 29)  # past the window less one lease
     with pytest.raises(KeyWindowExpiredError, match="realm/old"):
-        engine.commit({"a": rows(1)}, idempotency_key="realm/old", key_issued_at=old)
+        engine.commit({"a": rows(1)}, CommitRequest(idempotency_key="realm/old", key_issued_at=old))
     with pytest.raises(KeyWindowExpiredError):
-        engine.precheck(["a"], idempotency_key="realm/old", key_issued_at=old)
+        engine.precheck(["a"], CommitRequest(idempotency_key="realm/old", key_issued_at=old))
     for bad in (datetime.now(), "2026-01-01"):
         with pytest.raises(ValueError, match="key_issued_at"):
-            engine.commit({"a": rows(1)}, idempotency_key="realm/x", key_issued_at=bad)  # type: ignore[arg-type]
+            engine.commit({"a": rows(1)}, CommitRequest(idempotency_key="realm/x", key_issued_at=bad))  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="key_issued_at"):
-        engine.commit({"a": rows(1)}, key_issued_at=datetime.now(UTC))
+        engine.commit({"a": rows(1)}, CommitRequest(key_issued_at=datetime.now(UTC)))
     assert {info.key for info in engine.adapter.list()} == before
     fresh = datetime.now(UTC) - timedelta(seconds=3600 - 31)
-    assert not engine.commit({"a": rows(1)}, idempotency_key="realm/ok", key_issued_at=fresh).replayed
+    assert not engine.commit(
+        {"a": rows(1)}, CommitRequest(idempotency_key="realm/ok", key_issued_at=fresh)
+    ).replayed

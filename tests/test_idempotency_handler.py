@@ -22,7 +22,7 @@ from idempotency_crash_worker import (
 
 from contract_tests.counting import CountingAdapter
 from storage_adapter import open_adapter
-from storage_adapter.engine import EngineSettings
+from storage_adapter.engine import CommitRequest, EngineSettings
 from storage_adapter.errors import BackendUnavailableError
 from storage_adapter.idempotency import (
     ByOperation,
@@ -267,7 +267,7 @@ def test_unstorable_response_cancels_and_a_retry_reconciles_from_the_engine(adap
     key = new_key()
 
     def big(ctx: Any) -> HandlerResult:
-        commit = engine.commit({TABLE: pa.table({"id": [1]})}, idempotency_key=ctx.commit_key)
+        commit = engine.commit({TABLE: pa.table({"id": [1]})}, CommitRequest(idempotency_key=ctx.commit_key))
         return HandlerResult(201, {"version": commit.version, "rows": "x" * 1000})
 
     reconciler = EngineReconciler(engine, describe_commit)

@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 
 from storage_adapter import open_adapter, stored_json
 from storage_adapter.engine import (
+    CommitRequest,
     CorruptManifestError,
     CorruptMetadataError,
     CorruptSidecarError,
@@ -193,7 +194,7 @@ def engine_root() -> tuple[Any, Engine]:
     adapter = open_adapter(f"memory://stored-json-fuzz-{uuid.uuid4().hex}")
     engine = Engine.open(adapter, actor="fuzz")
     engine.create_table("a", SCHEMA)
-    engine.commit({"a": pa.table({"id": [1, 2]}, schema=SCHEMA)}, idempotency_key="k-1")
+    engine.commit({"a": pa.table({"id": [1, 2]}, schema=SCHEMA)}, CommitRequest(idempotency_key="k-1"))
     return adapter, engine
 
 

@@ -15,7 +15,7 @@ from engine_crash_worker import assert_converged
 
 from contract_tests.counting import CountingAdapter
 from storage_adapter.adapter import open_adapter
-from storage_adapter.engine import CommitConflictError, Engine, EngineSettings, codec, layout
+from storage_adapter.engine import CommitConflictError, CommitRequest, Engine, EngineSettings, codec, layout
 from storage_adapter.engine import failpoints as fp
 from storage_adapter.engine.audit import RecoveryOutcome
 from storage_adapter.engine.errors import CorruptMetadataError
@@ -108,7 +108,7 @@ def test_checkpoints_are_optional_and_walks_cross_overwrites_and_rollbacks():
     expected: list[int] = []
     for i in range(20):
         if i == 7:
-            engine.commit({"a": data(100)}, mode="overwrite")
+            engine.commit({"a": data(100)}, CommitRequest(mode="overwrite"))
             expected = [100]
         elif i == 12:  # a commit crashing after losing the race: rolled back by a full restore version
             with (
@@ -168,7 +168,7 @@ def test_format_1_versions_stay_readable_writable_and_vacuumable(adapter):
     assert ids(upgraded.read("a", upgraded.snapshot().version - 1)) == [0, 1]
     upgraded.commit({"a": data(3)})  # a delta on a format 1 base
     with fp.armed("commit.before_publish", "crash", times=1), pytest.raises(SimulatedCrash):
-        upgraded.commit({"a": data(4)}, mode="overwrite")
+        upgraded.commit({"a": data(4)}, CommitRequest(mode="overwrite"))
     with fp.armed("commit.after_sidecar", "crash", times=1), pytest.raises(SimulatedCrash):
         upgraded.commit({"a": data(5)})
     healed = Engine.open(adapter, settings=EngineSettings(retention=4))
@@ -182,7 +182,7 @@ def small_table(adapter: Any, appends: int = 12, **settings: Any) -> Engine:
     engine = Engine.open(adapter, actor="compactor", settings=EngineSettings(**settings))
     engine.create_table("a", SCHEMA)
     engine.commit({"a": data(1000, 3)})
-    engine.commit({"a": data(0, 2)}, mode="overwrite")
+    engine.commit({"a": data(0, 2)}, CommitRequest(mode="overwrite"))
     for i in range(2, 2 + appends):
         engine.commit({"a": data(10 * i, 2)})
     return engine
@@ -223,7 +223,11 @@ def test_a_concurrent_append_during_compaction_is_kept(adapter):
 def test_compaction_racing_an_overwrite_conflicts_and_leaves_nothing(adapter):
     engine = small_table(adapter)
     other = Engine.open(adapter, actor="other")
-    fp.arm("commit.before_publish", lambda _: other.commit({"a": data(5)}, mode="overwrite"), times=1)
+    fp.arm(
+        "commit.before_publish",
+        lambda _: other.commit({"a": data(5)}, CommitRequest(mode="overwrite")),
+        times=1,
+    )
     with pytest.raises(CommitConflictError, match="compaction of table 'a'"):
         engine.compact("a", target_bytes=10**9, min_fragments=2)
     assert ids(engine.read("a")) == [5]

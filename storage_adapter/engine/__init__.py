@@ -23,13 +23,15 @@ from storage_adapter.engine.errors import (
 )
 from storage_adapter.engine.history import CommitRecord, TableChange
 from storage_adapter.engine.recovery import HealReport
+from storage_adapter.engine.request import CommitMode, CommitRequest
 from storage_adapter.engine.schema import PartitionFilter, conform
 from storage_adapter.engine.snapshot import Snapshot
 from storage_adapter.engine.tables import DataFile, FragmentRef
 from storage_adapter.engine.vacuum import VacuumReport
 
 __all__ = [
-    "AuditRecord", "Commit", "CommitConflictError", "CommitRecord", "CommitRetriesExhaustedError",
+    "AuditRecord", "Commit", "CommitConflictError", "CommitMode", "CommitRecord", "CommitRequest",
+    "CommitRetriesExhaustedError",
     "CorruptManifestError", "CorruptMetadataError", "CorruptSidecarError", "DataFile", "Engine", "EngineError",
     "EngineSettings", "FragmentRef", "HealReport", "HistoryExpiredError", "KeyInFlightError",
     "KeyWindowExpiredError", "PartitionFilter", "ReadOnlyEngineError",

@@ -45,7 +45,7 @@ from storage_adapter.engine.errors import (
 )
 from storage_adapter.engine.failpoints import failpoint, is_armed
 from storage_adapter.engine.history import CommitRecord, TableChange
-from storage_adapter.engine.key_ledger import KeyLedger, KeyState, StoredEntry, check_key, entry_key
+from storage_adapter.engine.key_ledger import KeyLedger, KeyState, StoredEntry, entry_key
 from storage_adapter.engine.manifest import Manifest, ManifestState, ManifestStore
 from storage_adapter.engine.parallel import executor, in_pool_thread, settle
 from storage_adapter.engine.recovery import Recovery
@@ -63,7 +63,6 @@ from storage_adapter.keys import is_plain_text
 from storage_adapter.protocol import StorageAdapter
 
 log = logging.getLogger(__name__)
-MODES = ("append", "overwrite")
 
 
 @dataclass(frozen=True)
@@ -144,10 +143,11 @@ class CommitOperation:
     def run(self, state: ManifestState, writes: dict[str, TableWrite], mode: str, *,
             expected_version: int | None, idempotency_key: str | None, actor: str | None,
             app: tuple[str, int] | None = None) -> Commit:  # fmt: skip
-        """Commit ``writes`` on top of ``state``. The caller validated tables and schemas against it.
-        ``app``: the (app_id, app_version) watermark the commit sets; a replay when already reached."""
+        """Commit ``writes`` on top of ``state``. The caller validated tables and schemas against it, and
+        the key and ``app`` (a CommitRequest). ``app``: the (app_id, app_version) watermark the commit
+        sets; a replay when already reached."""
         if idempotency_key is not None:
-            self._key = check_key(idempotency_key)
+            self._key = idempotency_key
             landed = state.manifest.record_for_key(idempotency_key)
             if landed is not None:
                 return Commit(landed.version, landed, 0, replayed=True)

@@ -22,7 +22,6 @@ from storage_adapter.adapter import open_adapter
 from storage_adapter.engine import codec, compaction, layout
 from storage_adapter.engine.audit import AuditLog, AuditRecord
 from storage_adapter.engine.commit import (
-    MODES,
     Commit,
     CommitOperation,
     CommitPolicy,
@@ -43,6 +42,7 @@ from storage_adapter.engine.key_ledger import KeyLedger, KeyState, check_key, en
 from storage_adapter.engine.manifest import DEFAULT_RETENTION, ManifestState, ManifestStore
 from storage_adapter.engine.parallel import map_bounded
 from storage_adapter.engine.recovery import HealReport, Recovery, recovered_by
+from storage_adapter.engine.request import DEFAULT_REQUEST, CommitRequest
 from storage_adapter.engine.schema import (
     Partition,
     PartitionFilter,
@@ -75,6 +75,7 @@ from storage_adapter.errors import ConfigurationError, NotFoundError
 from storage_adapter.protocol import StorageAdapter
 
 log = logging.getLogger(__name__)
+Filters = dict[str, dict[str, set[str | None]]]  # replace_where per table as filter_texts gives it
 
 
 @dataclass(frozen=True)
@@ -221,12 +222,12 @@ class Engine:
         planned = plan_fragments(table, conform(table, schema, data), partition_by)
         return self._store(table, planned)
 
-    def commit_fragments(self, fragments: Mapping[str, Sequence[FragmentRef]], mode: str = "append",
-                         expected_version: int | None = None, idempotency_key: str | None = None,
-                         actor: str | None = None, key_issued_at: datetime | None = None, *,
-                         replace_where: Mapping[str, PartitionFilter] | None = None,
-                         app_id: str | None = None, app_version: int | None = None) -> Commit:  # fmt: skip
-        """Publish written fragments as one atomic commit over all named tables.
+    def commit_fragments(
+        self, fragments: Mapping[str, Sequence[FragmentRef]], request: CommitRequest = DEFAULT_REQUEST
+    ) -> Commit:
+        """Publish written fragments as one atomic commit over all named tables, as ``request`` says
+        (:class:`CommitRequest`: mode, expected version, idempotency key, actor, replace_where,
+        application watermark; checked when it was made).
 
         ``append`` adds them; ``overwrite`` replaces each named table's content with them, or, for a
         table named in ``replace_where``, only its fragments whose partition matches that table's filter
@@ -237,35 +238,24 @@ class Engine:
         or an overwrite raced another commit to its table), UnknownTableError, SchemaMismatchError,
         StaleFragmentError, CorruptManifestError. With ``idempotency_key`` already landed, returns that
         commit (``replayed=True``) and writes nothing; KeyInFlightError while another commit holds it.
-        ``key_issued_at`` (when the key was first used) lets the engine refuse a key whose ledger entry may
-        already be gone (KeyWindowExpiredError, before any I/O; see docs/engine.md, "Idempotency keys").
+        With ``key_issued_at`` (when the key was first used) the engine refuses a key whose ledger entry
+        may already be gone (KeyWindowExpiredError, before any I/O; see docs/engine.md, "Idempotency keys").
 
-        ``app_id``/``app_version`` (both or neither; ``app_version`` an int >= 0): the application
-        watermark (Delta's txnAppId/txnVersion). When ``app_version(app_id)`` is already at or above
-        ``app_version`` the commit is a replay (``replayed=True``, nothing written); otherwise the
-        watermark is set to ``app_version`` in the same manifest publish as the commit. Never expires.
+        ``app_id``/``app_version``: the application watermark (Delta's txnAppId/txnVersion). When
+        ``app_version(app_id)`` is already at or above ``app_version`` the commit is a replay
+        (``replayed=True``, nothing written); otherwise the watermark is set to ``app_version`` in the
+        same manifest publish as the commit. Never expires.
         """
-        self._check_key(idempotency_key, key_issued_at)
-        app = check_app(app_id, app_version)
-        state = self._begin_write()
-        return self._commit(state, {t: tuple(refs) for t, refs in fragments.items()}, mode, expected_version,
-                            idempotency_key, actor, replace_where, app)  # fmt: skip
+        state = self._begin_commit(request)
+        return self._commit(state, {t: tuple(refs) for t, refs in fragments.items()}, request)
 
-    def commit(self, data: Mapping[str, pa.Table], mode: str = "append", expected_version: int | None = None,
-               idempotency_key: str | None = None, actor: str | None = None,
-               key_issued_at: datetime | None = None, *,
-               replace_where: Mapping[str, PartitionFilter] | None = None,
-               app_id: str | None = None, app_version: int | None = None) -> Commit:  # fmt: skip
+    def commit(self, data: Mapping[str, pa.Table], request: CommitRequest = DEFAULT_REQUEST) -> Commit:
         """``write_fragments`` for each table's data, then ``commit_fragments``, with every check made
-        before any data file is written. Same guarantees and errors as ``commit_fragments``."""
-        self._check_key(idempotency_key, key_issued_at)
-        app = check_app(app_id, app_version)
-        state = self._begin_write()
-        if (
-            replayed := self._precheck(state, data.keys(), mode, expected_version, idempotency_key, app)
-        ) is not None:
+        before any data file is written. Same ``request``, guarantees and errors as ``commit_fragments``."""
+        state = self._begin_commit(request)
+        replayed, filters = self._prechecked(state, data.keys(), request)
+        if replayed is not None:
             return replayed
-        filters = self._replace_filters(state, data.keys(), mode, replace_where)
         planned: dict[str, list[tuple[Partition, pa.Table, str]]] = {}
         for table, table_data in data.items():
             schema, partition_by = table_layout(state.manifest.tables[table].schema)
@@ -273,7 +263,7 @@ class Engine:
             for partition, _, key in planned[table]:
                 check_in_filter(table, key, partition, filters.get(table))
         refs = {table: tuple(self._store(table, parts)) for table, parts in planned.items()}
-        return self._commit(state, refs, mode, expected_version, idempotency_key, actor, replace_where, app)
+        return self._commit(state, refs, request)
 
     def compact(self, table: str, target_bytes: int = compaction.DEFAULT_TARGET_BYTES,
                 min_fragments: int = compaction.DEFAULT_MIN_FRAGMENTS, actor: str | None = None) -> Commit | None:  # fmt: skip
@@ -461,16 +451,16 @@ class Engine:
             range(len(planned)),
         )
 
-    def _replace_filters(self, state: ManifestState, tables: Iterable[str], mode: str,
-                         replace_where: Mapping[str, PartitionFilter] | None) -> dict[str, dict[str, set[str | None]]]:  # fmt: skip
-        """``replace_where`` checked against the commit (overwrite mode, tables it writes, partition
-        columns, values of their types) as text sets per column. Before any I/O of the commit's own."""
+    def _replace_filters(
+        self, state: ManifestState, tables: Iterable[str], replace_where: Mapping[str, PartitionFilter] | None
+    ) -> Filters:
+        """``replace_where`` (an overwrite's: the request checked that) checked against the commit (tables
+        it writes, partition columns, values of their types) as text sets per column. Before any I/O of
+        the commit's own."""
         if replace_where is None:
             return {}
-        if mode != "overwrite":
-            raise ValueError(f"replace_where needs mode='overwrite', not {mode!r}")
         names = set(tables)
-        filters: dict[str, dict[str, set[str | None]]] = {}
+        filters: Filters = {}
         for table, where in replace_where.items():
             if table not in names:
                 raise ValueError(f"replace_where names table {table!r}, which the commit does not write")
@@ -478,50 +468,47 @@ class Engine:
             filters[table] = filter_texts(table, schema, partition_by, where)
         return filters
 
-    def precheck(self, tables: Iterable[str], mode: str = "append", expected_version: int | None = None,
-                 idempotency_key: str | None = None, key_issued_at: datetime | None = None, *,
-                 replace_where: Mapping[str, PartitionFilter] | None = None,
-                 app_id: str | None = None, app_version: int | None = None) -> Commit | None:  # fmt: skip
-        """The checks a commit makes before it writes any data, for writers that produce data elsewhere
-        first (a Spark job): the landed commit (``replayed=True``) if ``idempotency_key`` already landed
-        or the application watermark of ``app_id`` is at or above ``app_version``, else None. Raises
-        UnknownTableError, ValueError (mode, key, app, ``replace_where``), SchemaMismatchError (a
-        ``replace_where`` filter on a non-partition column or with a value of the wrong type),
-        CommitConflictError (``expected_version``), KeyWindowExpiredError. Heals first, like every write
-        entry point. The commit itself checks again."""
-        self._check_key(idempotency_key, key_issued_at)
-        app = check_app(app_id, app_version)
+    def precheck(self, tables: Iterable[str], request: CommitRequest = DEFAULT_REQUEST) -> Commit | None:
+        """The checks a commit with ``request`` makes before it writes any data, for writers that produce
+        data elsewhere first (a Spark job): the landed commit (``replayed=True``) if the request's
+        ``idempotency_key`` already landed or the application watermark of its ``app_id`` is at or above
+        its ``app_version``, else None. Raises UnknownTableError, ValueError (no tables, a
+        ``replace_where`` table the commit does not write), SchemaMismatchError (a ``replace_where``
+        filter on a non-partition column or with a value of the wrong type), CommitConflictError
+        (``expected_version``), KeyWindowExpiredError. Heals first, like every write entry point. The
+        commit itself checks again. The request's ``actor`` is not used."""
         names = list(tables)
-        state = self._begin_write()
-        replayed = self._precheck(state, names, mode, expected_version, idempotency_key, app)
-        if replayed is None:
-            self._replace_filters(state, names, mode, replace_where)
+        state = self._begin_commit(request)
+        replayed, _ = self._prechecked(state, names, request)
         return replayed
 
-    def _precheck(self, state: ManifestState, tables: Iterable[str], mode: str, expected_version: int | None,
-                  idempotency_key: str | None, app: tuple[str, int] | None = None) -> Commit | None:  # fmt: skip
-        if idempotency_key is not None and (landed := self._landed(state, check_key(idempotency_key))):
-            return Commit(landed.version, landed, 0, replayed=True)
-        if (replay := app_replay(self._manifests, state.manifest, app)) is not None:
-            return replay
-        self._validate(state, tables, mode)
-        check_expected_version(state, expected_version)
-        return None
+    def _begin_commit(self, request: CommitRequest) -> ManifestState:
+        """The setup every commit entry point shares (the request checked itself when it was made): refuse
+        a key issued beyond the key window, before any I/O, then :meth:`_begin_write`."""
+        self._check_key_window(request.idempotency_key, request.key_issued_at)
+        return self._begin_write()
 
-    def _check_key(self, key: str | None, issued_at: datetime | None) -> None:
-        """ValueError for a key the ledger cannot hold or an ``issued_at`` without a key or a time zone;
-        KeyWindowExpiredError when the key was issued so long ago (``key_window_s``, less one lease for
+    def _prechecked(
+        self, state: ManifestState, tables: Iterable[str], request: CommitRequest
+    ) -> tuple[Commit | None, Filters]:
+        """The replay ``request`` is on ``state`` (its key landed, its application watermark reached), if
+        any; else the commit's tables and expected version checked and its ``replace_where`` filters."""
+        names = list(tables)
+        key = request.idempotency_key
+        if key is not None and (landed := self._landed(state, key)):
+            return Commit(landed.version, landed, 0, replayed=True), {}
+        if (replay := app_replay(self._manifests, state.manifest, request.app)) is not None:
+            return replay, {}
+        self._check_tables(state, names)
+        check_expected_version(state, request.expected_version)
+        return None, self._replace_filters(state, names, request.replace_where)
+
+    def _check_key_window(self, key: str | None, issued_at: datetime | None) -> None:
+        """KeyWindowExpiredError when the key was issued so long ago (``key_window_s``, less one lease for
         clocks that disagree) that its ledger entry may have been vacuumed: committing it could apply it
-        twice. Before any I/O."""
-        if key is not None:
-            check_key(key)
-        if issued_at is None:
+        twice. Before any I/O. (The request checked ``issued_at`` is an aware datetime given with a key.)"""
+        if key is None or issued_at is None:
             return
-        if key is None or not isinstance(issued_at, datetime) or issued_at.tzinfo is None:
-            raise ValueError(
-                f"key_issued_at must be a timezone-aware datetime given with an idempotency_key, not "
-                f"{issued_at!r} (key {key!r})"
-            )
         age = (datetime.now(UTC) - issued_at).total_seconds()
         usable = self._settings.key_window_s - self._settings.lease_s
         if age > usable:
@@ -540,21 +527,20 @@ class Engine:
             return entry.entry.record if entry.entry.state is KeyState.PUBLISHED else None
         return (state or self._manifests.load()).manifest.record_for_key(key)
 
-    def _validate(self, state: ManifestState, tables: Any, mode: str) -> None:
-        if mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
+    def _check_tables(self, state: ManifestState, tables: Iterable[str]) -> None:
         names = list(tables)
         if not names:
             raise ValueError("a commit needs at least one table")
         for table in names:
             state.manifest.entry(table)  # UnknownTableError
 
-    def _commit(self, state: ManifestState, refs: dict[str, tuple[FragmentRef, ...]], mode: str,
-                expected_version: int | None, idempotency_key: str | None, actor: str | None,
-                replace_where: Mapping[str, PartitionFilter] | None = None,
-                app: tuple[str, int] | None = None) -> Commit:  # fmt: skip
-        self._validate(state, refs.keys(), mode)
-        filters = self._replace_filters(state, refs.keys(), mode, replace_where)
+    def _commit(
+        self, state: ManifestState, refs: dict[str, tuple[FragmentRef, ...]], request: CommitRequest
+    ) -> Commit:
+        """Check ``refs`` against ``state`` (tables, schemas, partitions, ``replace_where``, age) and run the
+        commit protocol (commit.py) on them with ``request``."""
+        self._check_tables(state, refs.keys())
+        filters = self._replace_filters(state, refs.keys(), request.replace_where)
         oldest_allowed = datetime.now(UTC) - timedelta(seconds=self._settings.grace_s / 2)
         writes: dict[str, TableWrite] = {}
         for table, table_refs in refs.items():
@@ -592,8 +578,15 @@ class Engine:
                 pinned = self._versions.fragments(table, state.manifest.tables[table].version)
                 added = tuple(f for f in pinned if keeps(f[0])) + added
             writes[table] = TableWrite(table, schema_text, added, keeps=keeps)
-        commit = self._operation().run(state, writes, mode, expected_version=expected_version,
-                                       idempotency_key=idempotency_key, actor=actor or self._actor, app=app)  # fmt: skip
+        commit = self._operation().run(
+            state,
+            writes,
+            request.mode_name,
+            expected_version=request.expected_version,
+            idempotency_key=request.idempotency_key,
+            actor=request.actor or self._actor,
+            app=request.app,
+        )
         self._checkpoint(commit)
         return commit
 

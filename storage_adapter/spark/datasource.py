@@ -50,6 +50,7 @@ from pyspark.sql.types import StructType
 from storage_adapter.engine.commit import Commit
 from storage_adapter.engine.engine import Engine
 from storage_adapter.engine.errors import CommitConflictError, TableExistsError
+from storage_adapter.engine.request import CommitRequest
 from storage_adapter.engine.tables import DataFile
 from storage_adapter.errors import ConfigurationError, StorageError
 from storage_adapter.spark.load import FragmentTask, TaskResult, collect_fragments, log_load, task_for
@@ -131,13 +132,20 @@ class _WritePlan:
         engine = Engine.open(self.task.adapter)
         commit: Commit | None = None
         if fragments or self.mode != "append":
-            commit = engine.commit_fragments(
-                {options.table: fragments}, mode=self.mode, idempotency_key=options.idempotency_key,
-                replace_where=None if options.replace_where is None else {options.table: options.replace_where},
-                app_id=self.app_id, app_version=app_version,
-            )  # fmt: skip
+            commit = engine.commit_fragments({options.table: fragments}, self.request(app_version))
         log_load({options.table: fragments}, commit, "storage_adapter write")
         return commit
+
+    def request(self, app_version: int | None) -> CommitRequest:
+        """The commit request of this write (a streaming batch's ``app_version`` is its batch id)."""
+        options = self.options
+        return CommitRequest(
+            mode=self.mode,
+            idempotency_key=options.idempotency_key,
+            replace_where=None if options.replace_where is None else {options.table: options.replace_where},
+            app_id=self.app_id,
+            app_version=app_version,
+        )
 
 
 def _plan(
@@ -175,8 +183,10 @@ def _plan(
     if streaming:  # the batch id is the app version: replays are decided at commit
         app_id = app_id or _query_identity(options)
     else:
-        replayed = engine.precheck([options.table], mode, None, options.idempotency_key, app_id=app_id,
-                                   app_version=options.app_version)  # fmt: skip
+        request = CommitRequest(
+            mode=mode, idempotency_key=options.idempotency_key, app_id=app_id, app_version=options.app_version
+        )
+        replayed = engine.precheck([options.table], request)
     task = task_for(
         engine,
         options.table,

@@ -33,6 +33,7 @@ from storage_adapter.engine import failpoints
 from storage_adapter.engine.commit import Commit
 from storage_adapter.engine.engine import Engine
 from storage_adapter.engine.errors import SchemaMismatchError
+from storage_adapter.engine.request import CommitMode, CommitRequest
 from storage_adapter.engine.schema import PartitionFilter, conform
 from storage_adapter.engine.tables import FragmentRef
 from storage_adapter.errors import StorageError, UnsupportedOperationError
@@ -196,8 +197,17 @@ def write_tables(
         )
     for table, frame in frames.items():
         check_spark_frame(frame, table)
-    replayed = engine.precheck(list(frames), mode, expected_version, idempotency_key, key_issued_at,
-                               app_id=app_id, app_version=app_version)  # fmt: skip
+    request = CommitRequest(
+        mode=mode,
+        expected_version=expected_version,
+        idempotency_key=idempotency_key,
+        actor=actor,
+        key_issued_at=key_issued_at,
+        replace_where=replace_where,
+        app_id=app_id,
+        app_version=app_version,
+    )  # ValueError for any option that is wrong whatever the tables
+    replayed = engine.precheck(list(frames), request)
     if replayed is not None:
         log_load({t: () for t in frames}, replayed, "Spark load")
         return BulkLoad(replayed, ())
@@ -208,12 +218,8 @@ def write_tables(
         rows = frame.mapInArrow(tasks[table].map_in_arrow, "result binary").collect()
         written[table] = collect_fragments(table, (pickle.loads(row.result) for row in rows))
     commit: Commit | None = None
-    if mode != "append" or any(written.values()):
-        commit = engine.commit_fragments(
-            written, mode=mode, expected_version=expected_version, idempotency_key=idempotency_key,
-            actor=actor, key_issued_at=key_issued_at, replace_where=replace_where, app_id=app_id,
-            app_version=app_version,
-        )  # fmt: skip
+    if request.mode is not CommitMode.APPEND or any(written.values()):
+        commit = engine.commit_fragments(written, request)
     log_load(written, commit, "Spark load")
     return BulkLoad(commit, tuple(ref for refs in written.values() for ref in refs))
 
