@@ -28,6 +28,7 @@ from backends.containers import create_bucket
 from backends.server import (
     S3Endpoint,
     S3Server,
+    ServerStartFailed,
     ServerUnavailable,
     free_port,
     launch_server_process,
@@ -199,7 +200,7 @@ class CephRGW(S3Server):
         except ServerUnavailable as exc:
             if str(self.log_dir) in str(exc):  # already names its log (a daemon exited)
                 raise
-            raise ServerUnavailable(f"{exc}; see {self.log_dir}/client.rgw.log") from exc
+            raise type(exc)(f"{exc}; see {self.log_dir}/client.rgw.log") from exc
         self.ready_s = time.monotonic() - started
         return endpoint
 
@@ -213,7 +214,7 @@ class CephRGW(S3Server):
         log = self.log_dir / f"{step}.log"
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            raise ServerUnavailable(f"ceph did not start within {self.start_timeout_s:.0f}s (before {step})")
+            raise ServerStartFailed(f"ceph did not start within {self.start_timeout_s:.0f}s (before {step})")
         with log.open("wb") as err:
             try:
                 completed = subprocess.run(
@@ -221,11 +222,11 @@ class CephRGW(S3Server):
                     stderr=err, cwd=self._state, timeout=remaining,
                 )  # fmt: skip
             except subprocess.TimeoutExpired:
-                raise ServerUnavailable(
+                raise ServerStartFailed(
                     f"ceph: {step} did not finish within {self.start_timeout_s:.0f}s of start; see {log}"
                 ) from None
         if completed.returncode != 0:
-            raise ServerUnavailable(f"ceph: {step} failed with status {completed.returncode}; see {log}")
+            raise ServerStartFailed(f"ceph: {step} failed with status {completed.returncode}; see {log}")
         return "" if quiet else completed.stdout.decode(errors="replace")
 
     def _spawn(self, name: str, args: list[str]) -> None:
@@ -244,7 +245,7 @@ class CephRGW(S3Server):
         for daemon in self._daemons:
             status = daemon.process.poll()
             if status is not None:
-                raise ServerUnavailable(
+                raise ServerStartFailed(
                     f"ceph: {daemon.name} exited with status {status} while starting; see {daemon.log} "
                     f"and {self.log_dir}"
                 )

@@ -24,7 +24,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from backends.server import S3Endpoint, S3Server, ServerUnavailable, wait_until_bucket_answers
+from backends.server import (
+    S3Endpoint,
+    S3Server,
+    ServerStartFailed,
+    ServerUnavailable,
+    wait_until_bucket_answers,
+)
 
 # MinIO: conditional PutObject (If-None-Match, If-Match) since 2024; the first release after
 # minio/minio#21550 (merged 2025-08-29), which makes If-Match on a missing key fail instead of creating it.
@@ -121,7 +127,7 @@ class ContainerS3Server(S3Server):
             host = self._container.get_container_host_ip()
             port = self._container.get_exposed_port(spec.s3_port)
         except Exception as exc:  # docker and testcontainers raise many unrelated types here
-            raise ServerUnavailable(f"{self.name} container ({self.image}) failed to start: {exc}") from exc
+            raise ServerStartFailed(f"{self.name} container ({self.image}) failed to start: {exc}") from exc
         endpoint = S3Endpoint(
             name=self.name,
             endpoint=f"http://{host}:{port}",
@@ -134,7 +140,7 @@ class ContainerS3Server(S3Server):
             create_bucket(endpoint, deadline, self._is_running)
             wait_until_bucket_answers(endpoint, max(deadline - time.monotonic(), 5.0), self._is_running)
         except ServerUnavailable as exc:
-            raise ServerUnavailable(f"{exc}; container log tail:\n{self._log_tail()}") from exc
+            raise type(exc)(f"{exc}; container log tail:\n{self._log_tail()}") from exc
         return endpoint
 
     def stop(self) -> None:
@@ -213,7 +219,7 @@ def create_bucket(endpoint: S3Endpoint, deadline: float, is_alive: object) -> No
     last: Exception | None = None
     while time.monotonic() < deadline:
         if callable(is_alive) and not is_alive():
-            raise ServerUnavailable(f"{endpoint.name} container exited while starting")
+            raise ServerStartFailed(f"{endpoint.name} container exited while starting")
         try:
             client.create_bucket(Bucket=endpoint.bucket)
             return
@@ -224,4 +230,4 @@ def create_bucket(endpoint: S3Endpoint, deadline: float, is_alive: object) -> No
         except BotoCoreError as exc:
             last = exc  # connection refused or reset while the server starts
         time.sleep(0.5)
-    raise ServerUnavailable(f"{endpoint.name} did not create bucket {endpoint.bucket!r} in time: {last}")
+    raise ServerStartFailed(f"{endpoint.name} did not create bucket {endpoint.bucket!r} in time: {last}")

@@ -73,7 +73,7 @@ class Moto(S3Server):
             create_bucket(endpoint, deadline, self._alive)
             wait_until_bucket_answers(endpoint, max(1.0, deadline - time.monotonic()), self._alive)
         except ServerUnavailable as exc:
-            raise ServerUnavailable(f"{exc}; see the server log {self.log_path}") from exc
+            raise type(exc)(f"{exc}; see the server log {self.log_path}") from exc
         return endpoint
 
     def _alive(self) -> bool:

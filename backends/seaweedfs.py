@@ -20,6 +20,7 @@ from pathlib import Path
 from backends.server import (
     S3Endpoint,
     S3Server,
+    ServerStartFailed,
     ServerUnavailable,
     free_port,
     launch_server_process,
@@ -30,9 +31,16 @@ from backends.server import (
 # Every port flag `weed mini` accepts; unassigned ones would fall back to fixed defaults and collide.
 _PORT_FLAGS = (
     "master.port", "master.port.grpc", "volume.port", "volume.port.grpc", "volume.port.public",
-    "filer.port", "filer.port.grpc", "filer.port.public", "s3.port", "s3.port.grpc", "s3.port.iceberg",
-    "s3.port.lance", "admin.port", "admin.port.grpc", "webdav.port", "debug.port", "s3.debug.port",
+    "filer.port", "filer.port.grpc", "filer.port.public", "s3.port", "s3.port.grpc", "admin.port",
+    "admin.port.grpc", "webdav.port", "debug.port", "s3.debug.port",
 )  # fmt: skip
+# The Iceberg catalog and Lance namespace listeners are not used here: off, two ports fewer to race for.
+_SERVICES_OFF = ("-s3.port.iceberg=0", "-s3.port.lance=0")
+# A port found free may be taken by another process before weed binds it (two test workers start
+# servers at once): a start that died of that is retried with fresh ports, this many times in all.
+# weed says so in one of two ways: its own check of a flag's port before starting, or the listener's bind.
+_START_ATTEMPTS = 3
+_LOST_PORT = ("is not available on 127.0.0.1 and cannot be used", "address already in use")
 
 
 def weed_binary() -> str:
@@ -73,6 +81,18 @@ class SeaweedFS(S3Server):
         self.log_path: Path | None = None
 
     def _launch(self) -> S3Endpoint:
+        for attempt in range(1, _START_ATTEMPTS + 1):
+            try:
+                return self._launch_once()
+            except ServerStartFailed:
+                log = self.log_path.read_text(errors="replace") if self.log_path is not None else ""
+                lost_a_port = any(report in log for report in _LOST_PORT)
+                if not lost_a_port or attempt == _START_ATTEMPTS:
+                    raise
+                self.stop()
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def _launch_once(self) -> S3Endpoint:
         binary = weed_binary()
         self._workdir = tempfile.mkdtemp(prefix="seaweedfs-")
         data_dir = Path(self._workdir, "data")
@@ -82,7 +102,7 @@ class SeaweedFS(S3Server):
         self.log_path = Path(log_name)
         ports = {flag: free_port() for flag in _PORT_FLAGS}
         args = [binary, "mini", f"-dir={data_dir}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-                f"-bucket={self.bucket}", "-webdav=false", "-admin.ui=false"]  # fmt: skip
+                f"-bucket={self.bucket}", "-webdav=false", "-admin.ui=false", *_SERVICES_OFF]  # fmt: skip
         args += [f"-{flag}={port}" for flag, port in ports.items()]
         if self.identities:
             config = Path(self._workdir, "s3-identities.json")
@@ -108,7 +128,7 @@ class SeaweedFS(S3Server):
         try:
             wait_until_bucket_answers(endpoint, self.start_timeout_s, lambda: self._process.poll() is None)
         except ServerUnavailable as exc:
-            raise ServerUnavailable(f"{exc}; see the server log {self.log_path}") from exc
+            raise type(exc)(f"{exc}; see the server log {self.log_path}") from exc
         return endpoint
 
     def version(self) -> str:

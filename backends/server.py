@@ -74,6 +74,11 @@ class ServerUnavailable(RuntimeError):
     """
 
 
+class ServerStartFailed(ServerUnavailable):
+    """The server could run here and was started, but did not come up (it exited, or never answered).
+    Unlike a missing binary or Docker engine this is a failure, never a reason to skip."""
+
+
 @dataclass(frozen=True)
 class S3Endpoint:
     """How to reach a running S3 server: everything ``open_adapter`` needs. ``repr`` hides the secret."""
@@ -222,7 +227,7 @@ def wait_until_bucket_answers(endpoint: S3Endpoint, deadline_s: float, is_alive:
     last: Exception | None = None
     while time.monotonic() < deadline:
         if callable(is_alive) and not is_alive():
-            raise ServerUnavailable(f"{endpoint.name} exited while starting")
+            raise ServerStartFailed(f"{endpoint.name} exited while starting")
         try:
             adapter.write(".ready-probe", b"ok")
             adapter.delete(".ready-probe")
@@ -230,4 +235,4 @@ def wait_until_bucket_answers(endpoint: S3Endpoint, deadline_s: float, is_alive:
         except StorageError as exc:
             last = exc
             time.sleep(0.3)
-    raise ServerUnavailable(f"{endpoint.name} did not answer within {deadline_s:.0f}s (last error: {last})")
+    raise ServerStartFailed(f"{endpoint.name} did not answer within {deadline_s:.0f}s (last error: {last})")

@@ -2,7 +2,7 @@
 
 * ``adapter``: storage-adapter's ObjectStorageAdapter (and its async twin, for ``async_get``);
 * ``obstore``: raw obstore calls on the same kind of store (the baseline the adapter's overhead is
-  measured against; the bench, not the package, is the one place besides ``obstore_backend`` that
+  measured against; the bench, not the package, is the one place besides ``storage_adapter.obstore_driver`` that
   imports obstore, because the baseline *is* obstore);
 * ``boto3``: plain boto3 calls (S3 only);
 * ``s3fs`` and ``fsspec``: the fsspec peer adapter (:mod:`contract_tests.peers`), i.e. each operation as

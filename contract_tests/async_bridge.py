@@ -20,9 +20,9 @@ import threading
 from collections.abc import AsyncIterator, Coroutine, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
-from storage_adapter.async_adapter import AsyncObjectReader, open_async_adapter
+from storage_adapter.async_adapter import open_async_adapter
 from storage_adapter.protocol import AsyncStorageAdapter
-from storage_adapter.streams import Body, ObjectReader
+from storage_adapter.streams import AsyncObjectReader, Body, ObjectReader
 from storage_adapter.types import Capabilities, DirListing, ObjectInfo, Versioned
 
 T = TypeVar("T")

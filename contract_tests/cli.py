@@ -37,7 +37,6 @@ from rich.progress import (
 )
 from rich.text import Text
 
-from backends.containers import create_bucket
 from backends.registry import provider, provider_names
 from backends.server import S3Endpoint, ServerUnavailable, scoped_environment
 from contract_tests.conformance import (
@@ -64,9 +63,9 @@ from contract_tests.report import (
 )
 from contract_tests.targets import DEFAULT_FACTORY, EMBEDDED, Target, load_factory, parse_target
 from storage_adapter.builtin_backends import UNQUOTED_IF_MATCH
+from storage_adapter.config import parse_url
 from storage_adapter.errors import ConfigurationError, PermissionDeniedError, StorageError
-from storage_adapter.redaction import redact_environment
-from storage_adapter.registry import Backend, backend_for_scheme, registered, schemes
+from storage_adapter.registry import Backend, backend_for_scheme, redact_environment, registered, schemes
 
 PEER_FACTORY = "contract_tests.peers:open_peer"
 EXIT_OK, EXIT_VIOLATION, EXIT_BAD_INPUT, EXIT_SERVER_UNAVAILABLE, EXIT_INCONCLUSIVE = 0, 1, 2, 3, 4
@@ -309,22 +308,21 @@ def _user_server_version(targets: Sequence[Target]) -> list[tuple[str, str]]:
 
 
 def _create_buckets(targets: Sequence[Target], console: Console) -> None:
-    """``--create-bucket``: create the bucket of every judged s3:// URL if missing, at ``AWS_ENDPOINT_URL``
-    with the ``AWS_*`` credentials. Raises InputError when it cannot."""
-    endpoint = os.environ.get("AWS_ENDPOINT_URL")
+    """``--create-bucket``: for every judged target whose backend has containers (an S3 bucket), create the
+    one its URL addresses if missing, with the endpoint and credentials the adapter would use (its options
+    and the environment). Raises InputError when it cannot."""
     for target in targets:
-        if target.peer or not target.address.startswith("s3://"):
+        if target.peer or not target.url:
             continue
-        if not endpoint:
-            raise InputError("--create-bucket needs AWS_ENDPOINT_URL (create AWS S3 buckets yourself)")
-        bucket = target.address.removeprefix("s3://").split("/", 1)[0]
-        s3 = S3Endpoint(target.name, endpoint, bucket, os.environ.get("AWS_ACCESS_KEY_ID", ""),
-                        os.environ.get("AWS_SECRET_ACCESS_KEY", ""), os.environ.get("AWS_REGION", "us-east-1"))  # fmt: skip
+        config = parse_url(target.url, {})
+        create = config.spec.create_container
+        if create is None:
+            continue
         try:
-            create_bucket(s3, time.monotonic() + 15.0, None)
-        except ServerUnavailable as exc:
-            raise InputError(f"{target.name}: cannot create bucket {bucket!r}: {exc}") from None
-        console.print(f"bucket {bucket} is there", highlight=False, markup=False)
+            create(config)
+        except StorageError as exc:
+            raise InputError(f"{target.name}: {exc}") from None
+        console.print(f"{config.location} is there ({target.name})", highlight=False, markup=False)
 
 
 def _progress(console: Console) -> tuple[contextlib.AbstractContextManager[Any], Any]:

@@ -29,7 +29,7 @@ from contract_tests.plugin import ContractSizes
 from contract_tests.targets import Target, load_factory
 from contract_tests.verdicts import Inconclusive, split_message
 from storage_adapter.errors import StorageError
-from storage_adapter.redaction import redact_environment
+from storage_adapter.registry import redact_environment
 
 CONTRACT_SUITE = ("--pyargs", "contract_tests")
 DEFAULT_SIZES = ContractSizes(threads=8, processes=4, increments=25)

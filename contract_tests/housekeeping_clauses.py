@@ -13,7 +13,7 @@ clauses use. What they pin down, on every backend:
   emptied prefix is no longer listed and an adapter rooted there answers as an empty one.
 
 That a ``file://`` target's own root directory survives being emptied is not visible here (the clauses'
-adapters are children, whose directories are pruned like any prefix): ``tests/test_local_mutation.py``
+adapters are children, whose directories are pruned like any prefix): ``tests/test_local_files.py``
 checks it.
 """
 

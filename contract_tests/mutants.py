@@ -46,9 +46,10 @@ class Mutant:
 _ADAPTER = "storage_adapter/adapter.py"
 _DERIVED = "storage_adapter/derived.py"
 _KEYS = "storage_adapter/keys.py"
-_OBSTORE = "storage_adapter/obstore_backend.py"
-_LOCAL = "storage_adapter/local_backend.py"
-_MUTATION = "storage_adapter/local_mutation.py"
+_OBSTORE = "storage_adapter/obstore_driver/driver.py"
+_TRANSLATION = "storage_adapter/translation.py"
+_LOCAL = "storage_adapter/local_driver.py"
+_MUTATION = "storage_adapter/local_files.py"
 _STREAMS = "storage_adapter/streams.py"
 
 CATALOGUE: tuple[Mutant, ...] = (
@@ -57,8 +58,8 @@ CATALOGUE: tuple[Mutant, ...] = (
         "adapter-create-reports-loss-as-win",
         _ADAPTER,
         "ObjectStorageAdapter.write_if_absent",
-        "return self._backend.put_if_absent(key, body)",
-        "return self._backend.put_if_absent(key, body) or self._backend.head_token(key)",
+        "return self._driver.put(key, body, CREATE)",
+        "return self._driver.put(key, body, CREATE) or self._driver.head_token(key)",
         "write_if_absent answers a win (a token) to every caller, winners and losers alike",
         smoke=True,
     ),
@@ -98,7 +99,7 @@ CATALOGUE: tuple[Mutant, ...] = (
         "adapter-rename-onto-itself-skips-check",
         _ADAPTER,
         "ObjectStorageAdapter.rename",
-        "                self._backend.head_token(src)\n                return",
+        "                self._driver.head_token(src)\n                return",
         "                return",
         "rename(k, k) of a missing key succeeds instead of NotFoundError",
     ),
@@ -239,9 +240,9 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "obstore-cas-error-is-conflict",
         _OBSTORE,
-        "ObstoreBackend.put_if_match",
-        "            except (PreconditionError, FileNotFoundError):\n                return None",
-        "            except (PreconditionError, FileNotFoundError, BaseError):\n                return None",
+        "ObstoreDriver.put",
+        "except (AlreadyExistsError, PreconditionError, FileNotFoundError):",
+        "except (AlreadyExistsError, PreconditionError, FileNotFoundError) if mode.token is None else BaseError:",
         "CAS answers None (lost race) on every error, an outage included",
         targets=OBSTORE,
         smoke=True,
@@ -249,16 +250,17 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "obstore-create-error-is-loss",
         _OBSTORE,
-        "ObstoreBackend.put_if_absent",
-        "            except AlreadyExistsError:\n                return None",
-        "            except (AlreadyExistsError, BaseError):\n                return None",
+        "ObstoreDriver.put",
+        "except (AlreadyExistsError, PreconditionError, FileNotFoundError):",
+        "except (AlreadyExistsError, PreconditionError, FileNotFoundError) "
+        "if mode.token is not None or not mode.conditional else BaseError:",
         "write_if_absent answers None (lost) on every error",
         targets=OBSTORE,
     ),
     Mutant(
         "obstore-delete-swallows-errors",
         _OBSTORE,
-        "ObstoreBackend.delete",
+        "ObstoreDriver.delete",
         'with self.translated(key, "delete"), suppress(FileNotFoundError):',
         'with self.translated(key, "delete"), suppress(BaseError):',
         "delete swallows every error, not just 'already absent'",
@@ -268,9 +270,9 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "obstore-cas-unconditional",
         _OBSTORE,
-        "ObstoreBackend.put_if_match",
-        'mode: Any = {"e_tag": self.if_match_token(token)}',
-        'mode: Any = "overwrite"',
+        "ObstoreDriver.obstore_mode",
+        'return {"e_tag": self.if_match_token(mode.token)}',
+        'return "overwrite"',
         "CAS writes unconditionally (the If-Match is dropped)",
         targets=OBSTORE,
         smoke=True,
@@ -278,18 +280,19 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "obstore-create-overwrites",
         _OBSTORE,
-        "ObstoreBackend.put_if_absent",
-        'data, mode="create")["e_tag"]',
-        'data)["e_tag"]',
+        "ObstoreDriver.obstore_mode",
+        'return "create" if mode.conditional else "overwrite"',
+        'return "overwrite"',
         "write_if_absent writes unconditionally (the If-None-Match is dropped)",
         targets=OBSTORE,
     ),
     Mutant(
         "obstore-create-returns-version-not-etag",
         _OBSTORE,
-        "ObstoreBackend.put_if_absent",
-        'return str(obstore.put(self._store, self.path(key), data, mode="create")["e_tag"])',
-        'return str(obstore.put(self._store, self.path(key), data, mode="create")["version"])',
+        "ObstoreDriver.put",
+        'obstore.put(self._store, self.path(key), body, mode=self.obstore_mode(mode))["e_tag"]',
+        "obstore.put(self._store, self.path(key), body, mode=self.obstore_mode(mode))"
+        '["version" if mode.conditional and mode.token is None else "e_tag"]',
         'write_if_absent returns the put\'s version id, not its ETag: a wrong token ("None" where the '
         "store keeps no versions) that no read reports and no CAS accepts",
         targets=OBSTORE,
@@ -297,7 +300,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "obstore-rename-keeps-source",
         _OBSTORE,
-        "ObstoreBackend.rename",
+        "ObstoreDriver.rename",
         "            obstore.copy(self._store, self.path(src), self.path(dst))\n            self._delete_path(self.path(src))",
         "            obstore.copy(self._store, self.path(src), self.path(dst))",
         "rename copies without deleting the source",
@@ -306,7 +309,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "obstore-rename-deletes-first",
         _OBSTORE,
-        "ObstoreBackend.rename",
+        "ObstoreDriver.rename",
         "            obstore.copy(self._store, self.path(src), self.path(dst))\n            self._delete_path(self.path(src))",
         "            data = obstore.get(self._store, self.path(src)).bytes()\n"
         "            self._delete_path(self.path(src))\n"
@@ -319,7 +322,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "obstore-list-dir-no-confirm",
         _OBSTORE,
-        "ObstoreBackend._confirmed",
+        "ObstoreDriver._confirmed",
         "            return [p for p in reported if p in held]",
         "            return reported",
         "list_dir reports emptied directories as prefixes (SeaweedFS keeps them) when one page shows the whole listing",
@@ -336,26 +339,26 @@ CATALOGUE: tuple[Mutant, ...] = (
     ),
     Mutant(
         "obstore-denied-is-not-found",
-        _OBSTORE,
-        "Translation._classify",
-        "        if isinstance(exc, FileNotFoundError) or status == 404:",
-        "        if isinstance(exc, FileNotFoundError) or status in (403, 404):",
+        _TRANSLATION,
+        "classify",
+        "    if kind is NotFoundError or status == 404:",
+        "    if kind is NotFoundError or status in (403, 404):",
         "403 Forbidden is reported as NotFoundError (a denied read looks like an absent object)",
         targets=OBSTORE,
     ),
     Mutant(
         "obstore-panic-escapes",
-        _OBSTORE,
-        "Translation.__exit__",
-        "        if isinstance(exc, _TRANSLATED) or _is_panic(exc):",
-        "        if isinstance(exc, _TRANSLATED):",
+        _TRANSLATION,
+        "translatable",
+        "return _reader(exc) is not None or is_panic(exc)",
+        "return _reader(exc) is not None",
         "a Rust panic escapes untranslated",
         targets=ALL,
     ),
     Mutant(
         "obstore-read-token-from-head",
         _OBSTORE,
-        "ObstoreBackend.get_versioned",
+        "ObstoreDriver.get_versioned",
         '            result = obstore.get(self._store, self.path(key))\n            return _whole_body(result), str(result.meta["e_tag"])',
         "            result = obstore.get(self._store, self.path(key))\n            body = _whole_body(result)\n"
         '            return body, str(obstore.head(self._store, self.path(key))["e_tag"])',
@@ -366,7 +369,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "obstore-list-ignores-start-after",
         _OBSTORE,
-        "ObstoreBackend.listing",
+        "ObstoreDriver.listing",
         "offset=None if start_after is None else self.path(start_after),",
         "offset=None,",
         "a resumed listing starts again from the first object (callers paging a prefix loop or duplicate)",
@@ -407,7 +410,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "local-list-shows-staging",
         _LOCAL,
-        "LocalBackend._info",
+        "LocalDriver._info",
         "        if not entry.is_file(follow_symlinks=False) or not _is_key(key):",
         "        if not entry.is_file(follow_symlinks=False):",
         "listings show staging files (and other invalid names) as objects",
@@ -417,7 +420,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "local-list-dir-empty-prefixes",
         _LOCAL,
-        "LocalBackend.list_dir",
+        "LocalDriver.list_dir",
         "                    and self._holds_objects(chain.fd, entry.name, key)\n",
         "",
         "list_dir reports directories without objects as prefixes",
@@ -435,7 +438,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "local-list-from-root",
         _LOCAL,
-        "LocalBackend._listed",
+        "LocalDriver._listed",
         "return open_chain(self._root, dir_names(self.path(prefix) if prefix else self._prefix), create=False)",
         'return open_chain(self._root, dir_names(self.path(prefix) if prefix else ""), create=False)',
         "list('') of a child adapter lists from the store root (objects outside its prefix)",
@@ -444,7 +447,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "local-delete-swallows-errors",
         _LOCAL,
-        "LocalBackend.delete",
+        "LocalDriver.delete",
         '        with self.translated(key, "delete"):\n            self._mutator.delete(self.path(key))',
         '        with self.translated(key, "delete"):\n            try:\n                self._mutator.delete(self.path(key))\n'
         "            except OSError:\n                pass",
@@ -454,17 +457,17 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "local-cas-error-is-conflict",
         _LOCAL,
-        "LocalBackend.put_if_match",
-        "            return self._mutator.write_if_match(self.path(key), data, token)",
-        "            try:\n                return self._mutator.write_if_match(self.path(key), data, token)\n"
-        "            except OSError:\n                return None",
+        "LocalDriver.put",
+        "                    return self._mutator.write_if_match(path, body, mode.token)",
+        "                    try:\n                        return self._mutator.write_if_match(path, body, mode.token)\n"
+        "                    except OSError:\n                        return None",
         "CAS answers None (lost race) on every OS error",
         targets=LOCAL,
     ),
     Mutant(
         "local-read-error-is-absent",
         _LOCAL,
-        "LocalBackend.get_versioned",
+        "LocalDriver.get_versioned",
         "            data, st = read_object(self._root, self.path(key))",
         "            try:\n                data, st = read_object(self._root, self.path(key))\n"
         "            except OSError as exc:\n                raise FileNotFoundError(key) from exc",
@@ -722,7 +725,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "rename-bypasses-mutator",
         _LOCAL,
-        "LocalBackend.rename",
+        "LocalDriver.rename",
         "            self._mutator.rename(self.path(src), self.path(dst))",
         "            source, target = os.path.join(self._root, self.path(src)), os.path.join(self._root, self.path(dst))\n            os.makedirs(os.path.dirname(target), exist_ok=True)\n            os.rename(source, target)",
         "rename is a plain os.rename of the two paths: no directory lock, so it can land inside a CAS on either key",
@@ -965,7 +968,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "obstore-conditional-stream-truncated",
         _OBSTORE,
-        "ObstoreBackend._one_request",
+        "ObstoreDriver._one_request",
         "        body, rest = _gathered(chunks, self._conditional_limit)\n        if rest is not None:",
         "        body, rest = _gathered(chunks, self._conditional_limit)\n        if False:",
         "a conditional stream past the limit is written truncated to its buffered head instead of refused",

@@ -186,22 +186,30 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
 
 class ServerPool:
     """S3 servers of ``backends.registry`` started on first use and stopped when the session ends. A
-    provider that cannot run here (no Docker for MinIO) skips the requesting test with its reason."""
+    provider that cannot run here (no Docker for MinIO, no ``weed`` binary) skips the requesting test with
+    its reason; one that was started and did not come up fails it (a crashed server is no reason to skip:
+    a run that skipped the server's clauses would look green)."""
 
     def __init__(self, stack: ExitStack) -> None:
         self._stack = stack
         self._endpoints: dict[str, S3Endpoint] = {}
         self._unavailable: dict[str, str] = {}
+        self._failed: dict[str, str] = {}
 
     def endpoint(self, name: str) -> S3Endpoint:
         from backends.registry import provider
-        from backends.server import ServerUnavailable
+        from backends.server import ServerStartFailed, ServerUnavailable
 
+        if name in self._failed:
+            pytest.fail(self._failed[name], pytrace=False)
         if name in self._unavailable:
             pytest.skip(self._unavailable[name])
         if name not in self._endpoints:
             try:
                 self._endpoints[name] = self._stack.enter_context(provider(name)())
+            except ServerStartFailed as exc:
+                self._failed[name] = f"{name} was started and did not come up: {exc}"
+                pytest.fail(self._failed[name], pytrace=False)
             except ServerUnavailable as exc:
                 self._unavailable[name] = str(exc)
                 pytest.skip(str(exc))

@@ -12,22 +12,26 @@ from typing import TYPE_CHECKING, Any
 from storage_adapter.builtin_backends import store_config
 from storage_adapter.config import AdapterConfig, parse_url
 from storage_adapter.derived import DerivedOperations, validate_min_age, validate_start_after
+from storage_adapter.driver import CREATE, OVERWRITE, Driver, PutBody, PutMode
 from storage_adapter.errors import (
     ConfigurationError,
     InvalidArgumentError,
     InvalidTokenError,
     NotFoundError,
+    StorageError,
     UnsupportedOperationError,
 )
 from storage_adapter.keys import validate_key, validate_prefix
 from storage_adapter.redaction import Redactor
-from storage_adapter.registry import Driver
 from storage_adapter.streams import Body, BytesLike, ObjectReader, body_of, check_ranges
 from storage_adapter.types import Capabilities, DirListing, ObjectInfo, Support, Versioned
 
 if TYPE_CHECKING:
-    from storage_adapter.fsspec_filesystem import AdapterFileSystem
+    from fsspec.spec import AbstractFileSystem
 
+# The protocols fsspec knows the adapter's filesystem by (storage_adapter.fsspec_filesystem registers
+# them, and the installed package declares them as fsspec.specs entry points).
+FSSPEC_PROTOCOLS = ("sa", "storage-adapter")
 _BY_KEY = operator.attrgetter("key")
 # What a token can be: an ETag's characters (RFC 9110's etagc: visible ASCII, no space), every backend's
 # (S3's and local's are quoted hex, memory's a counter). A control character or a non-ASCII one could only
@@ -49,7 +53,7 @@ class AdapterCore:
         self._spec = config.spec
         self._scrubbed = Redactor(config.secret_values())
         with self._scrubbed:
-            self._backend: Driver = self._spec.driver(config)
+            self._driver: Driver = self._spec.driver(config)
         self._capabilities = self._spec.capabilities_for(config)
 
     @property
@@ -91,17 +95,25 @@ class AdapterCore:
     def _prefix(self, prefix: object) -> str:
         return validate_prefix(prefix, self.backend)
 
-    def _write_args(self, key: object, data: Body) -> tuple[str, bytes | Iterator[BytesLike]]:
+    def _write_args(self, key: object, data: Body) -> tuple[str, PutBody]:
         key = self._key(key)
         return key, body_of(data, key, self.backend)
 
-    def _conditional_args(
-        self, key: object, data: Body, method: str
-    ) -> tuple[str, bytes | Iterator[BytesLike]]:
+    def _written(self, key: str, token: str | None) -> str:
+        """The token an unconditional put returned; a driver that returned none broke its contract."""
+        if token is None:
+            raise StorageError(
+                f"write {key!r} on {self.backend}: the driver returned no token for an unconditional put",
+                key=key,
+                backend=self.backend,
+            )
+        return token
+
+    def _conditional_args(self, key: object, data: Body, method: str) -> tuple[str, PutBody]:
         key = self._key(key)
         return key, self._conditional_body(key, data, method)
 
-    def _conditional_body(self, key: str, data: Body, method: str) -> bytes | Iterator[BytesLike]:
+    def _conditional_body(self, key: str, data: Body, method: str) -> PutBody:
         """The body of a conditional write; a stream is refused before any I/O where the backend declares
         streamed conditional writes unsupported."""
         body = body_of(data, key, self.backend)
@@ -162,25 +174,28 @@ class ObjectStorageAdapter(AdapterCore, DerivedOperations):
         """An adapter rooted at ``prefix`` below this one (same store, same options)."""
         return ObjectStorageAdapter(self._config.child(prefix))
 
-    def to_fsspec(self, block_size: int | None = None, cache_type: str | None = None) -> AdapterFileSystem:
+    def to_fsspec(self, block_size: int | None = None, cache_type: str | None = None) -> AbstractFileSystem:
         """This adapter as an fsspec filesystem (paths are its keys; needs fsspec, the ``peers`` extra),
         for pyarrow, pandas, DuckDB and the like: see :mod:`storage_adapter.fsspec_filesystem`."""
-        from storage_adapter.fsspec_filesystem import AdapterFileSystem
+        # The face sits above the adapter (it opens adapters from URLs), so the adapter finds it the way
+        # any fsspec user does: by its registered protocol (the package's fsspec.specs entry point).
+        import fsspec
 
-        return AdapterFileSystem(self, block_size=block_size, cache_type=cache_type)
+        face = fsspec.get_filesystem_class(FSSPEC_PROTOCOLS[0])
+        return face(self, block_size=block_size, cache_type=cache_type)
 
     # -- reads ----------------------------------------------------------------------------------------
     def read_bytes(self, key: str) -> bytes:
         """The object's bytes. Raises NotFoundError if absent."""
         key = self._key(key)
         with self._scrubbed:
-            return self._backend.get(key)
+            return self._driver.get(key)
 
     def read_versioned(self, key: str) -> Versioned:
         """The object's bytes with the token of exactly those bytes. Raises NotFoundError if absent."""
         key = self._key(key)
         with self._scrubbed:
-            data, token = self._backend.get_versioned(key)
+            data, token = self._driver.get_versioned(key)
         return Versioned(data=data, token=token)
 
     def read_range(self, key: str, start: int, end: int) -> bytes:
@@ -193,25 +208,25 @@ class ObjectStorageAdapter(AdapterCore, DerivedOperations):
         key = self._key(key)
         checked = check_ranges(ranges, key, self.backend)
         with self._scrubbed:
-            return self._backend.get_ranges(key, checked)
+            return self._driver.get_ranges(key, checked)
 
     def open_reader(self, key: str) -> ObjectReader:
         """A seekable reader over the object's current version, read lazily by range."""
         key = self._key(key)
         with self._scrubbed:
-            return ObjectReader(self._backend.open_source(key))
+            return ObjectReader(self._driver.open_source(key))
 
     def read_buffer(self, key: str) -> memoryview:
         """The object's bytes as a read-only memoryview, without a copy into ``bytes``."""
         key = self._key(key)
         with self._scrubbed:
-            return self._backend.get_buffer(key)
+            return self._driver.get_buffer(key)
 
     def exists(self, key: str) -> bool:
         key = self._key(key)
         try:
             with self._scrubbed:
-                self._backend.head_token(key)
+                self._driver.head_token(key)
         except NotFoundError:
             return False
         return True
@@ -228,7 +243,7 @@ class ObjectStorageAdapter(AdapterCore, DerivedOperations):
         validated now, before any I/O."""
         prefix = self._prefix(prefix)
         after = validate_start_after(start_after, self.backend)
-        return self._pages(self._backend.list_pages(prefix, after))
+        return self._pages(self._driver.list_pages(prefix, after))
 
     def _pages(
         self, pages: Generator[builtins.list[ObjectInfo], None, None]
@@ -252,7 +267,7 @@ class ObjectStorageAdapter(AdapterCore, DerivedOperations):
         page, run concurrently (docs/s3.md)."""
         prefix = self._prefix(prefix)
         with self._scrubbed:
-            objects, prefixes = self._backend.list_dir(prefix)
+            objects, prefixes = self._driver.list_dir(prefix)
         return self._dir_listing(objects, prefixes)
 
     # -- mutations ------------------------------------------------------------------------------------
@@ -262,9 +277,7 @@ class ObjectStorageAdapter(AdapterCore, DerivedOperations):
         file object or an iterable of chunks (streamed: visible only complete, nothing if it fails)."""
         key, body = self._write_args(key, data)
         with self._scrubbed:
-            if isinstance(body, bytes):
-                return self._backend.put(key, body)
-            return self._backend.put_stream(key, body)
+            return self._written(key, self._driver.put(key, body, OVERWRITE))
 
     def write_if_absent(self, key: str, data: Body) -> str | None:
         """Create the object only if absent. Exactly one of any number of concurrent callers wins and gets
@@ -272,9 +285,7 @@ class ObjectStorageAdapter(AdapterCore, DerivedOperations):
         returns; losers get None and change nothing. Streams: see ``capabilities.streamed_conditional_write``."""
         key, body = self._conditional_args(key, data, "write_if_absent")
         with self._scrubbed:
-            if isinstance(body, bytes):
-                return self._backend.put_if_absent(key, body)
-            return self._backend.put_stream_if_absent(key, body)
+            return self._driver.put(key, body, CREATE)
 
     def write_if_match(self, key: str, data: Body, token: str) -> str | None:
         """Compare-and-swap: replace the object only if its current token is ``token``.
@@ -284,15 +295,13 @@ class ObjectStorageAdapter(AdapterCore, DerivedOperations):
         """
         key, body, token = self._match_args(key, data, token)
         with self._scrubbed:
-            if isinstance(body, bytes):
-                return self._backend.put_if_match(key, body, token)
-            return self._backend.put_stream_if_match(key, body, token)
+            return self._driver.put(key, body, PutMode.match(token))
 
     def delete(self, key: str) -> None:
         """Delete the object. Idempotent: deleting an absent key is not an error."""
         key = self._key(key)
         with self._scrubbed:
-            self._backend.delete(key)
+            self._driver.delete(key)
 
     def delete_many(self, keys: Iterable[str]) -> int:
         """Delete every key (missing ones are fine); return how many distinct keys. All keys are validated
@@ -301,7 +310,7 @@ class ObjectStorageAdapter(AdapterCore, DerivedOperations):
         confirmed deleted."""
         unique = self._unique_keys(keys)
         with self._scrubbed:
-            self._backend.delete_many(unique)
+            self._driver.delete_many(unique)
         return len(unique)
 
     def rename(self, src: str, dst: str) -> None:
@@ -317,9 +326,9 @@ class ObjectStorageAdapter(AdapterCore, DerivedOperations):
                 # Settled here, once for every driver: a copy-then-delete would delete the object
                 # (memory), S3 servers refuse to copy an object onto itself, and a local rewrite would
                 # change its token.
-                self._backend.head_token(src)
+                self._driver.head_token(src)
                 return
-            self._backend.rename(src, dst)
+            self._driver.rename(src, dst)
 
     def remove_orphans(self, min_age_s: float = 3600.0) -> int:
         """Remove crash leftovers older than ``min_age_s``: staged local files that were never published.
@@ -329,7 +338,7 @@ class ObjectStorageAdapter(AdapterCore, DerivedOperations):
         """
         min_age_s = validate_min_age(min_age_s, self.backend)
         with self._scrubbed:
-            return self._backend.remove_orphans(min_age_s)
+            return self._driver.remove_orphans(min_age_s)
 
 
 def opened_config(

@@ -4,10 +4,10 @@ Same configuration, keys, errors, redaction, identity and guarantees as the sync
 :class:`~storage_adapter.adapter.AdapterCore`); each I/O method is a coroutine, and the listings are async
 iterators. It is typed against :class:`~storage_adapter.protocol.AsyncStorageAdapter`.
 
-The I/O goes through the backend driver's async twin (:class:`~storage_adapter.registry.AsyncDriver`),
+The I/O goes through the backend driver's async twin (:class:`~storage_adapter.driver.AsyncDriver`),
 found by :func:`async_driver_of`, the one mechanism for every backend:
 
-* a driver that offers its own (:class:`~storage_adapter.registry.NativeAsync`) uses it: memory and S3
+* a driver that offers its own (:class:`~storage_adapter.driver.NativeAsync`) uses it: memory and S3
   run on obstore's async calls, on the caller's event loop, with no thread per request;
 * any other driver (local, whose mutations wait on directory ``flock`` s and fsync; a third-party
   backend's) gets :class:`~storage_adapter.threaded.ThreadedAsyncDriver`, which runs each of its calls
@@ -17,7 +17,6 @@ found by :func:`async_driver_of`, the one mechanism for every backend:
 from __future__ import annotations
 
 import builtins
-import io
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -30,11 +29,10 @@ from storage_adapter.derived import (
     validate_min_age,
     validate_start_after,
 )
+from storage_adapter.driver import CREATE, OVERWRITE, AsyncDriver, Driver, NativeAsync, PutMode
 from storage_adapter.errors import NotFoundError
 from storage_adapter.keys import validate_prefix
-from storage_adapter.redaction import Redactor
-from storage_adapter.registry import AsyncDriver, Driver, NativeAsync
-from storage_adapter.streams import AsyncRangeSource, Body, check_ranges, seek_position, writable_bytes
+from storage_adapter.streams import AsyncObjectReader, Body, check_ranges
 from storage_adapter.threaded import ThreadedAsyncDriver
 from storage_adapter.types import DirListing, ObjectInfo, Versioned
 
@@ -105,85 +103,6 @@ def async_driver_of(driver: Driver) -> AsyncDriver:
     return driver.asynchronous() if isinstance(driver, NativeAsync) else ThreadedAsyncDriver(driver)
 
 
-class AsyncObjectReader:
-    """The async twin of :class:`~storage_adapter.streams.ObjectReader`: a seekable reader over one
-    version of one object (the same guarantee: never bytes of two versions), whose reads are
-    coroutines, each one ranged read of the async driver's source. ``seek`` and ``tell`` do
-    no I/O and stay plain methods; ``size`` and ``token`` are the opened version's. Use it as an async
-    context manager (or ``await close()``); a closed reader raises ValueError."""
-
-    def __init__(self, source: AsyncRangeSource, scrubbed: Redactor) -> None:
-        self._source, self._scrubbed = source, scrubbed
-        self._position, self._closed = 0, False
-
-    @property
-    def size(self) -> int:
-        return self._source.size
-
-    @property
-    def token(self) -> str:
-        return self._source.token
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise ValueError("I/O operation on closed reader")
-
-    def tell(self) -> int:
-        self._check_open()
-        return self._position
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        self._check_open()
-        self._position = seek_position(self._position, self.size, offset, whence)
-        return self._position
-
-    async def read_at(self, offset: int, buffer: Any) -> int:
-        """Fill ``buffer`` with the bytes from ``offset`` on (never past the end); return how many. The
-        position does not move."""
-        self._check_open()
-        offset = seek_position(0, self.size, offset, io.SEEK_SET)  # an int >= 0, as a seek's
-        view = writable_bytes(buffer)
-        wanted = min(len(view), self.size - offset)
-        if wanted <= 0:
-            return 0
-        with self._scrubbed:
-            return await self._source.read_into(offset, view[:wanted])
-
-    async def readinto(self, buffer: Any) -> int:
-        got = await self.read_at(self._position, buffer)
-        self._position += got
-        return got
-
-    async def read(self, size: int = -1) -> bytes:
-        """Up to ``size`` bytes from the position (the rest of the object when ``size`` is negative)."""
-        self._check_open()
-        rest = max(self.size - self._position, 0)
-        buffer = bytearray(rest if size < 0 else min(size, rest))
-        filled = 0
-        while filled < len(buffer):
-            got = await self.readinto(memoryview(buffer)[filled:])
-            if not got:
-                break
-            filled += got
-        return bytes(buffer[:filled])
-
-    async def close(self) -> None:
-        if not self._closed:
-            self._closed = True
-            with self._scrubbed:
-                await self._source.close()
-
-    async def __aenter__(self) -> AsyncObjectReader:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
-
-
 class AsyncObjectStorageAdapter(AdapterCore, AsyncDerivedOperations):
     """The :class:`~storage_adapter.protocol.AsyncStorageAdapter` over any registered backend: the async
     twin of :class:`~storage_adapter.adapter.ObjectStorageAdapter`, with its keys rules (checked before
@@ -195,7 +114,7 @@ class AsyncObjectStorageAdapter(AdapterCore, AsyncDerivedOperations):
 
     def __init__(self, config: AdapterConfig) -> None:
         super().__init__(config)
-        self._async = async_driver_of(self._backend)
+        self._async = async_driver_of(self._driver)
 
     def child(self, prefix: str) -> AsyncObjectStorageAdapter:
         """An adapter rooted at ``prefix`` below this one (same store, same options)."""
@@ -278,23 +197,17 @@ class AsyncObjectStorageAdapter(AdapterCore, AsyncDerivedOperations):
     async def write(self, key: str, data: Body) -> str:
         key, body = self._write_args(key, data)
         with self._scrubbed:
-            if isinstance(body, bytes):
-                return await self._async.put(key, body)
-            return await self._async.put_stream(key, body)
+            return self._written(key, await self._async.put(key, body, OVERWRITE))
 
     async def write_if_absent(self, key: str, data: Body) -> str | None:
         key, body = self._conditional_args(key, data, "write_if_absent")
         with self._scrubbed:
-            if isinstance(body, bytes):
-                return await self._async.put_if_absent(key, body)
-            return await self._async.put_stream_if_absent(key, body)
+            return await self._async.put(key, body, CREATE)
 
     async def write_if_match(self, key: str, data: Body, token: str) -> str | None:
         key, body, token = self._match_args(key, data, token)
         with self._scrubbed:
-            if isinstance(body, bytes):
-                return await self._async.put_if_match(key, body, token)
-            return await self._async.put_stream_if_match(key, body, token)
+            return await self._async.put(key, body, PutMode.match(token))
 
     async def delete(self, key: str) -> None:
         key = self._key(key)

@@ -19,11 +19,12 @@ from typing import Any, get_type_hints
 from urllib.parse import SplitResult, urlsplit
 
 from storage_adapter.config import AdapterConfig, url_path
-from storage_adapter.errors import ConfigurationError, InvalidKeyError
+from storage_adapter.driver import Driver
+from storage_adapter.errors import BackendUnavailableError, ConfigurationError, InvalidKeyError
 from storage_adapter.keys import is_plain_text, validate_prefix
-from storage_adapter.local_backend import LocalBackend
-from storage_adapter.obstore_backend import (
-    ObstoreBackend,
+from storage_adapter.local_driver import LocalDriver
+from storage_adapter.obstore_driver import (
+    ObstoreDriver,
     WrappedStore,
     is_obstore_store,
     local_directory,
@@ -34,7 +35,8 @@ from storage_adapter.obstore_backend import (
     wrapped_driver,
 )
 from storage_adapter.redaction import redact_url, reject_userinfo
-from storage_adapter.registry import Backend, Driver, FsspecPeer, Option, register_backend
+from storage_adapter.registry import Backend, FsspecPeer, Option, register_backend
+from storage_adapter.translation import status_error_class
 from storage_adapter.types import Capabilities, Support
 
 _CHECK_THEN_ACT = "check-then-act (read the token, then write): not atomic"
@@ -113,7 +115,7 @@ LOCAL = register_backend(
             streamed_conditional_write=Support.EMULATED,
         ),
         locate=_locate_directory,
-        driver=LocalBackend,
+        driver=LocalDriver,
         options=MappingProxyType({"durable": Option(bool, default=True)}),
         configured=lambda declared, config: replace(declared, durable=bool(config.option("durable"))),
         display_location=lambda location: location.rstrip("/"),
@@ -285,7 +287,7 @@ def _check_s3_options(options: Mapping[str, Any], url: str) -> None:
             raise ConfigurationError(f"option {name}={options[name]!r} for {url} is over {limit}", key=url)
 
 
-class _UnquotedIfMatch(ObstoreBackend):
+class _UnquotedIfMatch(ObstoreDriver):
     """The S3 driver in compatibility mode ``unquoted-if-match``: If-Match carries the ETag without its
     quotes (a token is still the quoted ETag everywhere else)."""
 
@@ -294,7 +296,7 @@ class _UnquotedIfMatch(ObstoreBackend):
 
 
 def _s3_driver(config: AdapterConfig) -> Driver:
-    driver = _UnquotedIfMatch if config.option("unquoted_if_match") else ObstoreBackend
+    driver = _UnquotedIfMatch if config.option("unquoted_if_match") else ObstoreDriver
     return driver(
         config,
         s3_store,
@@ -317,11 +319,61 @@ def _s3_configured(declared: Capabilities, config: AdapterConfig) -> Capabilitie
     return configured
 
 
+def _botocore_config(opts: Mapping[str, Any]) -> dict[str, Any]:
+    """The adapter's timeouts, retries and addressing as botocore ``Config`` settings (s3fs's and the
+    bucket creation's clients behave as the adapter's)."""
+    return {
+        "connect_timeout": opts["connect_timeout_s"],
+        "read_timeout": opts["request_timeout_s"],
+        "retries": {"max_attempts": int(opts["max_retries"]) + 1, "mode": "standard"},
+        "s3": {"addressing_style": "virtual" if opts["virtual_hosted_style"] else "path"},
+    }
+
+
+def _create_s3_bucket(config: AdapterConfig) -> None:
+    """Create the bucket ``config`` addresses, with its endpoint, region and credentials; a bucket these
+    credentials already own counts as created. Needs botocore (the ``aws`` extra)."""
+    try:
+        import botocore.session
+        from botocore.config import Config
+        from botocore.exceptions import BotoCoreError, ClientError
+    except ImportError as exc:
+        raise ConfigurationError(
+            f"creating the bucket of {config.url} needs botocore (pip install 'storage-adapter[aws]')",
+            key=config.url,
+        ) from exc
+    opts = dict(config.options)
+    keys = opts.get("access_key_id")
+    session = botocore.session.Session(profile=None if keys else opts.get("profile"))
+    client = session.create_client(
+        "s3",
+        region_name=opts["region"],
+        endpoint_url=opts.get("endpoint"),
+        aws_access_key_id=keys,
+        aws_secret_access_key=opts.get("secret_access_key") if keys else None,
+        aws_session_token=opts.get("session_token") if keys else None,
+        config=Config(**_botocore_config(opts)),
+    )
+    where = {} if opts["region"] == "us-east-1" else {"LocationConstraint": opts["region"]}
+    try:
+        client.create_bucket(
+            Bucket=config.location, **({"CreateBucketConfiguration": where} if where else {})
+        )
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") != "BucketAlreadyOwnedByYou":
+            raise status_error_class(int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)))(
+                f"cannot create the bucket of {config.url}: {exc}", key=config.location, backend="s3"
+            ) from None
+    except BotoCoreError as exc:
+        raise BackendUnavailableError(
+            f"cannot create the bucket of {config.url}: {exc}", key=config.location, backend="s3"
+        ) from None
+
+
 def _fsspec_s3(config: AdapterConfig) -> tuple[Any, str]:
     import s3fs
 
     opts = dict(config.options)
-    retries = {"max_attempts": int(opts["max_retries"]) + 1, "mode": "standard"}
     fs = s3fs.S3FileSystem(
         key=opts.get("access_key_id"),
         secret=opts.get("secret_access_key"),
@@ -330,12 +382,7 @@ def _fsspec_s3(config: AdapterConfig) -> tuple[Any, str]:
         profile=None if opts.get("access_key_id") else opts.get("profile"),
         endpoint_url=opts.get("endpoint"),
         client_kwargs={"region_name": opts["region"]},
-        config_kwargs={
-            "connect_timeout": opts["connect_timeout_s"],
-            "read_timeout": opts["request_timeout_s"],
-            "retries": retries,
-            "s3": {"addressing_style": "virtual" if opts["virtual_hosted_style"] else "path"},
-        },
+        config_kwargs=_botocore_config(opts),
     )
     return fs, f"{config.location}/{config.prefix}" if config.prefix else config.location
 
@@ -370,6 +417,7 @@ S3 = register_backend(
         options=S3_OPTIONS,
         check_options=_check_s3_options,
         configured=_s3_configured,
+        create_container=_create_s3_bucket,
         fsspec_peer=FsspecPeer(
             name="s3fs",
             capabilities=Capabilities(
@@ -422,7 +470,7 @@ MEMORY = register_backend(
             streamed_conditional_write=Support.NATIVE,  # buffered into one put: the store is memory anyway
         ),
         locate=_bucket_and_prefix("store name"),
-        driver=lambda config: ObstoreBackend(config, memory_store),
+        driver=lambda config: ObstoreDriver(config, memory_store),
         scratch=_memory_scratch,
         fsspec_peer=FsspecPeer(
             name="fsspec-memory",
@@ -467,7 +515,7 @@ def _wrapped_driver(config: AdapterConfig) -> Driver:
     name = config.option("capabilities").backend
     directory = local_directory(config.option("store").store)
     if directory is not None:
-        return LocalBackend(
+        return LocalDriver(
             AdapterConfig(LOCAL.name, directory, config.prefix, (("durable", True),)), name=name
         )
     return wrapped_driver(config, name)

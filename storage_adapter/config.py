@@ -15,65 +15,15 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import SplitResult, unquote, urlsplit
 
 from storage_adapter.errors import ConfigurationError
-from storage_adapter.keys import is_plain_text, join_key, validate_prefix
+from storage_adapter.keys import is_plain_text
 from storage_adapter.redaction import MASK, Redactor, SecretText, reject_userinfo
-from storage_adapter.registry import Backend, Option, backend_for_scheme, backend_named, schemes
+from storage_adapter.registry import AdapterConfig, Option, backend_for_scheme, schemes
 
-
-@dataclass(frozen=True)
-class AdapterConfig:
-    """A resolved adapter configuration. Equal configs address the same objects.
-
-    ``backend`` is a registered backend's name; ``location`` is what the backend located from the URL
-    (the opened directory, the bucket, the memory store's name); ``prefix`` is the key prefix inside it
-    (set by ``child``: a child creates nothing until it writes). ``options`` holds resolved settings;
-    secrets never appear in repr.
-    """
-
-    backend: str
-    location: str
-    prefix: str
-    options: tuple[tuple[str, Any], ...] = field(default=())
-
-    @property
-    def spec(self) -> Backend:
-        """The registered backend this configuration belongs to."""
-        return backend_named(self.backend)
-
-    @property
-    def url(self) -> str:
-        spec = self.spec
-        root = f"{spec.scheme}://{spec.display_location(self.location)}"
-        return root + (f"/{self.prefix}" if self.prefix else "")
-
-    def option(self, name: str) -> Any:
-        return dict(self.options).get(name)
-
-    def public_options(self) -> dict[str, Any]:
-        """Options with secrets masked: safe for repr, logs, reports and error messages."""
-        secret = self.spec.secret_options
-        return {k: (MASK if k in secret and v else v) for k, v in self.options}
-
-    def secret_values(self) -> tuple[Any, ...]:
-        """The values of the secret options that are set (what :class:`~storage_adapter.redaction.Redactor`
-        masks in this adapter's errors)."""
-        secret = self.spec.secret_options
-        values = [v for k, v in self.options if k in secret and v]
-        # An option may hold several secrets (a wrapped store's credentials).
-        return tuple(s for v in values for s in (v if isinstance(v, tuple) else (v,)))
-
-    def child(self, prefix: str) -> AdapterConfig:
-        """The config of an adapter rooted at ``prefix`` below this one."""
-        sub = validate_prefix(prefix, self.backend)
-        return AdapterConfig(self.backend, self.location, join_key(self.prefix, sub), self.options)
-
-    def __repr__(self) -> str:
-        return f"AdapterConfig(url={self.url!r}, options={self.public_options()!r})"
+__all__ = ["AdapterConfig", "parse_url", "resolve_options", "url_path"]
 
 
 def url_path(parts: SplitResult, url: str) -> str:

@@ -39,7 +39,7 @@ class FaultKind(enum.Enum):
 
 class InjectedPanic(BaseException):
     """What pyo3 raises for a Rust panic, ``pyo3_runtime.PanicException``: a BaseException that no module
-    exports, recognised by its qualified name (storage_adapter.obstore_backend)."""
+    exports, recognised by its qualified name (storage_adapter.translation)."""
 
 
 InjectedPanic.__module__, InjectedPanic.__name__, InjectedPanic.__qualname__ = (

@@ -1,8 +1,8 @@
 """AdapterFileSystem: an fsspec filesystem over a storage adapter, so pyarrow, pandas and DuckDB read
 (and write) through it with the adapter's key rules and guarantees.
 
-An edge module: nothing in the core imports it (``ObjectStorageAdapter.to_fsspec`` imports it lazily),
-and it needs fsspec (the ``peers`` extra). Importing it registers the protocols ``sa`` and
+An edge module above the adapter: nothing in the core imports it (``ObjectStorageAdapter.to_fsspec``
+finds it through fsspec's registry), and it needs fsspec (the ``peers`` extra). Importing it registers the protocols ``sa`` and
 ``storage-adapter`` with fsspec; an installed package also declares them as ``fsspec.specs`` entry
 points, so ``fsspec.filesystem("sa", root="file:///data")`` finds the class without an import.
 
@@ -30,6 +30,7 @@ from fsspec.caching import caches
 from fsspec.spec import AbstractBufferedFile, AbstractFileSystem
 from fsspec.utils import stringify_path
 
+from storage_adapter.adapter import FSSPEC_PROTOCOLS, open_adapter
 from storage_adapter.errors import (
     InvalidArgumentError,
     InvalidKeyError,
@@ -42,7 +43,7 @@ from storage_adapter.protocol import StorageAdapter
 from storage_adapter.streams import READ_CHUNK, ObjectReader
 from storage_adapter.types import ObjectInfo
 
-PROTOCOLS = ("sa", "storage-adapter")
+PROTOCOLS = FSSPEC_PROTOCOLS
 
 
 class AdapterFileSystem(AbstractFileSystem):  # type: ignore[misc]  # fsspec is untyped
@@ -84,8 +85,6 @@ class AdapterFileSystem(AbstractFileSystem):  # type: ignore[misc]  # fsspec is 
         if (adapter is None) == (root is None):
             raise TypeError("AdapterFileSystem takes an adapter or a root URL (with its options), not both")
         if adapter is None:
-            from storage_adapter.adapter import open_adapter
-
             adapter = open_adapter(str(root), **dict(options or {}))
         elif options:
             raise TypeError("options go with a root URL; an adapter is already configured")

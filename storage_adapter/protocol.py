@@ -15,13 +15,10 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
-from storage_adapter.streams import Body, ObjectReader
+from storage_adapter.streams import AsyncObjectReader, Body, ObjectReader
 from storage_adapter.types import Capabilities, DirListing, ObjectInfo, Versioned
-
-if TYPE_CHECKING:
-    from storage_adapter.async_adapter import AsyncObjectReader
 
 
 @runtime_checkable
@@ -225,7 +222,7 @@ class StorageAdapter(Protocol):
     def delete_prefix(self, prefix: str) -> int:
         """Delete every object under the non-empty ``prefix``; return how many. Not atomic. A prefix
         names whole segments (``a`` never deletes ``ab/x``, nor an object named ``a``). The root (``""``
-        or ``"/"``) is refused with StorageError, deleting nothing."""
+        or ``"/"``) is refused with InvalidKeyError (a ValueError) before any I/O, deleting nothing."""
         ...
 
     def remove_orphans(self, min_age_s: float = 3600.0) -> int:
@@ -303,7 +300,7 @@ class AsyncStorageAdapter(Protocol):
 
     async def open_reader(self, key: str) -> AsyncObjectReader:
         """As :meth:`StorageAdapter.open_reader`, with coroutine reads
-        (:class:`~storage_adapter.async_adapter.AsyncObjectReader`: ``await read()``, ``await
+        (:class:`~storage_adapter.streams.AsyncObjectReader`: ``await read()``, ``await
         readinto()``, ``seek``, ``tell``, ``size``, ``token``, ``async with``)."""
         ...
 

@@ -14,7 +14,8 @@ environment variable, and the userinfo (``user:password@``) of a URL. The rules,
   masked in place, and every link of the ``__cause__``/``__context__`` chain that quotes one is replaced
   by a :class:`RedactedError` stand-in with the same type name and masked text, so a traceback explains
   the failure without the credential.
-* **The CLI and its reports** mask the secret values found in the environment (:func:`redact_environment`).
+* **The CLI and its reports** mask the secret values found in the environment (:func:`~storage_adapter.registry.redact_environment`,
+  which knows the registered backends' secret options).
 
 Values shorter than ``MIN_SECRET_CHARS`` are not searched for in free text (masking every ``b`` would
 garble messages); they are still never echoed, as nothing quotes an option's value.
@@ -22,13 +23,11 @@ garble messages); they are still never echoed, as nothing quotes an option's val
 
 from __future__ import annotations
 
-import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any, Literal
 
 from storage_adapter.errors import ConfigurationError
-from storage_adapter.registry import registered
 
 MASK = "***"
 
@@ -157,21 +156,3 @@ class Redactor:
         if exc is not None:
             self.scrub(exc)
         return False
-
-
-def environment_secrets(environ: Mapping[str, str] | None = None) -> list[str]:
-    """The values of the environment variables of every registered backend's secret options."""
-    env = os.environ if environ is None else environ
-    return [
-        env[var]
-        for backend in registered()
-        for option in backend.options.values()
-        if option.secret
-        for var in option.env
-        if env.get(var)
-    ]
-
-
-def redact_environment(text: str, environ: Mapping[str, str] | None = None) -> str:
-    """``text`` with the secret values found in the environment masked (for the CLI and its reports)."""
-    return Redactor(environment_secrets(environ)).text(text)

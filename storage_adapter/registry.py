@@ -14,104 +14,25 @@ are loaded the first time a name or scheme is not found.
 
 from __future__ import annotations
 
-import builtins
 import importlib.metadata
+import os
 import threading
-from collections.abc import AsyncGenerator, Callable, Generator, Iterator, Mapping, Sequence
+import warnings
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any
 from urllib.parse import SplitResult
 
+from storage_adapter import driver as _driver_module
+from storage_adapter.driver import Driver as _Driver
 from storage_adapter.errors import ConfigurationError
-from storage_adapter.streams import AsyncRangeSource, BytesLike, RangeSource
-from storage_adapter.types import Capabilities, ObjectInfo
-
-if TYPE_CHECKING:
-    from storage_adapter.config import AdapterConfig
+from storage_adapter.keys import join_key, validate_prefix
+from storage_adapter.redaction import MASK, Redactor
+from storage_adapter.types import Capabilities
 
 ENTRY_POINT_GROUP = "storage_adapter.backends"
-
-
-class Driver(Protocol):
-    """The I/O of one backend, below the adapter. Keys arrive validated and relative to the adapter's
-        root; the driver joins its own prefix. Conditional outcomes are values (None), not exceptions; every
-        failure is translated into a :class:`~storage_adapter.errors.StorageError` naming the key. ``put``,
-        ``put_if_absent`` and ``put_if_match`` return the new token in the form ``get_versioned``,
-        ``head_token`` and ``list_pages`` report it, so it can be handed straight to ``put_if_match``.
-    ``list_pages`` yields non-empty pages lazily, in the order of the adapter's ``list_pages``, from the
-    object after the key ``start_after`` when given; ``delete_many`` deletes every key or raises
-    :class:`~storage_adapter.errors.BatchDeleteError` naming those it could not.
-
-    Ranges arrive checked (``storage_adapter.streams.check_ranges``): ``get_ranges`` applies the size
-    (``streams.clip``) and reads them all from one version (ObjectChangedError otherwise);
-    ``open_source`` pins one version for a reader; ``get_buffer`` reads without a copy into ``bytes``.
-    ``put_stream*`` take an iterator of bytes-like chunks that may raise at any point: the object
-    appears only complete, and a failure leaves nothing visible. A streamed conditional write the
-    backend cannot honour raises UnsupportedOperationError having written nothing."""
-
-    def get(self, key: str) -> bytes: ...
-    def get_versioned(self, key: str) -> tuple[bytes, str]: ...
-    def head_token(self, key: str) -> str: ...
-    def list_pages(
-        self, prefix: str, start_after: str | None = None
-    ) -> Generator[list[ObjectInfo], None, None]: ...
-    def list_dir(self, prefix: str) -> tuple[builtins.list[ObjectInfo], builtins.list[str]]: ...
-    def get_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> builtins.list[bytes]: ...
-    def open_source(self, key: str) -> RangeSource: ...
-    def get_buffer(self, key: str) -> memoryview: ...
-    def put(self, key: str, data: bytes) -> str: ...
-    def put_stream(self, key: str, chunks: Iterator[BytesLike]) -> str: ...
-    def put_stream_if_absent(self, key: str, chunks: Iterator[BytesLike]) -> str | None: ...
-    def put_stream_if_match(self, key: str, chunks: Iterator[BytesLike], token: str) -> str | None: ...
-    def put_if_absent(self, key: str, data: bytes) -> str | None: ...
-    def put_if_match(self, key: str, data: bytes, token: str) -> str | None: ...
-    def delete(self, key: str) -> None: ...
-    def delete_many(self, keys: Sequence[str]) -> None: ...
-    def rename(self, src: str, dst: str) -> None: ...
-    def remove_orphans(self, min_age_s: float) -> int: ...
-
-
-class AsyncDriver(Protocol):
-    """The asynchronous twin of :class:`Driver`: the same methods, with the same arguments, outcomes and
-    errors, as coroutines (``list_pages`` an async generator). None of them may block the event loop.
-
-    A backend does not declare one: :func:`storage_adapter.async_adapter.async_driver_of` gives every
-    driver its twin, the driver's own where it offers one (:class:`NativeAsync`: memory and S3 over
-    obstore's async calls), else the generic one that runs the driver's calls in worker threads (local,
-    whose mutations wait on directory locks, and any third-party driver). ``open_source`` opens (pins)
-    the version and returns an :class:`AsyncRangeSource` (the generic twin reads its driver's source in
-    worker threads); a streamed body's iterator may block, so ``put_stream*`` consume it off the loop."""
-
-    async def get(self, key: str) -> bytes: ...
-    async def get_versioned(self, key: str) -> tuple[bytes, str]: ...
-    async def head_token(self, key: str) -> str: ...
-    def list_pages(
-        self, prefix: str, start_after: str | None = None
-    ) -> AsyncGenerator[list[ObjectInfo], None]: ...
-    async def list_dir(self, prefix: str) -> tuple[builtins.list[ObjectInfo], builtins.list[str]]: ...
-    async def get_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> builtins.list[bytes]: ...
-    async def open_source(self, key: str) -> AsyncRangeSource: ...
-    async def get_buffer(self, key: str) -> memoryview: ...
-    async def put_stream(self, key: str, chunks: Iterator[BytesLike]) -> str: ...
-    async def put_stream_if_absent(self, key: str, chunks: Iterator[BytesLike]) -> str | None: ...
-    async def put_stream_if_match(self, key: str, chunks: Iterator[BytesLike], token: str) -> str | None: ...
-    async def put(self, key: str, data: bytes) -> str: ...
-    async def put_if_absent(self, key: str, data: bytes) -> str | None: ...
-    async def put_if_match(self, key: str, data: bytes, token: str) -> str | None: ...
-    async def delete(self, key: str) -> None: ...
-    async def delete_many(self, keys: Sequence[str]) -> None: ...
-    async def rename(self, src: str, dst: str) -> None: ...
-    async def remove_orphans(self, min_age_s: float) -> int: ...
-
-
-@runtime_checkable
-class NativeAsync(Protocol):
-    """A :class:`Driver` with its own non-blocking twin: ``asynchronous()`` returns it (sharing the
-    driver's store and state)."""
-
-    def asynchronous(self) -> AsyncDriver: ...
 
 
 @dataclass(frozen=True)
@@ -146,7 +67,8 @@ class Backend:
     ``locate(parts, url)`` turns a split URL into ``(location, prefix)`` (raising ConfigurationError);
     ``display_location`` is how the location is written back into the adapter's URL; ``check_options``
     validates resolved options together; ``driver(config)`` builds the I/O driver; ``configured`` adjusts
-    the declared capabilities to an adapter's options; ``scratch()`` is a
+    the declared capabilities to an adapter's options; ``create_container(config)`` creates the container
+    (bucket) the config addresses, where the backend has one; ``scratch()`` is a
     context manager yielding the URL of a private, throwaway instance (tests and the conformance check),
     or None when an instance needs a server (those come from ``backends``).
     """
@@ -155,13 +77,16 @@ class Backend:
     scheme: str
     capabilities: Capabilities
     locate: Callable[[SplitResult, str], tuple[str, str]]
-    driver: Callable[[AdapterConfig], Driver]
+    driver: Callable[[AdapterConfig], _Driver]
     options: Mapping[str, Option] = field(default_factory=lambda: MappingProxyType({}))
     display_location: Callable[[str], str] = field(default=str)
     check_options: Callable[[Mapping[str, Any], str], None] | None = None
     scratch: Callable[[], AbstractContextManager[str]] | None = None
     fsspec_peer: FsspecPeer | None = None
     configured: Callable[[Capabilities, AdapterConfig], Capabilities] | None = None
+    # Creates the container a config addresses (an S3 bucket) if missing, one its credentials already own
+    # counting as created; None where the backend has no container to create (``check --create-bucket``).
+    create_container: Callable[[AdapterConfig], None] | None = None
 
     def capabilities_for(self, config: AdapterConfig) -> Capabilities:
         """The capabilities of an adapter opened with ``config``: the declared ones, adjusted by
@@ -176,6 +101,59 @@ class Backend:
 
 _BY_NAME: dict[str, Backend] = {}
 _BY_SCHEME: dict[str, Backend] = {}
+
+
+@dataclass(frozen=True)
+class AdapterConfig:
+    """A resolved adapter configuration. Equal configs address the same objects.
+
+    ``backend`` is a registered backend's name; ``location`` is what the backend located from the URL
+    (the opened directory, the bucket, the memory store's name); ``prefix`` is the key prefix inside it
+    (set by ``child``: a child creates nothing until it writes). ``options`` holds resolved settings;
+    secrets never appear in repr.
+    """
+
+    backend: str
+    location: str
+    prefix: str
+    options: tuple[tuple[str, Any], ...] = field(default=())
+
+    @property
+    def spec(self) -> Backend:
+        """The registered backend this configuration belongs to."""
+        return backend_named(self.backend)
+
+    @property
+    def url(self) -> str:
+        spec = self.spec
+        root = f"{spec.scheme}://{spec.display_location(self.location)}"
+        return root + (f"/{self.prefix}" if self.prefix else "")
+
+    def option(self, name: str) -> Any:
+        return dict(self.options).get(name)
+
+    def public_options(self) -> dict[str, Any]:
+        """Options with secrets masked: safe for repr, logs, reports and error messages."""
+        secret = self.spec.secret_options
+        return {k: (MASK if k in secret and v else v) for k, v in self.options}
+
+    def secret_values(self) -> tuple[Any, ...]:
+        """The values of the secret options that are set (what :class:`~storage_adapter.redaction.Redactor`
+        masks in this adapter's errors)."""
+        secret = self.spec.secret_options
+        values = [v for k, v in self.options if k in secret and v]
+        # An option may hold several secrets (a wrapped store's credentials).
+        return tuple(s for v in values for s in (v if isinstance(v, tuple) else (v,)))
+
+    def child(self, prefix: str) -> AdapterConfig:
+        """The config of an adapter rooted at ``prefix`` below this one."""
+        sub = validate_prefix(prefix, self.backend)
+        return AdapterConfig(self.backend, self.location, join_key(self.prefix, sub), self.options)
+
+    def __repr__(self) -> str:
+        return f"AdapterConfig(url={self.url!r}, options={self.public_options()!r})"
+
+
 _LOCK = threading.Lock()
 _entry_points_loaded = False
 
@@ -254,3 +232,37 @@ def registered() -> Iterator[Backend]:
     """Every registered backend, in registration order."""
     _load_entry_points()
     yield from tuple(_BY_NAME.values())
+
+
+def environment_secrets(environ: Mapping[str, str] | None = None) -> list[str]:
+    """The values of the environment variables of every registered backend's secret options."""
+    env = os.environ if environ is None else environ
+    return [
+        env[var]
+        for backend in registered()
+        for option in backend.options.values()
+        if option.secret
+        for var in option.env
+        if env.get(var)
+    ]
+
+
+def redact_environment(text: str, environ: Mapping[str, str] | None = None) -> str:
+    """``text`` with the secret values found in the environment masked (for the CLI and its reports)."""
+    return Redactor(environment_secrets(environ)).text(text)
+
+
+# Moved to storage_adapter.driver; the old names keep working for one release, with a warning.
+_MOVED_TO_DRIVER = ("Driver", "AsyncDriver", "NativeAsync")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _MOVED_TO_DRIVER:
+        warnings.warn(
+            f"storage_adapter.registry.{name} moved to storage_adapter.driver.{name}; the old name goes in "
+            "the next release",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(_driver_module, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -14,6 +14,7 @@ import inspect
 import io
 import operator
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from typing import Any, Protocol, TypeAlias
 
 from storage_adapter.errors import InvalidBodyError, InvalidRangeError
@@ -188,6 +189,86 @@ class ObjectReader(io.RawIOBase):
         if not self.closed:
             self._source.close()
         super().close()
+
+
+class AsyncObjectReader:
+    """The async twin of :class:`~storage_adapter.streams.ObjectReader`: a seekable reader over one
+    version of one object (the same guarantee: never bytes of two versions), whose reads are
+    coroutines, each one ranged read of the async driver's source. ``seek`` and ``tell`` do
+    no I/O and stay plain methods; ``size`` and ``token`` are the opened version's. Use it as an async
+    context manager (or ``await close()``); a closed reader raises ValueError. Every read and the close run
+    inside ``scrubbed`` (the adapter's redaction of its secrets from errors)."""
+
+    def __init__(self, source: AsyncRangeSource, scrubbed: AbstractContextManager[object]) -> None:
+        self._source, self._scrubbed = source, scrubbed
+        self._position, self._closed = 0, False
+
+    @property
+    def size(self) -> int:
+        return self._source.size
+
+    @property
+    def token(self) -> str:
+        return self._source.token
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError("I/O operation on closed reader")
+
+    def tell(self) -> int:
+        self._check_open()
+        return self._position
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        self._check_open()
+        self._position = seek_position(self._position, self.size, offset, whence)
+        return self._position
+
+    async def read_at(self, offset: int, buffer: Any) -> int:
+        """Fill ``buffer`` with the bytes from ``offset`` on (never past the end); return how many. The
+        position does not move."""
+        self._check_open()
+        offset = seek_position(0, self.size, offset, io.SEEK_SET)  # an int >= 0, as a seek's
+        view = writable_bytes(buffer)
+        wanted = min(len(view), self.size - offset)
+        if wanted <= 0:
+            return 0
+        with self._scrubbed:
+            return await self._source.read_into(offset, view[:wanted])
+
+    async def readinto(self, buffer: Any) -> int:
+        got = await self.read_at(self._position, buffer)
+        self._position += got
+        return got
+
+    async def read(self, size: int = -1) -> bytes:
+        """Up to ``size`` bytes from the position (the rest of the object when ``size`` is negative)."""
+        self._check_open()
+        rest = max(self.size - self._position, 0)
+        buffer = bytearray(rest if size < 0 else min(size, rest))
+        filled = 0
+        while filled < len(buffer):
+            got = await self.readinto(memoryview(buffer)[filled:])
+            if not got:
+                break
+            filled += got
+        return bytes(buffer[:filled])
+
+    async def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            with self._scrubbed:
+                await self._source.close()
+
+    async def __aenter__(self) -> AsyncObjectReader:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
 
 
 class WholeSource:

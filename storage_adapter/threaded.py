@@ -1,6 +1,6 @@
 """The generic async twin of a driver: its own calls, each run in a bounded pool of worker threads.
 
-:class:`ThreadedAsyncDriver` is the :class:`~storage_adapter.registry.AsyncDriver` of every driver that
+:class:`ThreadedAsyncDriver` is the :class:`~storage_adapter.driver.AsyncDriver` of every driver that
 offers no native one (local, whose mutations wait on directory ``flock`` s; any third-party backend), and
 the base of the native ones, which inherit from it the calls they do not make natively (the ranged and
 streamed I/O of the obstore driver). A call that blocks blocks a worker thread, never the event loop.
@@ -12,13 +12,13 @@ import asyncio
 import builtins
 import contextvars
 import functools
-from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
 from typing import Any, TypeVar
 
-from storage_adapter.registry import Driver
-from storage_adapter.streams import AsyncRangeSource, BytesLike, RangeSource
+from storage_adapter.driver import OVERWRITE, Driver, PutBody, PutMode
+from storage_adapter.streams import AsyncRangeSource, RangeSource
 from storage_adapter.types import ObjectInfo
 
 R = TypeVar("R")
@@ -55,7 +55,7 @@ class ThreadedSource:
 
 
 class ThreadedAsyncDriver:
-    """The async twin of any :class:`~storage_adapter.registry.Driver`: each call runs the driver's own
+    """The async twin of any :class:`~storage_adapter.driver.Driver`: each call runs the driver's own
     in a worker thread (at most :data:`THREAD_WORKERS` at a time across the process). Same outcomes and
     errors as the driver, since it is the driver that runs; a listing's pages are fetched one
     ``next()`` per page, each in a worker thread."""
@@ -99,24 +99,9 @@ class ThreadedAsyncDriver:
     async def get_buffer(self, key: str) -> memoryview:
         return await in_thread(self._driver.get_buffer, key)
 
-    async def put(self, key: str, data: bytes) -> str:
-        return await in_thread(self._driver.put, key, data)
-
-    async def put_if_absent(self, key: str, data: bytes) -> str | None:
-        return await in_thread(self._driver.put_if_absent, key, data)
-
-    async def put_if_match(self, key: str, data: bytes, token: str) -> str | None:
-        return await in_thread(self._driver.put_if_match, key, data, token)
-
-    # A streamed body is consumed in the worker thread: reading a file object or a generator may block.
-    async def put_stream(self, key: str, chunks: Iterator[BytesLike]) -> str:
-        return await in_thread(self._driver.put_stream, key, chunks)
-
-    async def put_stream_if_absent(self, key: str, chunks: Iterator[BytesLike]) -> str | None:
-        return await in_thread(self._driver.put_stream_if_absent, key, chunks)
-
-    async def put_stream_if_match(self, key: str, chunks: Iterator[BytesLike], token: str) -> str | None:
-        return await in_thread(self._driver.put_stream_if_match, key, chunks, token)
+    # A streamed body is consumed in the worker thread too: reading a file object or a generator may block.
+    async def put(self, key: str, body: PutBody, mode: PutMode = OVERWRITE) -> str | None:
+        return await in_thread(self._driver.put, key, body, mode)
 
     async def delete(self, key: str) -> None:
         await in_thread(self._driver.delete, key)

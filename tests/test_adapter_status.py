@@ -142,7 +142,7 @@ PanicException.__module__ = "pyo3_runtime"
 
 
 def test_a_rust_panic_becomes_a_typed_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    import storage_adapter.obstore_backend as boundary
+    import storage_adapter.obstore_driver.driver as boundary
 
     def panic(*args: object, **kwargs: object) -> None:
         raise PanicException("called `Option::unwrap()` on a `None` value")
@@ -158,7 +158,7 @@ def test_a_rust_panic_becomes_a_typed_error(monkeypatch: pytest.MonkeyPatch) -> 
 def test_the_documented_table_is_the_classifier() -> None:
     from pathlib import Path
 
-    from storage_adapter.obstore_backend import status_error_class
+    from storage_adapter.translation import status_error_class
 
     table = Path(__file__).parent.parent.joinpath("docs", "errors.md").read_text()
     for status, expected in _ROWS.items():
@@ -173,7 +173,7 @@ def test_the_documented_table_is_the_classifier() -> None:
 
 def test_a_rust_panic_while_building_a_store_becomes_a_typed_error(monkeypatch: pytest.MonkeyPatch) -> None:
     """Opening is covered too: a panic in the store's constructor is a StorageError naming the URL."""
-    import storage_adapter.obstore_backend as boundary
+    import storage_adapter.obstore_driver.stores as boundary
 
     def panic(*args: object, **kwargs: object) -> None:
         raise PanicException("request must be valid: InvalidUri")

@@ -32,7 +32,7 @@ ALLOWED = {
 THIRD_PARTY = {
     # fsspec and s3fs only inside the peers' filesystem builders and the fsspec filesystem over an adapter
     # (storage_adapter/fsspec_filesystem.py, imported by nothing in the core); botocore only for AWS profiles that are
-    # not static keys (storage_adapter.aws_profile); arro3 only for obstore's Arrow listings (obstore_backend)
+    # not static keys (storage_adapter.aws_profile); arro3 only for obstore's Arrow listings (obstore_driver)
     "core": {"obstore", "arro3", "fsspec", "s3fs", "botocore"},
     "engine": {"obstore", "pyarrow", "ulid"},
     "idempotency": {"ulid"},
@@ -96,18 +96,124 @@ def test_no_layer_imports_a_layer_above_it(path: Path) -> None:
     assert not wrong, f"{path.relative_to(ROOT)} ({layer} layer) imports {wrong}"
 
 
-def test_exactly_one_module_imports_obstore() -> None:
+def test_only_the_obstore_driver_package_imports_obstore() -> None:
+    """One boundary with obstore: the package storage_adapter/obstore_driver/ (its stores, its driver and
+    how its exceptions read); every other module, the local driver included, knows obstore not at all."""
     importers = {
         str(p.relative_to(ROOT))
         for p in SOURCES
         if any(name.split(".")[0] == "obstore" for name in imports_of(p))
     }
-    assert importers == {"storage_adapter/obstore_backend.py"}
+    assert importers and all(path.startswith("storage_adapter/obstore_driver/") for path in importers), (
+        importers
+    )
+
+
+def test_errors_are_translated_in_one_module() -> None:
+    """The error boundary is storage_adapter/translation.py: no other module of the package builds a
+    Translation or classifies an HTTP status itself."""
+    defining = {
+        str(p.relative_to(ROOT))
+        for p in SOURCES
+        if re.search(r"^(class Translation|def (status_error_class|classify))\b", p.read_text(), re.MULTILINE)
+    }
+    assert defining == {"storage_adapter/translation.py"}
+
+
+MODULES = {module_name(p): p for p in SOURCES}
+
+
+def first_party_imports(name: str) -> set[str]:
+    """The modules of this tree that ``name``'s import statements name: top-level, ``TYPE_CHECKING`` and
+    function-level ones, relative ones resolved, ``from package import submodule`` as the submodule."""
+    path = MODULES[name]
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, *([node.module] if node.module else [])])
+            found |= {f"{base}.{a.name}" if f"{base}.{a.name}" in MODULES else base for a in node.names}
+    return {imported for imported in found if imported in MODULES and imported != name}
+
+
+def import_cycles(package: str) -> list[list[str]]:
+    """The import circles among ``package``'s modules (strongly connected components of more than one)."""
+    names = [n for n in MODULES if n == package or n.startswith(package + ".")]
+    edges = {n: first_party_imports(n) & set(names) for n in names}
+    order: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles = []
+
+    def visit(node: str) -> None:
+        order[node] = low[node] = len(order)
+        stack.append(node)
+        for other in sorted(edges[node]):
+            if other not in order:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in stack:
+                low[node] = min(low[node], order[other])
+        if low[node] == order[node]:
+            component = []
+            while not component or component[-1] != node:
+                component.append(stack.pop())
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for name in sorted(names):
+        if name not in order:
+            visit(name)
+    return cycles
+
+
+def test_no_import_circle_in_the_package() -> None:
+    """Counting every import statement (type-only and lazy ones too), no module of storage_adapter/ reaches
+    itself again: each layer stands on the ones below it."""
+    assert import_cycles("storage_adapter") == []
+
+
+# What the written contract may stand on: the modules that define what it speaks of, and nothing that
+# implements it (no driver, adapter, registry or configuration).
+GROUND = {
+    "storage_adapter.errors",
+    "storage_adapter.streams",
+    "storage_adapter.types",
+    "storage_adapter.keys",
+}
+
+
+def test_the_protocol_stands_on_ground_modules_only() -> None:
+    reached: set[str] = set()
+    todo = ["storage_adapter.protocol"]
+    while todo:
+        for imported in first_party_imports(todo.pop()) - reached:
+            reached.add(imported)
+            todo.append(imported)
+    assert reached <= GROUND, f"storage_adapter.protocol reaches {sorted(reached - GROUND)}"
+
+
+def test_the_cycle_finder_finds_a_planted_circle(tmp_path: Path) -> None:
+    """The circle check can fail: two modules that import each other, lazily, are found."""
+    MODULES["storage_adapter.planted_a"] = tmp_path / "planted_a.py"
+    MODULES["storage_adapter.planted_b"] = tmp_path / "planted_b.py"
+    try:
+        (tmp_path / "planted_a.py").write_text("from storage_adapter import planted_b\n")
+        (tmp_path / "planted_b.py").write_text("def f():\n    from storage_adapter.planted_a import x\n")
+        assert ["storage_adapter.planted_a", "storage_adapter.planted_b"] in import_cycles("storage_adapter")
+    finally:
+        del MODULES["storage_adapter.planted_a"], MODULES["storage_adapter.planted_b"]
 
 
 BACKEND_NAME_COMPARE = re.compile(
     r"""(backend|scheme|\.name)\s*(==|!=|in)\s*\(?\s*["'](memory|local|file|s3)["']"""
     r"""|["'](memory|local|file|s3)["']\s*(==|!=)\s*\w*(backend|scheme)"""
+    r"""|(startswith|removeprefix)\(\s*\(?\s*["'](memory|file|s3)://"""  # a URL's scheme decided by hand
 )
 
 

@@ -40,7 +40,7 @@ from storage_adapter.errors import (
     StorageError,
 )
 from storage_adapter.faults import FaultKind, FaultPlan, injected
-from storage_adapter.local_backend import LocalBackend
+from storage_adapter.local_driver import LocalDriver
 from storage_adapter.registry import Backend, register_backend, unregister_backend
 from storage_adapter.threaded import THREAD_WORKERS, ThreadedAsyncDriver
 
@@ -288,7 +288,7 @@ def test_local_cas_one_winner_and_exact_increments_with_many_tasks(tmp_path: Pat
     assert ticker.max_gap < 0.5, f"the loop stalled for {ticker.max_gap:.3f} s"
 
 
-class _RecordingDriver(LocalBackend):
+class _RecordingDriver(LocalDriver):
     """A third-party driver with no async twin of its own: records the thread of each read."""
 
     threads: set[str] = set()

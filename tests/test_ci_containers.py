@@ -7,6 +7,7 @@ that never answers), so they behave the same on a runner that does have Docker.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import re
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rich.console import Console
 
 from backends.containers import (
     MINIO_IMAGE,
@@ -34,7 +36,10 @@ from backends.containers import (
 )
 from backends.registry import PROVIDERS, needs_docker, provider, provider_names
 from backends.seaweedfs import SeaweedFS
-from backends.server import ServerUnavailable
+from backends.server import ServerStartFailed, ServerUnavailable, free_port
+from contract_tests import cli
+from contract_tests.cli import InputError
+from contract_tests.targets import Target
 from storage_adapter import open_adapter
 from storage_adapter.errors import ConfigurationError
 
@@ -195,3 +200,80 @@ def test_create_bucket_makes_a_usable_bucket_and_is_idempotent(embedded_seaweedf
     assert adapter.write_if_absent("probe", b"ok") is not None
     assert adapter.read_bytes("probe") == b"ok"
     adapter.delete("probe")
+
+
+def test_check_create_bucket_asks_the_registered_backend(
+    embedded_seaweedfs: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``check --create-bucket`` creates the bucket of an s3:// target through its registered backend
+    (``Backend.create_container``, with the options and environment the adapter resolves), twice without
+    harm, and leaves a target without containers (memory) alone; a bucket it cannot create is bad input
+    naming the target."""
+    for name, value in embedded_seaweedfs.environment().items():
+        monkeypatch.setenv(name, value)
+    bucket = f"fresh-{uuid.uuid4().hex[:8]}"
+    targets = [Target("mine", f"s3://{bucket}/p"), Target("mem", "memory://no-container")]
+    cli._create_buckets(targets, Console(quiet=True))
+    cli._create_buckets(targets, Console(quiet=True))
+    adapter = open_adapter(targets[0].address)
+    adapter.write("k", b"v")
+    assert adapter.read_bytes("k") == b"v"
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")  # nothing listens there
+    with pytest.raises(InputError, match=f"^bad: cannot create the bucket of s3://{bucket}/p: "):
+        cli._create_buckets([Target("bad", f"s3://{bucket}/p")], Console(quiet=True))
+
+
+# -- a server that was started and did not come up fails, never skips ------------------------------------
+def test_a_seaweedfs_that_lost_a_port_race_is_started_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A port found free and taken before weed binds it (two test workers starting servers at once) made
+    a whole worker's SeaweedFS clauses skip. Reproduced here by handing weed a port this test holds: the
+    first start dies of "address already in use", the second, with fresh ports, serves."""
+    import backends.seaweedfs as seaweedfs
+
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    held.listen()
+    held_port = held.getsockname()[1]
+    handed = iter([held_port])
+    real = seaweedfs.free_port
+    monkeypatch.setattr(seaweedfs, "free_port", lambda: next(handed, None) or real())
+    logs: list[Path] = []
+    launch_once = seaweedfs.SeaweedFS._launch_once
+
+    def recorded(self: Any) -> Any:
+        try:
+            return launch_once(self)
+        finally:
+            logs.append(self.log_path)
+
+    monkeypatch.setattr(seaweedfs.SeaweedFS, "_launch_once", recorded)
+    try:
+        with SeaweedFS() as endpoint:
+            adapter = open_adapter(endpoint.url("race"), **endpoint.adapter_options())
+            assert adapter.write_if_absent("k", b"v") is not None
+    finally:
+        held.close()
+    assert len(logs) == 2 and f"port {held_port} " in logs[0].read_text(errors="replace")
+
+
+def test_the_plugin_fails_a_server_that_was_started_and_did_not_come_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A server that cannot run here skips its tests with the reason; one that started and crashed fails
+    each of them (a skipped server looks green)."""
+    import backends.registry
+    from contract_tests.plugin import ServerPool
+
+    class Crashing:
+        def __enter__(self) -> None:
+            raise ServerStartFailed("seaweedfs exited while starting; see the server log /tmp/x.log")
+
+        def __exit__(self, *exc: object) -> None:
+            return None
+
+    monkeypatch.setattr(backends.registry, "provider", lambda name: Crashing)
+    with contextlib.ExitStack() as stack:
+        pool = ServerPool(stack)
+        for _ in range(2):  # the first asker and every later one
+            with pytest.raises(pytest.fail.Exception, match="seaweedfs was started and did not come up: "):
+                pool.endpoint("seaweedfs")

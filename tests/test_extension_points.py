@@ -92,7 +92,7 @@ from urllib.parse import SplitResult
 
 from storage_adapter.builtin_backends import LOCAL
 from storage_adapter.keys import validate_prefix
-from storage_adapter.local_backend import LocalBackend
+from storage_adapter.local_driver import LocalDriver
 from storage_adapter.registry import Backend
 
 
@@ -105,7 +105,7 @@ BACKEND = Backend(
     scheme="sandbox",
     capabilities=dataclasses.replace(LOCAL.capabilities, backend="sandbox"),
     locate=locate,
-    driver=LocalBackend,
+    driver=LocalDriver,
 )
 '''
 

@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from storage_adapter import local_mutation, open_adapter
+from storage_adapter import local_files, open_adapter
 from storage_adapter.adapter import ObjectStorageAdapter
 from storage_adapter.errors import NotFoundError, PermissionDeniedError
-from storage_adapter.local_mutation import local_token
+from storage_adapter.local_files import local_token
 
 Operation = Callable[[ObjectStorageAdapter, str], Any]
 
@@ -55,8 +55,8 @@ def hostile(
     a file link, a dangling file link and a dangling directory link. Reads run both ways: by the one
     ``openat2`` call that refuses every symlink, and by the descriptor walk (kernels without openat2)."""
     if request.param == "walk":
-        monkeypatch.setattr(local_mutation, "_OPENAT2", None)
-    elif local_mutation._OPENAT2 is None:
+        monkeypatch.setattr(local_files, "_OPENAT2", None)
+    elif local_files._OPENAT2 is None:
         pytest.skip("this kernel (or its seccomp filter) has no openat2")
     outside = tmp_path / "outside"
     (outside / "sub").mkdir(parents=True)
@@ -206,7 +206,7 @@ def test_a_read_is_one_openat2_call_when_nothing_below_the_root_is_a_symlink(
 ) -> None:
     """The hot path: a read, a versioned read and exists resolve the whole path with one openat2 call
     (no descriptor per directory), bytes and token from that one open file."""
-    if local_mutation._OPENAT2 is None:
+    if local_files._OPENAT2 is None:
         pytest.skip("this kernel (or its seccomp filter) has no openat2")
     adapter = open_adapter(f"file://{tmp_path}")
     token = adapter.write("a/b/c", b"v")

@@ -124,7 +124,7 @@ def test_a_missing_or_ambiguous_function_is_refused_by_name(
 def test_every_equivalent_mutant_says_why_and_the_smoke_subset_spans_modules() -> None:
     assert all(len(m.equivalent) > 40 for m in CATALOGUE if m.equivalent)
     smoke_modules = {Path(m.path).name for m in CATALOGUE if m.smoke}
-    assert smoke_modules >= {"adapter.py", "keys.py", "obstore_backend.py", "local_mutation.py"}
+    assert smoke_modules >= {"adapter.py", "keys.py", "driver.py", "local_files.py"}
 
 
 @pytest.mark.parametrize(

@@ -101,7 +101,7 @@ def test_a_named_profile_that_does_not_exist_is_a_configuration_error(aws_home: 
 
 
 def store_of(adapter: object) -> object:
-    return adapter._backend._store  # type: ignore[attr-defined]
+    return adapter._driver._store  # type: ignore[attr-defined]
 
 
 def test_without_keys_or_profile_object_store_resolves_the_rest_of_the_chain(aws_home: Path) -> None:

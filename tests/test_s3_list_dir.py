@@ -13,9 +13,10 @@ from collections import Counter
 import pytest
 
 from backends.server import S3Endpoint
-from storage_adapter import obstore_backend, open_adapter
+from storage_adapter import open_adapter
 from storage_adapter.adapter import ObjectStorageAdapter
 from storage_adapter.faults import FaultKind, FaultPlan, injected
+from storage_adapter.obstore_driver import driver as obstore_driver
 
 
 def _fresh(endpoint: S3Endpoint, **options: object) -> ObjectStorageAdapter:
@@ -70,7 +71,7 @@ def test_prefixes_beyond_the_first_page_are_confirmed_each(
 ) -> None:
     """A page shorter than the prefix (here 5 objects): the prefixes it does not show are confirmed one
     list each (concurrently), and the emptied ones among them are still left out."""
-    monkeypatch.setattr(obstore_backend, "LIST_PAGE", 5)
+    monkeypatch.setattr(obstore_driver, "LIST_PAGE", 5)
     adapter = _fresh(embedded_seaweedfs)
     _fill(adapter, 12)
     for i in (1, 9, 11):

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from storage_adapter import NotFoundError, open_adapter
-from storage_adapter.local_mutation import local_token
+from storage_adapter.local_files import local_token
 from storage_adapter.types import DirListing
 
 

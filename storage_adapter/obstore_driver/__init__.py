@@ -1,0 +1,34 @@
+"""The one boundary with obstore: only this package imports it.
+
+- :mod:`.errors` declares to the error boundary (:mod:`storage_adapter.translation`) how obstore's
+  exceptions read (their classes, the server's status, transport failures), and emulates them for
+  injected faults;
+- :mod:`.stores` builds the stores: in-memory ones by name, S3 ones from the resolved options and their
+  credentials, and a user's own store wrapped for an adapter (identity, secrets, pickling);
+- :mod:`.driver` drives them: :class:`ObstoreDriver` and its non-blocking twin
+  :class:`ObstoreAsyncDriver`.
+"""
+
+from storage_adapter.obstore_driver.driver import ObstoreAsyncDriver, ObstoreDriver, wrapped_driver
+from storage_adapter.obstore_driver.stores import (
+    WrappedStore,
+    is_obstore_store,
+    local_directory,
+    memory_store,
+    s3_store,
+    store_identity,
+    store_secrets,
+)
+
+__all__ = [
+    "ObstoreAsyncDriver",
+    "ObstoreDriver",
+    "WrappedStore",
+    "is_obstore_store",
+    "local_directory",
+    "memory_store",
+    "s3_store",
+    "store_identity",
+    "store_secrets",
+    "wrapped_driver",
+]
