@@ -164,27 +164,57 @@ class CephRGW(S3Server):
         ceph = [binaries["ceph"], "--conf", str(conf), "--connect-timeout", "10"]
 
         monmap = str(self._state / "monmap")
-        self._run("monmaptool", [binaries["monmaptool"], "--create", "--add", "a",
-                                 f"v2:127.0.0.1:{mon_port}", "--fsid", fsid, monmap], deadline)  # fmt: skip
-        self._run("mon-mkfs", [binaries["ceph-mon"], "-c", str(conf), "--mkfs", "-i", "a", "--monmap", monmap],
-                  deadline)  # fmt: skip
+        self._run(
+            "monmaptool",
+            [
+                binaries["monmaptool"],
+                "--create",
+                "--add",
+                "a",
+                f"v2:127.0.0.1:{mon_port}",
+                "--fsid",
+                fsid,
+                monmap,
+            ],
+            deadline,
+        )
+        self._run(
+            "mon-mkfs",
+            [binaries["ceph-mon"], "-c", str(conf), "--mkfs", "-i", "a", "--monmap", monmap],
+            deadline,
+        )
         self._spawn("ceph-mon", [binaries["ceph-mon"], "-c", str(conf), "-i", "a", "-f"])
 
         osd_uuid = str(uuid.uuid4())
         osd_id = self._run("osd-new", [*ceph, "osd", "new", osd_uuid], deadline).strip()
         (self._state / f"osd-{osd_id}").mkdir()  # memstore's mkfs writes its metadata there
-        self._run("osd-mkfs", [binaries["ceph-osd"], "-c", str(conf), "-i", osd_id, "--mkfs",
-                               "--osd-uuid", osd_uuid], deadline)  # fmt: skip
+        self._run(
+            "osd-mkfs",
+            [binaries["ceph-osd"], "-c", str(conf), "-i", osd_id, "--mkfs", "--osd-uuid", osd_uuid],
+            deadline,
+        )
         self._spawn("ceph-osd", [binaries["ceph-osd"], "-c", str(conf), "-i", osd_id, "-f"])
 
         # The user is created before radosgw starts: radosgw-admin then creates the default realm, zone and
         # pools alone, instead of racing radosgw's own first-start initialisation of the same objects.
         access_key_id = f"CEPH{secrets.token_hex(8).upper()}"
         secret_access_key = secrets.token_urlsafe(30)
-        self._run("user-create", [binaries["radosgw-admin"], "-c", str(conf), "user", "create",
-                                  "--uid=storage-adapter", "--display-name=storage-adapter",
-                                  f"--access-key={access_key_id}", f"--secret-key={secret_access_key}"],
-                  deadline, quiet=True)  # fmt: skip
+        self._run(
+            "user-create",
+            [
+                binaries["radosgw-admin"],
+                "-c",
+                str(conf),
+                "user",
+                "create",
+                "--uid=storage-adapter",
+                "--display-name=storage-adapter",
+                f"--access-key={access_key_id}",
+                f"--secret-key={secret_access_key}",
+            ],
+            deadline,
+            quiet=True,
+        )
         self._spawn("radosgw", [binaries["radosgw"], "-c", str(conf), "-n", "client.rgw", "-f"])
 
         endpoint = S3Endpoint(
@@ -218,9 +248,13 @@ class CephRGW(S3Server):
         with log.open("wb") as err:
             try:
                 completed = subprocess.run(
-                    args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL if quiet else subprocess.PIPE,
-                    stderr=err, cwd=self._state, timeout=remaining,
-                )  # fmt: skip
+                    args,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL if quiet else subprocess.PIPE,
+                    stderr=err,
+                    cwd=self._state,
+                    timeout=remaining,
+                )
             except subprocess.TimeoutExpired:
                 raise ServerStartFailed(
                     f"ceph: {step} did not finish within {self.start_timeout_s:.0f}s of start; see {log}"

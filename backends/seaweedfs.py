@@ -30,10 +30,22 @@ from backends.server import (
 
 # Every port flag `weed mini` accepts; unassigned ones would fall back to fixed defaults and collide.
 _PORT_FLAGS = (
-    "master.port", "master.port.grpc", "volume.port", "volume.port.grpc", "volume.port.public",
-    "filer.port", "filer.port.grpc", "filer.port.public", "s3.port", "s3.port.grpc", "admin.port",
-    "admin.port.grpc", "webdav.port", "debug.port", "s3.debug.port",
-)  # fmt: skip
+    "master.port",
+    "master.port.grpc",
+    "volume.port",
+    "volume.port.grpc",
+    "volume.port.public",
+    "filer.port",
+    "filer.port.grpc",
+    "filer.port.public",
+    "s3.port",
+    "s3.port.grpc",
+    "admin.port",
+    "admin.port.grpc",
+    "webdav.port",
+    "debug.port",
+    "s3.debug.port",
+)
 # The Iceberg catalog and Lance namespace listeners are not used here: off, two ports fewer to race for.
 _SERVICES_OFF = ("-s3.port.iceberg=0", "-s3.port.lance=0")
 # A port found free may be taken by another process before weed binds it (two test workers start
@@ -101,16 +113,39 @@ class SeaweedFS(S3Server):
         log_fd, log_name = tempfile.mkstemp(prefix="seaweedfs-", suffix=".log")
         self.log_path = Path(log_name)
         ports = {flag: free_port() for flag in _PORT_FLAGS}
-        args = [binary, "mini", f"-dir={data_dir}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-                f"-bucket={self.bucket}", "-webdav=false", "-admin.ui=false", *_SERVICES_OFF]  # fmt: skip
+        args = [
+            binary,
+            "mini",
+            f"-dir={data_dir}",
+            "-ip=127.0.0.1",
+            "-ip.bind=127.0.0.1",
+            f"-bucket={self.bucket}",
+            "-webdav=false",
+            "-admin.ui=false",
+            *_SERVICES_OFF,
+        ]
         args += [f"-{flag}={port}" for flag, port in ports.items()]
         if self.identities:
             config = Path(self._workdir, "s3-identities.json")
-            config.write_text(json.dumps({"identities": [
-                {"name": f"identity-{i}", "actions": list(identity.actions),
-                 "credentials": [{"accessKey": identity.access_key_id, "secretKey": identity.secret_access_key}]}
-                for i, identity in enumerate(self.identities)
-            ]}))  # fmt: skip
+            config.write_text(
+                json.dumps(
+                    {
+                        "identities": [
+                            {
+                                "name": f"identity-{i}",
+                                "actions": list(identity.actions),
+                                "credentials": [
+                                    {
+                                        "accessKey": identity.access_key_id,
+                                        "secretKey": identity.secret_access_key,
+                                    }
+                                ],
+                            }
+                            for i, identity in enumerate(self.identities)
+                        ]
+                    }
+                )
+            )
             args.append(f"-s3.config={config}")
         self._process = launch_server_process(args, log_fd, cwd=self._workdir)
         os.close(log_fd)

@@ -62,9 +62,14 @@ def launch_server_process(
     with the caller's environment minus every client setting: a server reads the user's AWS_* as its own
     configuration (SeaweedFS then admits only the user's keys and refuses its own endpoint's)."""
     return subprocess.Popen(
-        args, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=cwd,
-        env=without_client_settings(), start_new_session=True,
-    )  # fmt: skip
+        args,
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        cwd=cwd,
+        env=without_client_settings(),
+        start_new_session=True,
+    )
 
 
 class ServerUnavailable(RuntimeError):
@@ -141,9 +146,13 @@ class S3Endpoint:
 
         with self.scoped():
             return boto3.client(
-                "s3", endpoint_url=self.endpoint, aws_access_key_id=self.access_key_id,
-                aws_secret_access_key=self.secret_access_key, region_name=self.region, config=config,
-            )  # fmt: skip
+                "s3",
+                endpoint_url=self.endpoint,
+                aws_access_key_id=self.access_key_id,
+                aws_secret_access_key=self.secret_access_key,
+                region_name=self.region,
+                config=config,
+            )
 
     def scoped(self) -> contextlib.AbstractContextManager[None]:
         """For the block, this process's client settings are this server's and nothing else (the

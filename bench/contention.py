@@ -82,8 +82,10 @@ def run_contention(mode: str, processes: int, duration_s: float) -> ContentionRe
         with open(os.path.join(root, "counter"), "w") as f:
             f.write("0")
         barrier, results = SPAWN.Barrier(processes), SPAWN.Queue()
-        workers = [SPAWN.Process(target=_worker, args=(mode, root, duration_s, barrier, results))
-                   for _ in range(processes)]  # fmt: skip
+        workers = [
+            SPAWN.Process(target=_worker, args=(mode, root, duration_s, barrier, results))
+            for _ in range(processes)
+        ]
         for w in workers:
             w.start()
         counts = [results.get(timeout=duration_s + 120) for _ in workers]
@@ -211,8 +213,10 @@ def engine_contention(
             t.join()
     else:
         barrier, results = SPAWN.Barrier(writers), SPAWN.Queue()
-        procs = [SPAWN.Process(target=_engine_worker, args=(adapter, t, duration_s, barrier, results))
-                 for t in tables]  # fmt: skip
+        procs = [
+            SPAWN.Process(target=_engine_worker, args=(adapter, t, duration_s, barrier, results))
+            for t in tables
+        ]
         for p in procs:
             p.start()
         outcomes = [results.get(timeout=duration_s + 300) for _ in procs]
@@ -224,9 +228,16 @@ def engine_contention(
         raise RuntimeError(
             f"engine {adapter.backend}: {landed} rows visible != {commits} acknowledged commits"
         )
-    return EngineContentionResult(adapter.backend, writers, same_table, commits, sum(o[1] for o in outcomes),
-                                  tuple(sorted(o[0] for o in outcomes)), sum(o[2] for o in outcomes),
-                                  duration_s)  # fmt: skip
+    return EngineContentionResult(
+        adapter.backend,
+        writers,
+        same_table,
+        commits,
+        sum(o[1] for o in outcomes),
+        tuple(sorted(o[0] for o in outcomes)),
+        sum(o[2] for o in outcomes),
+        duration_s,
+    )
 
 
 def main() -> None:
@@ -245,9 +256,12 @@ def main() -> None:
         for same in (True, False):
             for n in (int(w) for w in args.writers.split(",")):
                 r = run_engine_contention(backend, n, same, args.seconds)
-                print(f"| {backend} | {'one' if same else 'one each'} | {n} | {r.commits_per_s:.1f} | "
-                      f"{r.exhausted} | {100 * r.failure_rate:.2f} | {r.requests_per_commit:.1f} | "
-                      f"{','.join(map(str, r.per_writer))} |", flush=True)  # fmt: skip
+                print(
+                    f"| {backend} | {'one' if same else 'one each'} | {n} | {r.commits_per_s:.1f} | "
+                    f"{r.exhausted} | {100 * r.failure_rate:.2f} | {r.requests_per_commit:.1f} | "
+                    f"{','.join(map(str, r.per_writer))} |",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

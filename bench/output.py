@@ -52,8 +52,14 @@ class BenchResults:
 
 
 def _find(results: BenchResults, backend: str, size: str, op: str, client: str) -> Measurement | None:
-    return next((m for m in results.measurements
-                 if (m.backend, m.size, m.op, m.client) == (backend, size, op, client)), None)  # fmt: skip
+    return next(
+        (
+            m
+            for m in results.measurements
+            if (m.backend, m.size, m.op, m.client) == (backend, size, op, client)
+        ),
+        None,
+    )
 
 
 def overhead_ratios(results: BenchResults) -> list[tuple[str, str, str, float]]:
@@ -73,19 +79,29 @@ def target_checks(results: BenchResults) -> list[TargetCheck]:
     ratios = overhead_ratios(results)
     if ratios:
         worst = max(ratios, key=lambda r: r[3])
-        checks.append(TargetCheck(
-            "adapter p50 latency / raw obstore p50, worst over every backend, size and op",
-            worst[3], OVERHEAD_LIMIT, worst[3] <= OVERHEAD_LIMIT, f"worst: {worst[0]} {worst[1]} {worst[2]}",
-        ))  # fmt: skip
+        checks.append(
+            TargetCheck(
+                "adapter p50 latency / raw obstore p50, worst over every backend, size and op",
+                worst[3],
+                OVERHEAD_LIMIT,
+                worst[3] <= OVERHEAD_LIMIT,
+                f"worst: {worst[0]} {worst[1]} {worst[2]}",
+            )
+        )
     ours = _find(results, "seaweedfs", "1KiB", "get", "adapter")
     for peer, factor in (("boto3", BOTO3_FACTOR), ("s3fs", S3FS_FACTOR)):
         theirs = _find(results, "seaweedfs", "1KiB", "get", peer)
         if ours is not None and theirs is not None:
             ratio = ours.ops_per_s / theirs.ops_per_s
-            checks.append(TargetCheck(
-                f"SeaweedFS 1 KiB get ops/s, adapter / {peer} (one in flight)", ratio, factor, ratio >= factor,
-                f"{ours.ops_per_s:.0f} vs {theirs.ops_per_s:.0f} ops/s",
-            ))  # fmt: skip
+            checks.append(
+                TargetCheck(
+                    f"SeaweedFS 1 KiB get ops/s, adapter / {peer} (one in flight)",
+                    ratio,
+                    factor,
+                    ratio >= factor,
+                    f"{ours.ops_per_s:.0f} vs {theirs.ops_per_s:.0f} ops/s",
+                )
+            )
     seaweedfs = [t for t in results.async_gets if t.backend == "seaweedfs"]
     on_loop, on_threads = (
         median_ops_per_s(seaweedfs, ASYNC_CLIENT),
@@ -93,12 +109,17 @@ def target_checks(results: BenchResults) -> list[TargetCheck]:
     )
     if on_loop is not None and on_threads is not None:
         ratio = on_loop / on_threads
-        checks.append(TargetCheck(
-            f"SeaweedFS {seaweedfs[0].ops} concurrent 1 KiB gets ops/s, async twin on one event loop / sync "
-            f"adapter on {next(t.in_flight for t in seaweedfs if t.client == THREADS_CLIENT)} threads "
-            "(medians)", ratio, ASYNC_FACTOR, ratio >= ASYNC_FACTOR,
-            f"{on_loop:.0f} vs {on_threads:.0f} ops/s",
-        ))  # fmt: skip
+        checks.append(
+            TargetCheck(
+                f"SeaweedFS {seaweedfs[0].ops} concurrent 1 KiB gets ops/s, async twin on one event loop / sync "
+                f"adapter on {next(t.in_flight for t in seaweedfs if t.client == THREADS_CLIENT)} threads "
+                "(medians)",
+                ratio,
+                ASYNC_FACTOR,
+                ratio >= ASYNC_FACTOR,
+                f"{on_loop:.0f} vs {on_threads:.0f} ops/s",
+            )
+        )
     for backend, size, op, ours_name, theirs_name, limit in HOT_PATH:
         mine, base = (
             _find(results, backend, size, op, ours_name),
@@ -106,19 +127,28 @@ def target_checks(results: BenchResults) -> list[TargetCheck]:
         )
         if mine is not None and base is not None:
             ratio = mine.percentile(0.5) / base.percentile(0.5)
-            checks.append(TargetCheck(
-                f"{backend} {size} {op} p50, {ours_name} / {theirs_name}", ratio, limit, ratio <= limit,
-                f"{_ms(mine.percentile(0.5))} vs {_ms(base.percentile(0.5))} ms",
-            ))  # fmt: skip
+            checks.append(
+                TargetCheck(
+                    f"{backend} {size} {op} p50, {ours_name} / {theirs_name}",
+                    ratio,
+                    limit,
+                    ratio <= limit,
+                    f"{_ms(mine.percentile(0.5))} vs {_ms(base.percentile(0.5))} ms",
+                )
+            )
     for n in sorted({c.processes for c in results.contention}):
         by_mode = {c.mode: c for c in results.contention if c.processes == n}
         if {"adapter", "floor"} <= set(by_mode):
             ratio = by_mode["adapter"].ops_per_s / by_mode["floor"].ops_per_s
-            checks.append(TargetCheck(
-                f"local CAS ops/s with {n} process(es), adapter / flock+rename floor", ratio, CAS_FLOOR_FRACTION,
-                ratio >= CAS_FLOOR_FRACTION,
-                f"{by_mode['adapter'].ops_per_s:.0f} vs {by_mode['floor'].ops_per_s:.0f} increments/s",
-            ))  # fmt: skip
+            checks.append(
+                TargetCheck(
+                    f"local CAS ops/s with {n} process(es), adapter / flock+rename floor",
+                    ratio,
+                    CAS_FLOOR_FRACTION,
+                    ratio >= CAS_FLOOR_FRACTION,
+                    f"{by_mode['adapter'].ops_per_s:.0f} vs {by_mode['floor'].ops_per_s:.0f} increments/s",
+                )
+            )
     return checks
 
 
@@ -127,29 +157,56 @@ def _ms(seconds: float) -> str:
 
 
 def markdown(results: BenchResults) -> str:
-    lines = ["# storage-adapter bench", "", f"Settings: {results.settings}", "",
-             f"Versions: {results.versions}", "", "## Targets (ratios from this run)", "",
-             "| target | measured | threshold | met | detail |", "|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "# storage-adapter bench",
+        "",
+        f"Settings: {results.settings}",
+        "",
+        f"Versions: {results.versions}",
+        "",
+        "## Targets (ratios from this run)",
+        "",
+        "| target | measured | threshold | met | detail |",
+        "|---|---|---|---|---|",
+    ]
     for c in target_checks(results):
-        lines.append(f"| {c.target} | {c.measured:.2f}x | {c.threshold:.2f}x | {'met' if c.met else 'NOT met'} "
-                     f"| {c.detail} |")  # fmt: skip
-    lines += ["", "## Latency (sequential, interleaved)", "",
-              "| backend | size | op | client | n | p50 ms | p90 ms | p99 ms | ops/s | vs obstore (p50) |",
-              "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+        lines.append(
+            f"| {c.target} | {c.measured:.2f}x | {c.threshold:.2f}x | {'met' if c.met else 'NOT met'} "
+            f"| {c.detail} |"
+        )
+    lines += [
+        "",
+        "## Latency (sequential, interleaved)",
+        "",
+        "| backend | size | op | client | n | p50 ms | p90 ms | p99 ms | ops/s | vs obstore (p50) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for m in results.measurements:
         base = _find(results, m.backend, m.size, m.op, "obstore")
         ratio = f"{m.percentile(0.5) / base.percentile(0.5):.2f}x" if base is not None else "-"
-        lines.append(f"| {m.backend} | {m.size} | {m.op} | {m.client} | {len(m.latencies_s)} | "
-                     f"{_ms(m.percentile(0.5))} | {_ms(m.percentile(0.9))} | {_ms(m.percentile(0.99))} | "
-                     f"{m.ops_per_s:.0f} | {ratio} |")  # fmt: skip
-    lines += ["", "## Concurrency (1 KiB get, threads in flight)", "",
-              "| backend | client | in flight | ops | ops/s |", "|---|---|---|---|---|"]  # fmt: skip
+        lines.append(
+            f"| {m.backend} | {m.size} | {m.op} | {m.client} | {len(m.latencies_s)} | "
+            f"{_ms(m.percentile(0.5))} | {_ms(m.percentile(0.9))} | {_ms(m.percentile(0.99))} | "
+            f"{m.ops_per_s:.0f} | {ratio} |"
+        )
+    lines += [
+        "",
+        "## Concurrency (1 KiB get, threads in flight)",
+        "",
+        "| backend | client | in flight | ops | ops/s |",
+        "|---|---|---|---|---|",
+    ]
     lines += [
         f"| {t.backend} | {t.client} | {t.in_flight} | {t.ops} | {t.ops_per_s:.0f} |"
         for t in results.throughput
     ]
-    lines += ["", "## Async twin (1 KiB gets, one event loop vs a thread pool; every round)", "",
-              "| backend | client | in flight | ops | ops/s |", "|---|---|---|---|---|"]  # fmt: skip
+    lines += [
+        "",
+        "## Async twin (1 KiB gets, one event loop vs a thread pool; every round)",
+        "",
+        "| backend | client | in flight | ops | ops/s |",
+        "|---|---|---|---|---|",
+    ]
     lines += [
         f"| {t.backend} | {t.client} | {t.in_flight} | {t.ops} | {t.ops_per_s:.0f} |"
         for t in results.async_gets
@@ -169,8 +226,16 @@ def markdown(results: BenchResults) -> str:
 
 def _latency_row(m: Measurement) -> dict[str, Any]:
     percentiles = {f"p{round(q * 100)}_s": m.percentile(q) for q in (0.5, 0.9, 0.99)}
-    return {"backend": m.backend, "size": m.size, "op": m.op, "client": m.client, "n": len(m.latencies_s),
-            **percentiles, "mean_s": m.mean_s, "ops_per_s": m.ops_per_s}  # fmt: skip
+    return {
+        "backend": m.backend,
+        "size": m.size,
+        "op": m.op,
+        "client": m.client,
+        "n": len(m.latencies_s),
+        **percentiles,
+        "mean_s": m.mean_s,
+        "ops_per_s": m.ops_per_s,
+    }
 
 
 def to_json(results: BenchResults) -> dict[str, Any]:

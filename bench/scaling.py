@@ -112,11 +112,14 @@ def history(root: StorageAdapter, marks: tuple[int, ...]) -> list[dict[str, floa
         ]
         window = window[-HISTORY_WINDOW:]
         if n in marks:
-            points.append({
-                "x": n, "requests": statistics.median(p["requests"] for p in window),
-                "seconds": statistics.median(p["seconds"] for p in window),
-                "max_seconds": max(p["seconds"] for p in window),
-            })  # fmt: skip
+            points.append(
+                {
+                    "x": n,
+                    "requests": statistics.median(p["requests"] for p in window),
+                    "seconds": statistics.median(p["seconds"] for p in window),
+                    "max_seconds": max(p["seconds"] for p in window),
+                }
+            )
     return points
 
 
@@ -215,8 +218,14 @@ def writers(root: StorageAdapter, marks: tuple[int, ...], same_table: bool) -> l
     points = []
     for w in marks:
         result = engine_contention(root.child(f"w{w}"), w, same_table, WRITERS_SECONDS)
-        points.append({"x": w, "requests": result.requests_per_commit, "commits_per_s": result.commits_per_s,
-                       "exhausted": result.exhausted})  # fmt: skip
+        points.append(
+            {
+                "x": w,
+                "requests": result.requests_per_commit,
+                "commits_per_s": result.commits_per_s,
+                "exhausted": result.exhausted,
+            }
+        )
     return points
 
 
@@ -225,25 +234,47 @@ CURVES: dict[str, tuple[Callable[[StorageAdapter, tuple[int, ...]], list[dict[st
     "history": (history, "seconds", "the 2,000th keyed commit costs <= 2x the 50th"),
     "key_lookup": (key_lookup, "requests", "find_commit answers in O(1) requests whatever the history"),
     "tables": (tables, "seconds", "a k-table commit takes <= ~2x a 1-table commit up to k = 100"),
-    "catalog": (catalog, "bytes", "a 1-table commit's manifest bytes do not grow with the tables not touched"),
+    "catalog": (
+        catalog,
+        "bytes",
+        "a 1-table commit's manifest bytes do not grow with the tables not touched",
+    ),
     "fragments": (fragments, "seconds", "10x the fragments read in <= 10x the time"),
     "orphans": (orphans, "requests", "vacuum costs O(garbage / 1,000) requests"),
     "records": (records, "requests", "purge costs O(expired) requests (+ 2 listings of r/1,000 pages)"),
-    "writers": (partial(writers, same_table=False), "requests",
-                "w writers, one table each: 0 exhausted, requests/commit bounded, commits/s non-decreasing to w=4"),
-    "writers_shared": (partial(writers, same_table=True), "requests",
-                       "w writers on one table: 0 exhausted retries, requests/commit bounded"),
-}  # fmt: skip
+    "writers": (
+        partial(writers, same_table=False),
+        "requests",
+        "w writers, one table each: 0 exhausted, requests/commit bounded, commits/s non-decreasing to w=4",
+    ),
+    "writers_shared": (
+        partial(writers, same_table=True),
+        "requests",
+        "w writers on one table: 0 exhausted retries, requests/commit bounded",
+    ),
+}
 MARKS = {
-    "history": (50, 500, 2000), "key_lookup": (50, 500, 2000), "tables": (1, 10, 100), "catalog": (10, 100, 1000),
-    "fragments": (100, 1000, 10000), "orphans": (100, 1000, 10000), "records": (100, 1000, 10000),
-    "writers": (1, 2, 4, 8), "writers_shared": (1, 2, 4, 8),
-}  # fmt: skip
+    "history": (50, 500, 2000),
+    "key_lookup": (50, 500, 2000),
+    "tables": (1, 10, 100),
+    "catalog": (10, 100, 1000),
+    "fragments": (100, 1000, 10000),
+    "orphans": (100, 1000, 10000),
+    "records": (100, 1000, 10000),
+    "writers": (1, 2, 4, 8),
+    "writers_shared": (1, 2, 4, 8),
+}
 QUICK = {
-    "history": (10, 50, 200), "key_lookup": (10, 50, 200), "tables": (1, 5, 20), "catalog": (5, 20, 60),
-    "fragments": (10, 100, 300), "orphans": (10, 100, 300), "records": (10, 100, 300),
-    "writers": (1, 2, 4), "writers_shared": (1, 2, 4),
-}  # fmt: skip
+    "history": (10, 50, 200),
+    "key_lookup": (10, 50, 200),
+    "tables": (1, 5, 20),
+    "catalog": (5, 20, 60),
+    "fragments": (10, 100, 300),
+    "orphans": (10, 100, 300),
+    "records": (10, 100, 300),
+    "writers": (1, 2, 4),
+    "writers_shared": (1, 2, 4),
+}
 
 
 def ratio(points: list[dict[str, float]], measure: str) -> float:

@@ -65,10 +65,24 @@ class Plan:
     async_rounds: int = 15
 
 
-FULL = Plan(rounds=6, batch={"1KiB": 40, "4MiB": 3}, concurrency_levels=(1, 8, 64), concurrency_ops=512,
-            cas_processes=(1, 2, 4), cas_seconds=3.0)  # fmt: skip
-QUICK = Plan(rounds=2, batch={"1KiB": 5, "4MiB": 1}, concurrency_levels=(1, 8, 64), concurrency_ops=64,
-             cas_processes=(1, 2, 4), cas_seconds=0.5, async_gets=200, async_rounds=1)  # fmt: skip
+FULL = Plan(
+    rounds=6,
+    batch={"1KiB": 40, "4MiB": 3},
+    concurrency_levels=(1, 8, 64),
+    concurrency_ops=512,
+    cas_processes=(1, 2, 4),
+    cas_seconds=3.0,
+)
+QUICK = Plan(
+    rounds=2,
+    batch={"1KiB": 5, "4MiB": 1},
+    concurrency_levels=(1, 8, 64),
+    concurrency_ops=64,
+    cas_processes=(1, 2, 4),
+    cas_seconds=0.5,
+    async_gets=200,
+    async_rounds=1,
+)
 
 
 @contextlib.contextmanager
@@ -81,22 +95,29 @@ def backend_clients(backend: str, run: str) -> Iterator[list[Client]]:
 
     if backend == "memory":
         adapter = open_adapter(f"memory://bench-{run}")
-        yield [adapter_client("adapter", adapter, open_async_adapter(f"memory://bench-{run}")),
-               *buffer_client(adapter),
-               obstore_client(obstore.store.MemoryStore(), f"bench-{run}", supports_update=True),
-               adapter_client("fsspec", open_peer(f"memory://bench-fsspec-{run}"))]  # fmt: skip
+        yield [
+            adapter_client("adapter", adapter, open_async_adapter(f"memory://bench-{run}")),
+            *buffer_client(adapter),
+            obstore_client(obstore.store.MemoryStore(), f"bench-{run}", supports_update=True),
+            adapter_client("fsspec", open_peer(f"memory://bench-fsspec-{run}")),
+        ]
         return
     if backend == "local":
         with tempfile.TemporaryDirectory(prefix="bench-local-") as root:
             # Local writes are durable by default (fsync file, then directory); "adapter-scratch" is the
             # documented opt-out (durable=False), so the table shows what durability costs.
             adapter = open_adapter(f"file://{root}/adapter")
-            yield [adapter_client("adapter", adapter, open_async_adapter(f"file://{root}/adapter")),
-                   *buffer_client(adapter),
-                   adapter_client("adapter-scratch", open_adapter(f"file://{root}/scratch", durable=False)),
-                   obstore_client(obstore.store.LocalStore(f"{root}/obstore", mkdir=True), "p", supports_update=False),
-                   adapter_client("fsspec", open_peer(f"file://{root}/fsspec")),
-                   open_read_client(Path(root, "plain")), *pyarrow_client(Path(root, "pyarrow"))]  # fmt: skip
+            yield [
+                adapter_client("adapter", adapter, open_async_adapter(f"file://{root}/adapter")),
+                *buffer_client(adapter),
+                adapter_client("adapter-scratch", open_adapter(f"file://{root}/scratch", durable=False)),
+                obstore_client(
+                    obstore.store.LocalStore(f"{root}/obstore", mkdir=True), "p", supports_update=False
+                ),
+                adapter_client("fsspec", open_peer(f"file://{root}/fsspec")),
+                open_read_client(Path(root, "plain")),
+                *pyarrow_client(Path(root, "pyarrow")),
+            ]
         return
     from botocore.config import Config
 
@@ -106,10 +127,14 @@ def backend_clients(backend: str, run: str) -> Iterator[list[Client]]:
     with (SeaweedFS if backend == "seaweedfs" else CephRGW)(bucket="bench") as endpoint, endpoint.scoped():
         options = endpoint.adapter_options()
         raw = obstore.store.S3Store(
-            endpoint.bucket, endpoint=endpoint.endpoint, access_key_id=endpoint.access_key_id,
-            secret_access_key=endpoint.secret_access_key, region=endpoint.region,
-            virtual_hosted_style_request=False, client_options={"allow_http": True},
-        )  # fmt: skip
+            endpoint.bucket,
+            endpoint=endpoint.endpoint,
+            access_key_id=endpoint.access_key_id,
+            secret_access_key=endpoint.secret_access_key,
+            region=endpoint.region,
+            virtual_hosted_style_request=False,
+            client_options={"allow_http": True},
+        )
         # As many connections as the most requests in flight.
         s3 = endpoint.boto3_client(Config(max_pool_connections=64))
         adapter = open_adapter(endpoint.url(f"adapter-{run}"), **options)
@@ -117,13 +142,21 @@ def backend_clients(backend: str, run: str) -> Iterator[list[Client]]:
         if endpoint.confirm_prefixes:
             # What list_dir costs on a server that reports no emptied prefixes (AWS, MinIO, Ceph RGW).
             plain = open_adapter(endpoint.url(f"unconfirmed-{run}"), **{**options, "confirm_prefixes": False})
-            unconfirmed.append(Client("adapter-unconfirmed", {"list_dir": lambda p: plain.list_dir(p).prefixes,
-                                                              "put": plain.write}, frozenset({"put"})))  # fmt: skip
-        clients = [adapter_client("adapter", adapter, open_async_adapter(endpoint.url(f"adapter-{run}"), **options)),
-               *buffer_client(adapter), *unconfirmed,
-               obstore_client(raw, f"obstore-{run}", supports_update=True),
-               boto3_client(s3, endpoint.bucket, f"boto3-{run}"),
-               adapter_client("s3fs", open_peer(endpoint.url(f"s3fs-{run}"), **options), list_dir=False)]  # fmt: skip
+            unconfirmed.append(
+                Client(
+                    "adapter-unconfirmed",
+                    {"list_dir": lambda p: plain.list_dir(p).prefixes, "put": plain.write},
+                    frozenset({"put"}),
+                )
+            )
+        clients = [
+            adapter_client("adapter", adapter, open_async_adapter(endpoint.url(f"adapter-{run}"), **options)),
+            *buffer_client(adapter),
+            *unconfirmed,
+            obstore_client(raw, f"obstore-{run}", supports_update=True),
+            boto3_client(s3, endpoint.bucket, f"boto3-{run}"),
+            adapter_client("s3fs", open_peer(endpoint.url(f"s3fs-{run}"), **options), list_dir=False),
+        ]
         if backend == "ceph":
             # Ceph RGW 16.2 answers S3's quoted If-Match with 412 (docs/ceph.md): no client's CAS is timed.
             clients = [dataclasses.replace(c, seeds=c.seeds | {"write_if_match"}) for c in clients]
@@ -153,21 +186,40 @@ def run(plan: Plan, backends: tuple[str, ...], seed: int) -> BenchResults:
                     measurements += measure(
                         backend, size, payload, op, clients, plan.rounds, plan.batch[size], rng
                     )
-            throughput += measure_concurrency(backend, rng.randbytes(SIZES["1KiB"]), clients,
-                                              plan.concurrency_levels, plan.concurrency_ops, rng)  # fmt: skip
+            throughput += measure_concurrency(
+                backend,
+                rng.randbytes(SIZES["1KiB"]),
+                clients,
+                plan.concurrency_levels,
+                plan.concurrency_ops,
+                rng,
+            )
             ours = next(c for c in clients if c.supports("async_get"))
-            async_gets += measure_async_gets(backend, rng.randbytes(SIZES["1KiB"]), ours, plan.async_gets,
-                                             plan.async_threads, plan.async_rounds)  # fmt: skip
+            async_gets += measure_async_gets(
+                backend,
+                rng.randbytes(SIZES["1KiB"]),
+                ours,
+                plan.async_gets,
+                plan.async_threads,
+                plan.async_rounds,
+            )
     print("bench: local CAS under contention ...", file=sys.stderr, flush=True)
     contention = []
     for processes in plan.cas_processes:
         modes = list(MODES)
         rng.shuffle(modes)
         contention += [run_contention(mode, processes, plan.cas_seconds) for mode in modes]
-    settings = {"plan": "quick" if plan == QUICK else "full", "rounds": plan.rounds, "batch": plan.batch,
-                "concurrency_levels": plan.concurrency_levels, "cas_seconds": plan.cas_seconds, "seed": seed}  # fmt: skip
-    return BenchResults(tuple(measurements), tuple(throughput), tuple(contention), settings, _versions(),
-                        tuple(async_gets))  # fmt: skip
+    settings = {
+        "plan": "quick" if plan == QUICK else "full",
+        "rounds": plan.rounds,
+        "batch": plan.batch,
+        "concurrency_levels": plan.concurrency_levels,
+        "cas_seconds": plan.cas_seconds,
+        "seed": seed,
+    }
+    return BenchResults(
+        tuple(measurements), tuple(throughput), tuple(contention), settings, _versions(), tuple(async_gets)
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -83,11 +83,13 @@ def run(backend: str, appends: int) -> dict[str, Any]:
             commit_s[i] = seconds
         recorder.written = {**before, **new}
     result: dict[str, Any] = {
-        "backend": backend, "appends": appends,
-        "version_file_bytes": version_bytes, "table_metadata_bytes": metadata_bytes,
+        "backend": backend,
+        "appends": appends,
+        "version_file_bytes": version_bytes,
+        "table_metadata_bytes": metadata_bytes,
         "table_metadata_bytes_mean_per_append": round(total_meta / appends),
         "commit_ms": {k: round(v * 1000, 2) for k, v in commit_s.items()},
-    }  # fmt: skip
+    }
     result["read"] = read_costs(recorder.inner)
     if hasattr(engine, "compact"):
         written_before = sum(recorder.written.values())
@@ -115,10 +117,13 @@ def read_costs(adapter: Any) -> dict[str, Any]:
     cold_s, table = timed(lambda: Engine.open(adapter, read_only=True).read("t", snap))
     warm_s, _ = timed(lambda: reader.read("t", snap))
     return {
-        "fragments": len(fragments), "rows": table.num_rows,
-        "cold_metadata_ms": round(metadata_s * 1000, 2), "cold_metadata_gets": metadata_gets,
-        "cold_read_s": round(cold_s, 3), "warm_read_s": round(warm_s, 3),
-    }  # fmt: skip
+        "fragments": len(fragments),
+        "rows": table.num_rows,
+        "cold_metadata_ms": round(metadata_s * 1000, 2),
+        "cold_metadata_gets": metadata_gets,
+        "cold_read_s": round(cold_s, 3),
+        "warm_read_s": round(warm_s, 3),
+    }
 
 
 def main() -> None:

@@ -116,8 +116,16 @@ class _Runner:
         self.token = token
 
 
-def measure(backend: str, size: str, payload: bytes, op: str, clients: Sequence[Client],
-            rounds: int, batch: int, rng: random.Random) -> list[Measurement]:  # fmt: skip
+def measure(
+    backend: str,
+    size: str,
+    payload: bytes,
+    op: str,
+    clients: Sequence[Client],
+    rounds: int,
+    batch: int,
+    rng: random.Random,
+) -> list[Measurement]:
     """Latencies of every client that supports ``op``, interleaved round by round."""
     runners = {c.name: _Runner(c, op, payload, f"{op}-{size}") for c in clients if c.supports(op)}
     latencies: dict[str, list[float]] = {name: [] for name in runners}
@@ -133,8 +141,14 @@ def measure(backend: str, size: str, payload: bytes, op: str, clients: Sequence[
     return [Measurement(backend, size, op, name, tuple(values)) for name, values in latencies.items()]
 
 
-def measure_concurrency(backend: str, payload: bytes, clients: Sequence[Client], levels: Sequence[int],
-                        ops_per_level: int, rng: random.Random) -> list[Throughput]:  # fmt: skip
+def measure_concurrency(
+    backend: str,
+    payload: bytes,
+    clients: Sequence[Client],
+    levels: Sequence[int],
+    ops_per_level: int,
+    rng: random.Random,
+) -> list[Throughput]:
     """Throughput of 1 KiB gets with ``level`` requests in flight (a thread pool), clients interleaved."""
     results = []
     clients = [client for client in clients if client.supports("get")]
@@ -158,8 +172,9 @@ def measure_concurrency(backend: str, payload: bytes, clients: Sequence[Client],
 ASYNC_CLIENT, THREADS_CLIENT = "adapter-async (one event loop)", "adapter (thread pool)"
 
 
-def measure_async_gets(backend: str, payload: bytes, client: Client, total: int, threads: int,
-                       rounds: int) -> list[Throughput]:  # fmt: skip
+def measure_async_gets(
+    backend: str, payload: bytes, client: Client, total: int, threads: int, rounds: int
+) -> list[Throughput]:
     """``total`` concurrent 1 KiB gets of one object, ``rounds`` times each way, interleaved: all from one
     event loop through the async twin (``async_get``), against the sync adapter (``get``) on ``threads``
     threads. Each side's connections are opened outside the timed region (the pool's threads by

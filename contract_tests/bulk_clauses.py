@@ -40,9 +40,14 @@ FILL_WORKERS = 16
 UNLIMITED_STEPS = 10**9
 # Listing arguments refused at the call: limits that are not ints >= 0, resume points that are no keys.
 BAD_LISTING_ARGUMENTS = [
-    {"limit": -1}, {"limit": 1.5}, {"limit": True}, {"limit": "3"},
-    {"start_after": "../x"}, {"start_after": "a//b"}, {"start_after": 7},
-]  # fmt: skip
+    {"limit": -1},
+    {"limit": 1.5},
+    {"limit": True},
+    {"limit": "3"},
+    {"start_after": "../x"},
+    {"start_after": "a//b"},
+    {"start_after": 7},
+]
 
 
 def _fill(adapter: StorageAdapter, keys: list[str]) -> None:

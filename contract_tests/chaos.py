@@ -91,8 +91,12 @@ TARGET_TRAITS = {"memory": (False, True), "local": (True, False), "seaweedfs": (
 # the commit returned, and around the idempotency store's finalize.
 OWNER_POINTS = ("before_commit", *COMMIT_POINTS, "after_commit", "before_finalize", "after_finalize")
 # Engine failpoints that fail a commit with an InjectedFault (a StorageError) instead of crashing it.
-ENGINE_ERROR_POINTS = (*COMMIT_POINTS, "recovery.sidecar_write", "recovery.sidecar_delete",
-                       "recovery.sidecar_list")  # fmt: skip
+ENGINE_ERROR_POINTS = (
+    *COMMIT_POINTS,
+    "recovery.sidecar_write",
+    "recovery.sidecar_delete",
+    "recovery.sidecar_list",
+)
 ALL_KINDS = (FaultKind.UNAVAILABLE, FaultKind.DENIED, FaultKind.BROKEN, FaultKind.PANIC)
 NATIVE_KINDS = (FaultKind.UNAVAILABLE, FaultKind.DENIED, FaultKind.BROKEN)
 
@@ -206,8 +210,19 @@ def plan_request(seed: int, index: int, config: ChaosConfig) -> RequestPlan:
         skew = rng.uniform(-0.9, 0.9) * config.skew_grace_s
         if mode == "kill9":  # the worker process runs the attempt alone: no in-process injections in it
             fault, engine_error, hedge = None, None, None
-        attempts.append(Attempt(round(wait, 4), round(skew, 4), crash, mode, fault, engine_error,
-                                round(slow, 4), round(stall, 4), None if hedge is None else round(hedge, 4)))  # fmt: skip
+        attempts.append(
+            Attempt(
+                round(wait, 4),
+                round(skew, 4),
+                crash,
+                mode,
+                fault,
+                engine_error,
+                round(slow, 4),
+                round(stall, 4),
+                None if hedge is None else round(hedge, 4),
+            )
+        )
     return RequestPlan(index, key, f"r{seed}-{index}", tuple(attempts))
 
 
@@ -291,8 +306,10 @@ class CampaignResult:
 
     def replay_command(self) -> str:
         c = self.config
-        return (f"storage-adapter chaos --seed {self.seed} --requests {c.requests} --target {self.target} "
-                f"--workers {c.workers}")  # fmt: skip
+        return (
+            f"storage-adapter chaos --seed {self.seed} --requests {c.requests} --target {self.target} "
+            f"--workers {c.workers}"
+        )
 
     def render(self, max_violations: int = 20) -> str:
         lines = [
@@ -304,8 +321,10 @@ class CampaignResult:
         by_index = {log.plan.index: log for log in self.logs}
         for violation in self.violations[:max_violations]:
             lines.append("")
-            lines.append(f"VIOLATION {violation.kind}: key {violation.key} (request #{violation.index}): "
-                         f"{violation.detail}")  # fmt: skip
+            lines.append(
+                f"VIOLATION {violation.kind}: key {violation.key} (request #{violation.index}): "
+                f"{violation.detail}"
+            )
             log = by_index.get(violation.index) if violation.index is not None else None
             if log is not None:
                 lines.append(" schedule:")
@@ -321,16 +340,29 @@ class CampaignResult:
     def to_json(self) -> dict[str, Any]:
         bad = {v.index for v in self.violations}
         return {
-            "seed": self.seed, "target": self.target, "url": self.url, "config": asdict(self.config),
-            "schedule_digest": self.digest, "duration_s": round(self.duration_s, 3), "stats": self.stats,
-            "violation_counts": self.violation_counts(), "violations": [asdict(v) for v in self.violations],
-            "replay": self.replay_command(), "global_events": self.global_events,
+            "seed": self.seed,
+            "target": self.target,
+            "url": self.url,
+            "config": asdict(self.config),
+            "schedule_digest": self.digest,
+            "duration_s": round(self.duration_s, 3),
+            "stats": self.stats,
+            "violation_counts": self.violation_counts(),
+            "violations": [asdict(v) for v in self.violations],
+            "replay": self.replay_command(),
+            "global_events": self.global_events,
             "requests": [
-                {"index": log.plan.index, "key": log.plan.key, "schedule": log.plan.describe(),
-                 "events": log.events, "answers": [asdict(a) for a in log.answers]}
-                for log in self.logs if log.plan.index in bad
+                {
+                    "index": log.plan.index,
+                    "key": log.plan.key,
+                    "schedule": log.plan.describe(),
+                    "events": log.events,
+                    "answers": [asdict(a) for a in log.answers],
+                }
+                for log in self.logs
+                if log.plan.index in bad
             ],
-        }  # fmt: skip
+        }
 
 
 # -- injection machinery --------------------------------------------------------------------------------------
@@ -375,8 +407,13 @@ def _dispatch(name: str) -> None:
 
 @contextlib.contextmanager
 def _failpoints_dispatched() -> Iterator[None]:
-    for name in (*COMMIT_POINTS, *RECOVERY_POINTS, "recovery.sidecar_write", "recovery.sidecar_delete",
-                 "recovery.sidecar_list"):  # fmt: skip
+    for name in (
+        *COMMIT_POINTS,
+        *RECOVERY_POINTS,
+        "recovery.sidecar_write",
+        "recovery.sidecar_delete",
+        "recovery.sidecar_list",
+    ):
         failpoints.arm(name, _dispatch)
     try:
         yield
@@ -425,16 +462,22 @@ def describe_commit(commit: Any) -> HandlerResult:
     return HandlerResult(201, {"version": commit.version})
 
 
-def make_store(adapter: StorageAdapter, config: ChaosConfig, skew_s: float, owner: _Owner | None,
-               executor: str) -> ChaosStore:  # fmt: skip
+def make_store(
+    adapter: StorageAdapter, config: ChaosConfig, skew_s: float, owner: _Owner | None, executor: str
+) -> ChaosStore:
     """The store as one owner sees it: its own (skewed) clock, the campaign's tiny lease. No per-call
     deadline: store requests then run in the caller's thread, where the injected storage faults are."""
     offset = timedelta(seconds=skew_s)
     return ChaosStore(
-        adapter.child("store"), owner, lifetime=timedelta(seconds=config.lifetime_s),
-        lease=timedelta(seconds=config.lease_s), clock=lambda: datetime.now(UTC) + offset,
-        skew_grace=timedelta(seconds=config.skew_grace_s), call_timeout=None, executor_id=executor,
-    )  # fmt: skip
+        adapter.child("store"),
+        owner,
+        lifetime=timedelta(seconds=config.lifetime_s),
+        lease=timedelta(seconds=config.lease_s),
+        clock=lambda: datetime.now(UTC) + offset,
+        skew_grace=timedelta(seconds=config.skew_grace_s),
+        call_timeout=None,
+        executor_id=executor,
+    )
 
 
 def table_of(plan: RequestPlan) -> str:
@@ -452,11 +495,15 @@ def open_engine(adapter: StorageAdapter, config: ChaosConfig, actor: str) -> Eng
     return Engine.open(adapter.child("engine"), actor=actor, settings=settings)
 
 
-def make_handler(engine: Engine, plan: RequestPlan, owner: _Owner | None, stall_s: float,
-                 on_start: Callable[[], None] = lambda: None,
-                 on_end: Callable[[], None] = lambda: None,
-                 counter: Callable[[str, int], None] = lambda name, n: None,
-                 ) -> Callable[[OwnerContext], HandlerResult]:  # fmt: skip
+def make_handler(
+    engine: Engine,
+    plan: RequestPlan,
+    owner: _Owner | None,
+    stall_s: float,
+    on_start: Callable[[], None] = lambda: None,
+    on_end: Callable[[], None] = lambda: None,
+    counter: Callable[[str, int], None] = lambda name, n: None,
+) -> Callable[[OwnerContext], HandlerResult]:
     rows = pa.table({"request_id": [plan.request_id], "key": [plan.key]}, schema=SCHEMA)
 
     def handler(ctx: OwnerContext) -> HandlerResult:
@@ -497,8 +544,9 @@ def _answer(phase: str, attempt: int, response: Response) -> Answer:
 
 # -- the campaign ---------------------------------------------------------------------------------------------
 class Campaign:
-    def __init__(self, seed: int, config: ChaosConfig, url: str, options: dict[str, Any], target: str,
-                 workdir: Path) -> None:  # fmt: skip
+    def __init__(
+        self, seed: int, config: ChaosConfig, url: str, options: dict[str, Any], target: str, workdir: Path
+    ) -> None:
         self.seed = seed
         self.config = config
         self.url = url
@@ -619,8 +667,9 @@ class Campaign:
         _local.owner = owner
         try:
             with injected(plan_fault) if plan_fault is not None else contextlib.nullcontext():
-                response = run_idempotent(store, request_of(plan), handler, reconciler=reconciler,
-                                          policy=chaos_policy(self.config))  # fmt: skip
+                response = run_idempotent(
+                    store, request_of(plan), handler, reconciler=reconciler, policy=chaos_policy(self.config)
+                )
             answer = _answer(phase, n, response)
         except OwnerCrash as exc:
             answer = Answer(phase, n, None, note=f"crashed: {exc}")
@@ -640,8 +689,10 @@ class Campaign:
         if plan_fault is not None:
             self._count("storage_faults_fired", len(plan_fault.fired))
             if plan_fault.fired:
-                log.events.append(f"{self._t()} attempt {n}: storage fault {attempt.fault[0]} fired at "  # type: ignore[index]
-                                  f"{plan_fault.fired}")  # fmt: skip
+                log.events.append(
+                    f"{self._t()} attempt {n}: storage fault {attempt.fault[0]} fired at "  # type: ignore[index]
+                    f"{plan_fault.fired}"
+                )
         if owner.crashed_at is not None:
             self._count(f"crash:{owner.crashed_at}")
         return answer
@@ -650,16 +701,28 @@ class Campaign:
         plan = log.plan
         marker = self.workdir / f"kill9-{plan.index}-{n}"
         spec = {
-            "url": self.url, "options": self.options, "config": asdict(self.config), "key": plan.key,
-            "request_id": plan.request_id, "index": plan.index, "attempt": n, "crash": attempt.crash,
-            "skew_s": attempt.skew_s, "marker": str(marker),
-        }  # fmt: skip
+            "url": self.url,
+            "options": self.options,
+            "config": asdict(self.config),
+            "key": plan.key,
+            "request_id": plan.request_id,
+            "index": plan.index,
+            "attempt": n,
+            "crash": attempt.crash,
+            "skew_s": attempt.skew_s,
+            "marker": str(marker),
+        }
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
         env.pop(failpoints.ENV_VAR, None)
         errors = self.workdir / f"kill9-{plan.index}-{n}.stderr"
         with errors.open("wb") as stderr:
-            process = subprocess.Popen([sys.executable, "-m", "contract_tests.chaos", "--worker"], env=env,
-                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr)  # fmt: skip
+            process = subprocess.Popen(
+                [sys.executable, "-m", "contract_tests.chaos", "--worker"],
+                env=env,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+            )
         assert process.stdin is not None and process.stdout is not None
         process.stdin.write(json.dumps(spec).encode())  # the spec (options included) never touches disk
         process.stdin.close()
@@ -703,9 +766,13 @@ class Campaign:
         start, end = self._owner_hooks(log)
         handler = make_handler(engine, plan, owner, 0.0, start, end, self._count)
         try:
-            response = run_idempotent(store, request_of(plan), handler,
-                                      reconciler=EngineReconciler(engine, describe_commit),
-                                      policy=chaos_policy(self.config, settle=phase != "hedge"))  # fmt: skip
+            response = run_idempotent(
+                store,
+                request_of(plan),
+                handler,
+                reconciler=EngineReconciler(engine, describe_commit),
+                policy=chaos_policy(self.config, settle=phase != "hedge"),
+            )
             return _answer(phase, n, response)
         except Exception as exc:
             text = f"{type(exc).__name__}: {exc}"
@@ -798,9 +865,18 @@ class Campaign:
                     thread.join()
         engine.heal()
         violations = self.judge(engine)
-        return CampaignResult(self.seed, self.target, self.url, self.config, schedule_digest(self.plans),
-                              time.monotonic() - self.started, dict(sorted(self.stats.items())), violations,
-                              self.logs, self.global_events)  # fmt: skip
+        return CampaignResult(
+            self.seed,
+            self.target,
+            self.url,
+            self.config,
+            schedule_digest(self.plans),
+            time.monotonic() - self.started,
+            dict(sorted(self.stats.items())),
+            violations,
+            self.logs,
+            self.global_events,
+        )
 
     def judge(self, engine: Engine) -> list[Violation]:
         """The oracle: effects per key from the table, against every answer and the final records."""
@@ -833,12 +909,16 @@ class Campaign:
                     continue
                 carried = key_of_version[version]  # ctx.commit_key: "realm/key@<reservation's creation time>"
                 if carried is None or carried.rsplit("@", 1)[0] != f"{REALM}/{plan.key}":
-                    bad("answer_mismatch", f"answered version {version}, whose commit carries key "
-                                           f"{carried!r}")  # fmt: skip
+                    bad(
+                        "answer_mismatch", f"answered version {version}, whose commit carries key {carried!r}"
+                    )
             for answer in log.answers:
                 if answer.status in (400, 422):
-                    bad("bad_4xx", f"{answer.phase} attempt {answer.attempt} answered {answer.status} "
-                                   f"{answer.problem_type} to a well-formed retry")  # fmt: skip
+                    bad(
+                        "bad_4xx",
+                        f"{answer.phase} attempt {answer.attempt} answered {answer.status} "
+                        f"{answer.problem_type} to a well-formed retry",
+                    )
             for raw in log.raw:
                 bad("raw_exception", raw)
             try:
@@ -857,11 +937,17 @@ class Campaign:
                         "stuck",
                         f"IN_PROGRESS at the end, lease expired at {record.lease_expires_at.isoformat()}",
                     )
-                finalized_2xx = record.status is RecordStatus.FINALIZED and record.http_status is not None \
-                    and 200 <= record.http_status < 300  # fmt: skip
+                finalized_2xx = (
+                    record.status is RecordStatus.FINALIZED
+                    and record.http_status is not None
+                    and 200 <= record.http_status < 300
+                )
                 if finalized_2xx and acks and record.summary != acks[0].summary:
-                    bad("answer_mismatch", f"stored outcome {record.http_status} {record.summary} differs "
-                                           f"from the answer {acks[0].summary}")  # fmt: skip
+                    bad(
+                        "answer_mismatch",
+                        f"stored outcome {record.http_status} {record.summary} differs "
+                        f"from the answer {acks[0].summary}",
+                    )
             if not any(a.definite for a in log.answers) and log.answers and log.answers[-1].phase == "settle":
                 bad("stuck", "no definite answer even from clean retries after the lease expired")
         return violations
@@ -884,8 +970,9 @@ def target_url(target: str, run: str) -> Iterator[str]:
             yield endpoint.url(f"chaos-{run}")
 
 
-def run_campaign(seed: int, config: ChaosConfig, url: str, target: str,
-                 options: dict[str, Any] | None = None) -> CampaignResult:  # fmt: skip
+def run_campaign(
+    seed: int, config: ChaosConfig, url: str, target: str, options: dict[str, Any] | None = None
+) -> CampaignResult:
     """Run one campaign against the empty root ``url`` of ``target`` (one of TARGETS, whose traits set the
     configuration's kill9 and panics flags)."""
     config = for_target(config, target)
@@ -919,11 +1006,19 @@ def worker_main(spec: dict[str, Any]) -> None:
         failpoints.arm(name, _dispatch)
     _local.owner = owner
     try:
-        response = run_idempotent(store, request_of(plan), make_handler(engine, plan, owner, 0.0),
-                                  reconciler=EngineReconciler(engine, describe_commit),
-                                  policy=chaos_policy(config))  # fmt: skip
-        result: dict[str, Any] = {"status": response.status, "summary": response.summary,
-                                  "replayed": response.replayed, "problem_type": response.problem_type}  # fmt: skip
+        response = run_idempotent(
+            store,
+            request_of(plan),
+            make_handler(engine, plan, owner, 0.0),
+            reconciler=EngineReconciler(engine, describe_commit),
+            policy=chaos_policy(config),
+        )
+        result: dict[str, Any] = {
+            "status": response.status,
+            "summary": response.summary,
+            "replayed": response.replayed,
+            "problem_type": response.problem_type,
+        }
     except Exception as exc:
         key = "raised" if exc is owner.handler_error else "raw"
         result = {key: f"{type(exc).__name__}: {exc}"}
@@ -946,8 +1041,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--retries", type=int, default=defaults.retries, help="attempts per request")
     parser.add_argument("--retention", type=int, default=defaults.retention, help="EngineSettings.retention")
     parser.add_argument("--lease", type=float, default=defaults.lease_s, help="idempotency lease, seconds")
-    parser.add_argument("--kill9-rate", type=float, default=defaults.kill9_rate,
-                        help="share of crashes that kill -9 a worker process (local, seaweedfs)")  # fmt: skip
+    parser.add_argument(
+        "--kill9-rate",
+        type=float,
+        default=defaults.kill9_rate,
+        help="share of crashes that kill -9 a worker process (local, seaweedfs)",
+    )
     parser.add_argument("--report", metavar="PATH", help="write the full JSON report here")
     parser.add_argument("--print-schedule", action="store_true", help="print the schedule and exit")
     return parser
@@ -962,8 +1061,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.requests < 1 or args.workers < 1 or args.retries < 1 or args.retention < 1 or args.lease <= 0:
         print("storage-adapter chaos: error: sizes must be positive", file=sys.stderr)
         return EXIT_BAD_INPUT
-    config = replace(ChaosConfig(), requests=args.requests, workers=args.workers, retries=args.retries,
-                     retention=args.retention, lease_s=args.lease, kill9_rate=args.kill9_rate)  # fmt: skip
+    config = replace(
+        ChaosConfig(),
+        requests=args.requests,
+        workers=args.workers,
+        retries=args.retries,
+        retention=args.retention,
+        lease_s=args.lease,
+        kill9_rate=args.kill9_rate,
+    )
     if args.print_schedule:
         plans = schedule(args.seed, for_target(config, args.target))
         for plan in plans:

@@ -45,23 +45,57 @@ from storage_adapter.redaction import redact_url
 from storage_adapter.types import Capabilities, DirListing, ObjectInfo, Support, Versioned
 
 INVALID_KEYS = (
-    "", "/abs", "a//b", "a/", "./a", "a/./b", "a/../b", "..", ".", "a\\b", "a\x00b", "a\nb", "a\x7fb",
-    "x" * 1025, "a/b#123", "a#1/b",
-    "\udc80x", "a/\ud800", "ok/b\udc80c",  # lone surrogates: not UTF-8, unlistable on local
+    "",
+    "/abs",
+    "a//b",
+    "a/",
+    "./a",
+    "a/./b",
+    "a/../b",
+    "..",
+    ".",
+    "a\\b",
+    "a\x00b",
+    "a\nb",
+    "a\x7fb",
+    "x" * 1025,
+    "a/b#123",
+    "a#1/b",
+    "\udc80x",
+    "a/\ud800",
+    "ok/b\udc80c",  # lone surrogates: not UTF-8, unlistable on local
     "é" * 513,  # 513 characters, 1,026 bytes
-    "a/" + "s" * (MAX_SEGMENT_BYTES + 1), "日" * (MAX_SEGMENT_BYTES // 3 + 1),  # segments over the limit
+    "a/" + "s" * (MAX_SEGMENT_BYTES + 1),
+    "日" * (MAX_SEGMENT_BYTES // 3 + 1),  # segments over the limit
     "/".join(["k" * MAX_SEGMENT_BYTES] * 5 + ["k" * 20]),  # ASCII, valid segments, 1,025 bytes in all
     "/".join(["é" * (MAX_SEGMENT_BYTES // 2)] * 6),  # valid segments, 605 characters of 1,205 bytes
-    "d#\u0661\u0662/k", "x#\uff11",  # '#' then Unicode digits (Arabic-Indic, fullwidth) are reserved too
-)  # fmt: skip
+    "d#\u0661\u0662/k",
+    "x#\uff11",  # '#' then Unicode digits (Arabic-Indic, fullwidth) are reserved too
+)
 # Prefixes no listing or deletion may accept ("" and "/" are the root, one trailing "/" is dropped).
 INVALID_PREFIXES = ("a//", "//", "/a", "a//b/", "a/./", "../", "a\\b/")
 # Names that look odd but are valid everywhere: each must round-trip and list exactly as written.
 ODD_NAMES = (
-    "with space", " leading", "trailing ", "ünïcødé/日本語", "emoji-🙂", "#hash", "a#", "a#b1", "#12x",
-    ".hidden", "..double", "...", "dir.d/.x", "per%20cent", "plus+sign", "q?m&a=1", "nbsp\u00a0inside",
-    "combining-e\u0301", "c1-\u0085-\u009f",
-)  # fmt: skip
+    "with space",
+    " leading",
+    "trailing ",
+    "ünïcødé/日本語",
+    "emoji-🙂",
+    "#hash",
+    "a#",
+    "a#b1",
+    "#12x",
+    ".hidden",
+    "..double",
+    "...",
+    "dir.d/.x",
+    "per%20cent",
+    "plus+sign",
+    "q?m&a=1",
+    "nbsp\u00a0inside",
+    "combining-e\u0301",
+    "c1-\u0085-\u009f",
+)
 
 
 Runner = Callable[[int, Callable[[int, Sync], Any]], list[Any]]
@@ -101,8 +135,13 @@ def _assert_increments_exact(adapter: StorageAdapter, run: Runner, racers: int, 
     final, expected = race_tasks.counter_value(adapter, "counter"), racers * increments
     racer_lines = [tally.line(i) for i, tally in enumerate(tallies)]
     duplicates = sorted({v for v in replaced if replaced.count(v) > 1})
-    evidence = "\n".join([f"expected {expected} ({racers} racers x {increments}), actual {final}; "
-                          f"{len(replaced)} CAS calls reported success", *racer_lines])  # fmt: skip
+    evidence = "\n".join(
+        [
+            f"expected {expected} ({racers} racers x {increments}), actual {final}; "
+            f"{len(replaced)} CAS calls reported success",
+            *racer_lines,
+        ]
+    )
     if duplicates:
         raise Violation(f"lost updates: values replaced more than once: {duplicates[:10]}", evidence)
     if final != len(replaced) or replaced != list(range(len(replaced))):
@@ -110,8 +149,9 @@ def _assert_increments_exact(adapter: StorageAdapter, run: Runner, racers: int, 
     if any(tally.cut_off for tally in tallies):
         raise Inconclusive(
             f"the race was cut off by its attempt/time budget after {final} of {expected} increments; "
-            "no lost update seen", evidence
-        )  # fmt: skip
+            "no lost update seen",
+            evidence,
+        )
 
 
 def _assert_linearizable(history: History, budget_s: float) -> None:

@@ -330,9 +330,16 @@ def _progress(console: Console) -> tuple[contextlib.AbstractContextManager[Any],
     if not console.is_terminal:
         return contextlib.nullcontext(), _PlainProgress(console)
     progress = Progress(
-        SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-        TimeElapsedColumn(), console=console, redirect_stdout=False, redirect_stderr=False, transient=True,
-    )  # fmt: skip
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        redirect_stdout=False,
+        redirect_stderr=False,
+        transient=True,
+    )
     return progress, _RichProgress(progress)
 
 
@@ -394,13 +401,26 @@ def _check(args: argparse.Namespace, console: Console) -> int:
             targets = _preflight_all(targets, console)
             display, listener = _progress(console)
             with display:
-                run = run_contract(targets, sizes=sizes, peer_sizes=peer_sizes, listener=listener,
-                                   extra_versions=server, selection=args.clauses)  # fmt: skip
+                run = run_contract(
+                    targets,
+                    sizes=sizes,
+                    peer_sizes=peer_sizes,
+                    listener=listener,
+                    extra_versions=server,
+                    selection=args.clauses,
+                )
     except (InputError, ConfigurationError, ContractRunError, ServerCannotRun) as exc:
         if args.report:
             reason = f"{type(exc).__name__}: {exc}"
-            failed = not_run(known, reason, sizes=sizes, peer_sizes=peer_sizes, selection=args.clauses,
-                             duration_s=time.monotonic() - started, extra_versions=server)  # fmt: skip
+            failed = not_run(
+                known,
+                reason,
+                sizes=sizes,
+                peer_sizes=peer_sizes,
+                selection=args.clauses,
+                duration_s=time.monotonic() - started,
+                extra_versions=server,
+            )
             with contextlib.suppress(OSError):  # an unwritable report path is itself the bad input
                 md_path, json_path = write_report(failed, args.report)
                 console.print(f"report (not run): {md_path} and {json_path}", highlight=False, markup=False)
@@ -461,23 +481,47 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=_CHECK_EXIT_STATUS,
     )
     check.add_argument("urls", nargs="*", metavar="URL", help="targets to check (default: embedded backends)")
-    check.add_argument("--server", choices=provider_names(), metavar="NAME",
-                       help=f"start this S3 server ({', '.join(provider_names())}), create its bucket and "
-                       "check only it (no URL with it; minio and rustfs need Docker)")  # fmt: skip
-    check.add_argument("--allow-unavailable", action="store_true",
-                       help="when a server to start cannot run here, print SKIPPED <name>: <reason> and exit "
-                       "0 instead of 3; only where the server is optional")  # fmt: skip
-    check.add_argument("--factory", default=DEFAULT_FACTORY, metavar="MOD:FUNC",
-                       help="(url, **options) callable opening the judged adapters, e.g. your own adapter "
-                       f"(default {DEFAULT_FACTORY}); peers keep theirs")  # fmt: skip
-    check.add_argument("--peers", action=argparse.BooleanOptionalAction, default=True,
-                       help="also run the peer adapters (fsspec local/memory, s3fs) for comparison")  # fmt: skip
+    check.add_argument(
+        "--server",
+        choices=provider_names(),
+        metavar="NAME",
+        help=f"start this S3 server ({', '.join(provider_names())}), create its bucket and "
+        "check only it (no URL with it; minio and rustfs need Docker)",
+    )
+    check.add_argument(
+        "--allow-unavailable",
+        action="store_true",
+        help="when a server to start cannot run here, print SKIPPED <name>: <reason> and exit "
+        "0 instead of 3; only where the server is optional",
+    )
+    check.add_argument(
+        "--factory",
+        default=DEFAULT_FACTORY,
+        metavar="MOD:FUNC",
+        help="(url, **options) callable opening the judged adapters, e.g. your own adapter "
+        f"(default {DEFAULT_FACTORY}); peers keep theirs",
+    )
+    check.add_argument(
+        "--peers",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also run the peer adapters (fsspec local/memory, s3fs) for comparison",
+    )
     check.add_argument("--report", metavar="PATH", help="write PATH.md and PATH.json (or into a directory)")
-    check.add_argument("--create-bucket", action="store_true",
-                       help="create the bucket of each s3:// URL if missing (at AWS_ENDPOINT_URL)")  # fmt: skip
-    check.add_argument("--compat", action="append", default=[], choices=sorted(COMPAT_MODES), metavar="MODE",
-                       help="turn on a declared compatibility mode for a known server bug: unquoted-if-match "
-                       "(Ceph RGW before 2025 rejects quoted If-Match ETags); reported, never silent")  # fmt: skip
+    check.add_argument(
+        "--create-bucket",
+        action="store_true",
+        help="create the bucket of each s3:// URL if missing (at AWS_ENDPOINT_URL)",
+    )
+    check.add_argument(
+        "--compat",
+        action="append",
+        default=[],
+        choices=sorted(COMPAT_MODES),
+        metavar="MODE",
+        help="turn on a declared compatibility mode for a known server bug: unquoted-if-match "
+        "(Ceph RGW before 2025 rejects quoted If-Match ETags); reported, never silent",
+    )
     check.add_argument(
         "--clauses",
         default="",
@@ -486,20 +530,35 @@ def build_parser() -> argparse.ArgumentParser:
         "processes'), to re-run a failure; the verdict then speaks for those clauses only, "
         "and says so",
     )
-    check.add_argument("--clause-timeout", type=float, default=DEFAULT_SIZES.clause_timeout_s, metavar="S",
-                       help="deadline of each clause: a clause still running fails as 'did not finish' "
-                       f"(default {DEFAULT_SIZES.clause_timeout_s:g})")  # fmt: skip
-    check.add_argument("--check-budget", type=float, default=DEFAULT_SIZES.check_budget_s, metavar="S",
-                       help="seconds the linearizability search may take per history; a search cut off is "
-                       f"inconclusive, never a failure (default {DEFAULT_SIZES.check_budget_s:g})")  # fmt: skip
+    check.add_argument(
+        "--clause-timeout",
+        type=float,
+        default=DEFAULT_SIZES.clause_timeout_s,
+        metavar="S",
+        help="deadline of each clause: a clause still running fails as 'did not finish' "
+        f"(default {DEFAULT_SIZES.clause_timeout_s:g})",
+    )
+    check.add_argument(
+        "--check-budget",
+        type=float,
+        default=DEFAULT_SIZES.check_budget_s,
+        metavar="S",
+        help="seconds the linearizability search may take per history; a search cut off is "
+        f"inconclusive, never a failure (default {DEFAULT_SIZES.check_budget_s:g})",
+    )
     check.add_argument("--threads", type=int, default=DEFAULT_SIZES.threads, help="threads in thread races")
     check.add_argument("--processes", type=int, default=DEFAULT_SIZES.processes, help="processes in races")
     check.add_argument(
         "--increments", type=int, default=DEFAULT_SIZES.increments, help="CAS increments/worker"
     )
-    check.add_argument("--peer-sizes", type=_sizes_arg, default=None, metavar="T,P,I",
-                       help=f"race sizes for peers (default {PEER_SIZES.threads},{PEER_SIZES.processes},"
-                       f"{PEER_SIZES.increments})")  # fmt: skip
+    check.add_argument(
+        "--peer-sizes",
+        type=_sizes_arg,
+        default=None,
+        metavar="T,P,I",
+        help=f"race sizes for peers (default {PEER_SIZES.threads},{PEER_SIZES.processes},"
+        f"{PEER_SIZES.increments})",
+    )
     commands.add_parser(
         "bench", add_help=False, help="run the benchmarks (arguments go to bench; --help for theirs)"
     )
@@ -546,8 +605,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.allow_unavailable:
                 console.print(Text(f"SKIPPED {exc.server}: {exc.reason}"), highlight=False, soft_wrap=True)
                 return EXIT_OK
-            message = Text.assemble(("storage-adapter check: ", "bold red"), f"{exc.server} cannot run here: ",
-                                    exc.reason)  # fmt: skip
+            message = Text.assemble(
+                ("storage-adapter check: ", "bold red"), f"{exc.server} cannot run here: ", exc.reason
+            )
             console.print(message, highlight=False, soft_wrap=True)
             return EXIT_SERVER_UNAVAILABLE
         except KeyboardInterrupt:

@@ -224,8 +224,10 @@ def run_planned(
     wrong = [c for c in errors if c.outcome is not Outcome.UNKNOWN]
     if wrong:
         kinds = Counter((c.error or "").split(":", 1)[0] for c in wrong)
-        problems.append(f"{len(wrong)} call(s) raised an error that is not an outcome of the call "
-                        f"({', '.join(f'{k} x{n}' for k, n in kinds.most_common())}):")  # fmt: skip
+        problems.append(
+            f"{len(wrong)} call(s) raised an error that is not an outcome of the call "
+            f"({', '.join(f'{k} x{n}' for k, n in kinds.most_common())}):"
+        )
         problems += [f"  {c.describe()}" for c in wrong[:_SHOWN]]
     unexplained, judged = _unexplained(plan, calls, final, atomic)
     if unexplained:

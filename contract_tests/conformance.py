@@ -362,22 +362,50 @@ def _aggregate(clause: str, target: str, cases: Sequence[_Case]) -> ClauseResult
     )
 
 
-def _pytest_args(suite: Sequence[str], targets: Iterable[Target], factory: str, sizes: ContractSizes,
-                 ini_dir: str, selection: str) -> list[str]:  # fmt: skip
+def _pytest_args(
+    suite: Sequence[str],
+    targets: Iterable[Target],
+    factory: str,
+    sizes: ContractSizes,
+    ini_dir: str,
+    selection: str,
+) -> list[str]:
     ini = Path(ini_dir, "pytest.ini")
     ini.write_text("[pytest]\n")  # isolate from the caller's own pytest configuration and conftests
-    args = [*suite, "-c", str(ini), "--rootdir", ini_dir, "-p", "no:cacheprovider", "-q",
-            "--storage-factory", factory, "--contract-threads", str(sizes.threads),
-            "--contract-processes", str(sizes.processes), "--contract-increments", str(sizes.increments),
-            "--contract-check-budget", str(sizes.check_budget_s),
-            "--contract-clause-timeout", str(sizes.clause_timeout_s)]  # fmt: skip
+    args = [
+        *suite,
+        "-c",
+        str(ini),
+        "--rootdir",
+        ini_dir,
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        "--storage-factory",
+        factory,
+        "--contract-threads",
+        str(sizes.threads),
+        "--contract-processes",
+        str(sizes.processes),
+        "--contract-increments",
+        str(sizes.increments),
+        "--contract-check-budget",
+        str(sizes.check_budget_s),
+        "--contract-clause-timeout",
+        str(sizes.clause_timeout_s),
+    ]
     for target in targets:
         args += ["--storage-url", f"{target.name}={target.url}"]
     return [*args, "-k", selection] if selection else args
 
 
-def _run_session(suite: Sequence[str], targets: Sequence[Target], sizes: ContractSizes,
-                 listener: ProgressListener | None, selection: str) -> _Collector:  # fmt: skip
+def _run_session(
+    suite: Sequence[str],
+    targets: Sequence[Target],
+    sizes: ContractSizes,
+    listener: ProgressListener | None,
+    selection: str,
+) -> _Collector:
     """One pytest session over ``targets`` (all opened by the same factory), only the clauses matching
     ``selection`` if one is given."""
     collector = _Collector(listener)

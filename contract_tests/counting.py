@@ -26,9 +26,20 @@ from storage_adapter.protocol import StorageAdapter
 from storage_adapter.types import ObjectInfo
 
 COUNTED = (
-    "read_bytes", "read_versioned", "read_range", "read_buffer", "open_reader", "exists", "list", "list_dir",
-    "write", "write_if_absent", "write_if_match", "delete", "rename",
-)  # fmt: skip
+    "read_bytes",
+    "read_versioned",
+    "read_range",
+    "read_buffer",
+    "open_reader",
+    "exists",
+    "list",
+    "list_dir",
+    "write",
+    "write_if_absent",
+    "write_if_match",
+    "delete",
+    "rename",
+)
 
 
 class CountingAdapter(DerivedOperations):
@@ -41,9 +52,11 @@ class CountingAdapter(DerivedOperations):
     """
 
     def __init__(
-        self, inner: StorageAdapter, counts: Counter[str] | None = None,
+        self,
+        inner: StorageAdapter,
+        counts: Counter[str] | None = None,
         latency_s: float = 0.0,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.inner = inner
         self.counts: Counter[str] = Counter() if counts is None else counts
         self.latency_s = latency_s

@@ -52,9 +52,19 @@ CRASHES = 5
 # Valid names containing '#' (only '#<digits>' at the end of a segment is reserved), some shaped to
 # catch a staging-name test that is looser than the exact '<name>#<12 digits>'.
 HASH_NAMES = (
-    "a#b1", "#12x", "x#", "#", "##", "k#123456789012x", "k#abcdefghijkl", "k#²", "k# 1", "k#1.5",
-    "d#1x/k", "d#/k#-1",
-)  # fmt: skip
+    "a#b1",
+    "#12x",
+    "x#",
+    "#",
+    "##",
+    "k#123456789012x",
+    "k#abcdefghijkl",
+    "k#²",
+    "k# 1",
+    "k#1.5",
+    "d#1x/k",
+    "d#/k#-1",
+)
 
 
 def _sweeping(work: Callable[[], T], sweep: Callable[[], object]) -> T:
@@ -131,12 +141,15 @@ def _assert_sweeps_spared_writes(adapter: StorageAdapter, run: Callable[[], list
         raise Violation(
             "remove_orphans(min_age_s=0) running beside writers broke writes in flight or reclaimed "
             "something no crash left",
-            "\n".join([
-                f"{len(removed)} sweeps reclaimed {sum(removed)} (no writer crashed: expected 0)",
-                f"listed {listed[:12]}, acknowledged {sorted(acked)[:12]}",
-                *[f"failed: {f}" for f in failures[:10]], *[f"lost: {x}" for x in lost[:10]],
-            ]),
-        )  # fmt: skip
+            "\n".join(
+                [
+                    f"{len(removed)} sweeps reclaimed {sum(removed)} (no writer crashed: expected 0)",
+                    f"listed {listed[:12]}, acknowledged {sorted(acked)[:12]}",
+                    *[f"failed: {f}" for f in failures[:10]],
+                    *[f"lost: {x}" for x in lost[:10]],
+                ]
+            ),
+        )
 
 
 def crash_body(writer: int) -> bytes:

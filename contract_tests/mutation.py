@@ -384,9 +384,22 @@ def run_session(route: TargetRoute, pythonpath: Path, timeout_s: float = SESSION
     path, would run the unmutated package."""
     args = [arg.replace("{prefix}", f"mut-{uuid.uuid4().hex[:10]}") for arg in route.args]
     command = [
-        sys.executable, "-m", "pytest", "--pyargs", "contract_tests", "-p", "no:cacheprovider", "-x", "-q",
-        "--no-header", "-rfE", "--import-mode=importlib", "--contract-clause-timeout", f"{CLAUSE_TIMEOUT_S:g}", *args,
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "pytest",
+        "--pyargs",
+        "contract_tests",
+        "-p",
+        "no:cacheprovider",
+        "-x",
+        "-q",
+        "--no-header",
+        "-rfE",
+        "--import-mode=importlib",
+        "--contract-clause-timeout",
+        f"{CLAUSE_TIMEOUT_S:g}",
+        *args,
+    ]
     # A server's route hands the session that server's settings and none of the caller's AWS_* ones.
     base = without_client_settings() if route.env else os.environ
     env = {**base, **dict(route.env), "PYTHONPATH": str(pythonpath), "PYTHONDONTWRITEBYTECODE": "1"}
@@ -412,8 +425,11 @@ def _baseline(routes: dict[str, TargetRoute], work: Path) -> tuple[SessionResult
     copy = planted_copy(None, work / "baseline")
     probe = subprocess.run(
         [sys.executable, "-c", f"import {PACKAGE}; print({PACKAGE}.__file__)"],
-        env={**os.environ, "PYTHONPATH": str(copy)}, capture_output=True, text=True, cwd=work,
-    )  # fmt: skip
+        env={**os.environ, "PYTHONPATH": str(copy)},
+        capture_output=True,
+        text=True,
+        cwd=work,
+    )
     if not probe.stdout.strip().startswith(str(copy)):
         raise MutationError(
             f"a copy first on PYTHONPATH does not shadow the installed {PACKAGE} "
@@ -455,9 +471,12 @@ def run_mutant(mutant: Mutant, routes: dict[str, TargetRoute], runs: int, work: 
 
 
 def run_catalogue(
-    mutants: Sequence[Mutant], targets: Sequence[str], runs: int = DEFAULT_RUNS, jobs: int = 1,
+    mutants: Sequence[Mutant],
+    targets: Sequence[str],
+    runs: int = DEFAULT_RUNS,
+    jobs: int = 1,
     progress: Callable[[MutantResult], None] | None = None,
-) -> MutationReport:  # fmt: skip
+) -> MutationReport:
     """Score ``mutants`` on ``targets`` (embedded target names); ``progress(result)`` after each."""
     check_catalogue(mutants)
     started = time.monotonic()
@@ -561,8 +580,11 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="exit status: 0 score reached, 1 below --min-score (or an error), 2 bad input or a failing "
         "baseline",
     )
-    parser.add_argument("--targets", default=",".join(EMBEDDED),
-                        help=f"embedded targets to run on, comma-separated (default {','.join(EMBEDDED)})")  # fmt: skip
+    parser.add_argument(
+        "--targets",
+        default=",".join(EMBEDDED),
+        help=f"embedded targets to run on, comma-separated (default {','.join(EMBEDDED)})",
+    )
     parser.add_argument("--runs", type=int, default=DEFAULT_RUNS, help="runs per mutant (default 3)")
     parser.add_argument("--only", action="append", default=[], metavar="NAME", help="only these mutants")
     parser.add_argument(

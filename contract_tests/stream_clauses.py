@@ -101,8 +101,17 @@ class StreamClauses:
         body = make_body("edges", 1000)
         adapter.write("r", body)
         size = len(body)
-        for start, end in ((0, size), (0, 1), (size - 1, size), (size, size), (size, size + 5), (5, size + 100),
-                           (3, 3), (0, 0), (17, 514)):  # fmt: skip
+        for start, end in (
+            (0, size),
+            (0, 1),
+            (size - 1, size),
+            (size, size),
+            (size, size + 5),
+            (5, size + 100),
+            (3, 3),
+            (0, 0),
+            (17, 514),
+        ):
             assert adapter.read_range("r", start, end) == body[start:end], (start, end)
         with pytest.raises(InvalidRangeError) as caught:
             adapter.read_range("r", size + 1, size + 2)
@@ -112,8 +121,11 @@ class StreamClauses:
         with pytest.raises(InvalidRangeError):
             adapter.read_range("empty", 1, 1)
         assert adapter.read_ranges("r", [(0, 2), (size - 1, size + 9), (size, size), (4, 4)]) == [
-            body[:2], body[-1:], b"", b""
-        ]  # fmt: skip
+            body[:2],
+            body[-1:],
+            b"",
+            b"",
+        ]
         assert adapter.read_ranges("r", []) == []
         for empty in ([], [(0, 0)]):  # no bytes asked for, but the object is: a missing one is still missing
             with pytest.raises(NotFoundError):
@@ -301,9 +313,10 @@ class StreamClauses:
     # ids by type for the object(): its repr holds an address, which would differ between the processes
     # of a distributed run (pytest-xdist refuses to start when their collections differ).
     @pytest.mark.parametrize(
-        "body", [3, None, object(), {"a": b"b"}, "closed-file", "text-file"],
+        "body",
+        [3, None, object(), {"a": b"b"}, "closed-file", "text-file"],
         ids=lambda body: "object" if type(body) is object else repr(body),
-    )  # fmt: skip
+    )
     def test_a_bad_body_is_refused_before_any_io(self, adapter: StorageAdapter, body: Any) -> None:
         """Not bytes, str, a file object or an iterable of bytes, a closed file object or one in text mode:
         InvalidBodyError (a TypeError) naming the key, before any I/O step, from every write."""

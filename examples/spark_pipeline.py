@@ -29,10 +29,12 @@ from storage_adapter.engine import Engine, TableExistsError
 from storage_adapter.spark import spark_session, write_tables
 
 APP_ID = "orders-pipeline"
-ORDERS = pa.schema([("order_id", pa.int64()), ("customer", pa.string()), ("day", pa.string()),
-                    ("amount", pa.float64())])  # fmt: skip
-TOTALS = pa.schema([("day", pa.string()), ("customer", pa.string()), ("orders", pa.int64()),
-                    ("amount", pa.float64())])  # fmt: skip
+ORDERS = pa.schema(
+    [("order_id", pa.int64()), ("customer", pa.string()), ("day", pa.string()), ("amount", pa.float64())]
+)
+TOTALS = pa.schema(
+    [("day", pa.string()), ("customer", pa.string()), ("orders", pa.int64()), ("amount", pa.float64())]
+)
 
 
 def generate_raw(directory: Path, batch: int, rows: int = 600) -> Path:
@@ -45,8 +47,14 @@ def generate_raw(directory: Path, batch: int, rows: int = 600) -> Path:
             out.writerow(["order_id", "customer", "day", "amount"])
             for i in range(rows // 3):
                 order_id = batch * 1_000_000 + part * 10_000 + i
-                out.writerow([order_id, f"c{rng.randrange(5)}", f"2026-11-{20 + rng.randrange(3)}",
-                              round(rng.uniform(-5, 100), 2)])  # fmt: skip
+                out.writerow(
+                    [
+                        order_id,
+                        f"c{rng.randrange(5)}",
+                        f"2026-11-{20 + rng.randrange(3)}",
+                        round(rng.uniform(-5, 100), 2),
+                    ]
+                )
     return directory
 
 
@@ -61,9 +69,11 @@ def run(spark: Any, url: str, options: dict[str, str], raw: Path, batch: int) ->
     engine = Engine.open(url, options=options)
     ensure_tables(engine)
     orders = (
-        spark.read.option("header", "true").schema("order_id LONG, customer STRING, day STRING, amount DOUBLE")
-        .csv(str(raw)).where("amount > 0")
-    )  # fmt: skip
+        spark.read.option("header", "true")
+        .schema("order_id LONG, customer STRING, day STRING, amount DOUBLE")
+        .csv(str(raw))
+        .where("amount > 0")
+    )
     totals = orders.groupBy("day", "customer").agg({"order_id": "count", "amount": "sum"})
     totals = totals.withColumnRenamed("count(order_id)", "orders").withColumnRenamed("sum(amount)", "amount")
     load = write_tables(engine, {"orders": orders, "daily_totals": totals}, app_id=APP_ID, app_version=batch)

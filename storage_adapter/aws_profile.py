@@ -34,9 +34,14 @@ from storage_adapter.keys import is_plain_text
 
 # Settings that make a profile more than static keys: botocore must resolve it.
 _RESOLVED_BY_BOTOCORE = (
-    "role_arn", "credential_process", "credential_source", "source_profile", "sso_session",
-    "sso_start_url", "web_identity_token_file",
-)  # fmt: skip
+    "role_arn",
+    "credential_process",
+    "credential_source",
+    "source_profile",
+    "sso_session",
+    "sso_start_url",
+    "web_identity_token_file",
+)
 # How long obstore may reuse what botocore returned before asking again: botocore itself refreshes
 # temporary credentials well before they expire, so asking often costs a dictionary read.
 _REUSE = timedelta(minutes=5)

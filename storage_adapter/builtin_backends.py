@@ -191,9 +191,16 @@ CONDITIONAL_PUT_MODES = ("etag", "disabled")
 
 
 # What object_store can represent (its durations and retry count), with room to spare.
-_S3_LIMITS = {"max_retries": 100, "connect_timeout_s": 86400.0, "request_timeout_s": 86400.0,
-               "pool_max_idle_per_host": 100_000, "pool_idle_timeout_s": 86400.0,
-               "retry_timeout_s": 86400.0, "init_backoff_s": 86400.0, "max_backoff_s": 86400.0}  # fmt: skip
+_S3_LIMITS = {
+    "max_retries": 100,
+    "connect_timeout_s": 86400.0,
+    "request_timeout_s": 86400.0,
+    "pool_max_idle_per_host": 100_000,
+    "pool_idle_timeout_s": 86400.0,
+    "retry_timeout_s": 86400.0,
+    "init_backoff_s": 86400.0,
+    "max_backoff_s": 86400.0,
+}
 # A zero duration would make every request (or the first retry) fail at once.
 _POSITIVE = (
     "connect_timeout_s",

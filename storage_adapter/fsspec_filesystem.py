@@ -183,8 +183,13 @@ class AdapterFileSystem(AbstractFileSystem):  # type: ignore[misc]  # fsspec is 
     # -- metadata -------------------------------------------------------------------------------------
     @staticmethod
     def _file(info: ObjectInfo) -> dict[str, Any]:
-        return {"name": info.key, "size": info.size, "type": "file", "token": info.token,
-                "mtime": info.last_modified}  # fmt: skip
+        return {
+            "name": info.key,
+            "size": info.size,
+            "type": "file",
+            "token": info.token,
+            "mtime": info.last_modified,
+        }
 
     @staticmethod
     def _directory(prefix: str) -> dict[str, Any]:
@@ -439,8 +444,15 @@ class AdapterReadFile(AbstractBufferedFile):  # type: ignore[misc]  # fsspec is 
         cache_options: dict[str, Any] | None,
     ) -> None:
         self._reader = reader
-        super().__init__(fs, key, mode="rb", block_size=block_size, cache_type=cache_type,
-                         cache_options=cache_options, size=reader.size)  # fmt: skip
+        super().__init__(
+            fs,
+            key,
+            mode="rb",
+            block_size=block_size,
+            cache_type=cache_type,
+            cache_options=cache_options,
+            size=reader.size,
+        )
         self.details["token"] = reader.token
 
     def _fetch_range(self, start: int, end: int) -> bytes:

@@ -80,11 +80,19 @@ class DurationLedger:
         if target:
             path = Path(target)
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps({
-                "wall_s": round(wall, 1), "markexpr": config.getoption("markexpr"),
-                "tests": [{"nodeid": n, "seconds": round(s, 3), "outcome": self.outcomes.get(n, "passed")}
-                          for n, s in slowest],
-            }, indent=1))  # fmt: skip
+            path.write_text(
+                json.dumps(
+                    {
+                        "wall_s": round(wall, 1),
+                        "markexpr": config.getoption("markexpr"),
+                        "tests": [
+                            {"nodeid": n, "seconds": round(s, 3), "outcome": self.outcomes.get(n, "passed")}
+                            for n, s in slowest
+                        ],
+                    },
+                    indent=1,
+                )
+            )
 
 
 def _is_stress(config: pytest.Config) -> bool:
@@ -96,14 +104,11 @@ def _is_stress(config: pytest.Config) -> bool:
 # One target's run of a test that is over the budget goes to the stress tier, with why the default tier's
 # other targets prove the same promise.
 STRESS_ONLY = {
-    "test_streaming_lands_every_micro_batch_once_across_a_kill[seaweedfs]":
-        "84 s (two Spark drivers, one killed); the data source's code is the same on the local target, "
-        "which keeps the kill in the default tier",
-    "test_retried_task_attempts_leave_only_invisible_reclaimable_fragments[seaweedfs-datasource]":
-        "36 s; the same retry path runs on the local target, SeaweedFS's fragments in the other bulk tests",
-    "test_retried_task_attempts_leave_only_invisible_reclaimable_fragments[seaweedfs-bulk_load]":
-        "30 s; as above",
-}  # fmt: skip
+    "test_streaming_lands_every_micro_batch_once_across_a_kill[seaweedfs]": "84 s (two Spark drivers, one killed); the data source's code is the same on the local target, "
+    "which keeps the kill in the default tier",
+    "test_retried_task_attempts_leave_only_invisible_reclaimable_fragments[seaweedfs-datasource]": "36 s; the same retry path runs on the local target, SeaweedFS's fragments in the other bulk tests",
+    "test_retried_task_attempts_leave_only_invisible_reclaimable_fragments[seaweedfs-bulk_load]": "30 s; as above",
+}
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m selects by marker

@@ -54,5 +54,15 @@ if __name__ == "__main__":
     ref, growth = peak_growth(append)
     elapsed = time.perf_counter() - started
     stored = next(info.size for info in engine.adapter.list("tables/t/data") if info.key == ref.key)
-    print(json.dumps({"peak_growth": growth, "seconds": elapsed, "rows": ref.rows, "expected_rows": rows,
-                      "bytes": ref.bytes, "stored_bytes": stored}))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "peak_growth": growth,
+                "seconds": elapsed,
+                "rows": ref.rows,
+                "expected_rows": rows,
+                "bytes": ref.bytes,
+                "stored_bytes": stored,
+            }
+        )
+    )

@@ -38,8 +38,12 @@ def assert_converged(adapter: Any) -> None:
         assert versions.fragments(name, head) == versions.fragments(name, entry.version)
 
 
-def check_all_or_nothing(engine: Engine, tag_prefix: str, acknowledged: list[str],
-                         rows_per_commit: dict[str, int] = ROWS_PER_COMMIT) -> int:  # fmt: skip
+def check_all_or_nothing(
+    engine: Engine,
+    tag_prefix: str,
+    acknowledged: list[str],
+    rows_per_commit: dict[str, int] = ROWS_PER_COMMIT,
+) -> int:
     """Check the commits tagged ``{tag_prefix}-i`` in one snapshot: each has all its rows in every table or
     none; every acknowledged one is there; besides them at most the next (in flight) one. Returns how many
     unacknowledged commits landed."""

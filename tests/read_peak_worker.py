@@ -29,7 +29,11 @@ if __name__ == "__main__":
     adapter = open_adapter(url, **options)
     if write:
         adapter.write("big", b"0123456789abcdef" * (SIZE // 16))
-    print(json.dumps({
-        "read_bytes": _peak_growth(lambda: adapter.read_bytes("big")),
-        "read_versioned": _peak_growth(lambda: adapter.read_versioned("big")),
-    }))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "read_bytes": _peak_growth(lambda: adapter.read_bytes("big")),
+                "read_versioned": _peak_growth(lambda: adapter.read_versioned("big")),
+            }
+        )
+    )

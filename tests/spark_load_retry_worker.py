@@ -32,12 +32,18 @@ def main(url: str, options: dict[str, object], path: str) -> None:
         writer.option("table", "events").option("maxRowsPerFragment", "250").mode("append").save(url)
     spark.stop()
     table = engine.read("events")
-    print(json.dumps({
-        "rows": table.num_rows,
-        "distinct_ids": len(set(table.column("id").to_pylist())),
-        "committed": sorted(f.key for f in engine.files("events")),
-        "data_files": sorted(i.key for i in engine.adapter.list("tables/events") if i.key.endswith(".parquet")),
-    }))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "rows": table.num_rows,
+                "distinct_ids": len(set(table.column("id").to_pylist())),
+                "committed": sorted(f.key for f in engine.files("events")),
+                "data_files": sorted(
+                    i.key for i in engine.adapter.list("tables/events") if i.key.endswith(".parquet")
+                ),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -23,9 +23,13 @@ def run_query(spark: Any, url: str, options: dict[str, str], table: str, source:
         .json(source)
     )
     query = (
-        stream.writeStream.format("storage_adapter").options(**options).option("table", table)
-        .option("checkpointLocation", checkpoint).trigger(availableNow=True).start(url)
-    )  # fmt: skip
+        stream.writeStream.format("storage_adapter")
+        .options(**options)
+        .option("table", table)
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start(url)
+    )
     query.awaitTermination()
     return str(query.id)
 

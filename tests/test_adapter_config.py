@@ -73,9 +73,14 @@ def test_s3_settings_come_from_the_environment_when_not_given() -> None:
 
 def test_credentials_never_appear_in_repr_or_errors(monkeypatch: pytest.MonkeyPatch) -> None:
     adapter = open_adapter(
-        "s3://bucket", endpoint="http://127.0.0.1:9", access_key_id="AKID", secret_access_key=SECRET,
-        allow_http=True, max_retries=0, connect_timeout_s=1.0,
-    )  # fmt: skip
+        "s3://bucket",
+        endpoint="http://127.0.0.1:9",
+        access_key_id="AKID",
+        secret_access_key=SECRET,
+        allow_http=True,
+        max_retries=0,
+        connect_timeout_s=1.0,
+    )
     assert SECRET not in repr(adapter) and SECRET not in repr(adapter.config)
     with pytest.raises(Exception) as info:
         adapter.read_bytes("k")
@@ -150,8 +155,13 @@ def test_s3_options_are_checked_before_obstore_sees_them(options: dict[str, obje
 
 
 def test_well_formed_endpoints_are_accepted() -> None:
-    for endpoint in ("http://127.0.0.1:9000", "https://s3.eu-west-3.amazonaws.com", "http://[::1]:9000",
-                     "https://bucket.s3.example/", "http://minio.local:9000/base/path"):  # fmt: skip
+    for endpoint in (
+        "http://127.0.0.1:9000",
+        "https://s3.eu-west-3.amazonaws.com",
+        "http://[::1]:9000",
+        "https://bucket.s3.example/",
+        "http://minio.local:9000/base/path",
+    ):
         assert open_adapter("s3://bucket", endpoint=endpoint, anonymous=True).config.option("endpoint")
 
 

@@ -16,9 +16,14 @@ from storage_adapter import (
 
 def test_unreachable_endpoint_is_backend_unavailable_and_names_key_and_backend() -> None:
     adapter = open_adapter(
-        "s3://bucket", endpoint=f"http://127.0.0.1:{free_port()}", access_key_id="a", secret_access_key="b",
-        allow_http=True, max_retries=0, connect_timeout_s=1.0,
-    )  # fmt: skip
+        "s3://bucket",
+        endpoint=f"http://127.0.0.1:{free_port()}",
+        access_key_id="a",
+        secret_access_key="b",
+        allow_http=True,
+        max_retries=0,
+        connect_timeout_s=1.0,
+    )
     for call in (lambda: adapter.read_bytes("some/key"), lambda: adapter.write("some/key", b"x")):
         with pytest.raises(BackendUnavailableError) as info:
             call()

@@ -32,8 +32,12 @@ def _peaks(url: str, options: dict[str, Any], write: bool) -> dict[str, float]:
     root = str(Path(__file__).parent.parent)
     completed = subprocess.run(
         [sys.executable, str(WORKER), url, json.dumps(options), str(SIZE), "1" if write else "0"],
-        capture_output=True, text=True, timeout=300, cwd=root, env={"PYTHONPATH": root, "PATH": "/usr/bin:/bin"},
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=root,
+        env={"PYTHONPATH": root, "PATH": "/usr/bin:/bin"},
+    )
     assert completed.returncode == 0, completed.stderr
     return {read: growth / SIZE for read, growth in json.loads(completed.stdout).items()}
 

@@ -73,12 +73,23 @@ def _calls(adapter: ObjectStorageAdapter) -> dict[str, Any]:
 # status -> the class every operation raises (the body always says "retries timeout timed out": text is
 # never read). 404 on a write is the missing bucket; 304/412 arrive typed but no plain call expects them.
 _ROWS = {
-    400: StorageError, 405: StorageError, 411: StorageError, 413: StorageError, 416: StorageError,
-    412: StorageError, 401: PermissionDeniedError, 403: PermissionDeniedError, 404: NotFoundError,
-    409: BackendUnavailableError, 408: BackendUnavailableError, 429: BackendUnavailableError,
-    500: BackendUnavailableError, 502: BackendUnavailableError, 503: BackendUnavailableError,
+    400: StorageError,
+    405: StorageError,
+    411: StorageError,
+    413: StorageError,
+    416: StorageError,
+    412: StorageError,
+    401: PermissionDeniedError,
+    403: PermissionDeniedError,
+    404: NotFoundError,
+    409: BackendUnavailableError,
+    408: BackendUnavailableError,
+    429: BackendUnavailableError,
+    500: BackendUnavailableError,
+    502: BackendUnavailableError,
+    503: BackendUnavailableError,
     501: UnsupportedOperationError,
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("status_server", sorted(_ROWS), indirect=True, ids=str)

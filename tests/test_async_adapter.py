@@ -197,9 +197,15 @@ def test_errors_never_quote_a_secret() -> None:
     neither it nor its traceback quotes the secret key."""
     secret = "s3cr3t-VALUE-that-must-not-leak"
     twin = open_async_adapter(
-        "s3://bucket/p", endpoint="http://127.0.0.1:9", access_key_id="AKIDEXAMPLE", secret_access_key=secret,
-        allow_http=True, max_retries=0, connect_timeout_s=1, retry_timeout_s=1,
-    )  # fmt: skip
+        "s3://bucket/p",
+        endpoint="http://127.0.0.1:9",
+        access_key_id="AKIDEXAMPLE",
+        secret_access_key=secret,
+        allow_http=True,
+        max_retries=0,
+        connect_timeout_s=1,
+        retry_timeout_s=1,
+    )
     assert secret not in repr(twin) and secret not in twin.url
     with pytest.raises(BackendUnavailableError) as info:
         asyncio.run(twin.read_bytes("k"))
@@ -439,8 +445,10 @@ def test_whole_reads_of_every_size_in_one_await() -> None:
     from storage_adapter.builtin_backends import MEMORY
 
     twin = open_async_adapter(store=MemoryStore(), capabilities=MEMORY.capabilities)
-    bodies = {f"k{size}": bytes(range(256)) * (size // 256) + b"x" * (size % 256)
-              for size in (0, 1, 1024, 1024 * 1024 + 3)}  # fmt: skip
+    bodies = {
+        f"k{size}": bytes(range(256)) * (size // 256) + b"x" * (size % 256)
+        for size in (0, 1, 1024, 1024 * 1024 + 3)
+    }
 
     async def scenario() -> None:
         for key, body in bodies.items():

@@ -229,8 +229,9 @@ def test_urls_with_characters_urlsplit_would_drop_are_refused(bad: str) -> None:
 def test_printing_the_options_never_shows_a_secret() -> None:
     """The config's options are a public tuple: a secret's value prints masked, and is still the value."""
     secret = "not-for-printing-1234"
-    adapter = open_adapter("s3://bucket/p", access_key_id="AKIAEXAMPLE", secret_access_key=secret,
-                           endpoint="http://127.0.0.1:1")  # fmt: skip
+    adapter = open_adapter(
+        "s3://bucket/p", access_key_id="AKIAEXAMPLE", secret_access_key=secret, endpoint="http://127.0.0.1:1"
+    )
     options = adapter.config.options
     for shown in (repr(options), str(options), repr(dict(options)), repr(adapter.config), repr(adapter)):
         assert secret not in shown

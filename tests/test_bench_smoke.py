@@ -16,9 +16,22 @@ import pytest
 
 def _bench(results: Path, backends: str) -> dict[str, object]:
     done = subprocess.run(
-        [sys.executable, "-m", "contract_tests", "bench", "--quick", "--backends", backends, "--results", str(results)],
-        capture_output=True, text=True, timeout=900, env=dict(os.environ),
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "contract_tests",
+            "bench",
+            "--quick",
+            "--backends",
+            backends,
+            "--results",
+            str(results),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=dict(os.environ),
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "## Targets" in done.stdout
     for name in ("bench.md", "bench.json", "bench.png"):
@@ -69,8 +82,11 @@ def test_scaling_curves_quick_on_memory(tmp_path: Path) -> None:
     out = tmp_path / "scaling"
     done = subprocess.run(
         [sys.executable, "-m", "bench.scaling", "--quick", "--backends", "memory", "--out", str(out)],
-        capture_output=True, text=True, timeout=600, env=dict(os.environ),
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ),
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     data = json.loads(out.with_suffix(".json").read_text())
     assert set(data["curves"]) == {

@@ -50,10 +50,22 @@ CEPH_16_INTERMITTENT = {"test_crossing_renames_finish_and_keep_every_object"}
 def _check(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], dict, str, float]:
     started = time.monotonic()
     result = subprocess.run(
-        [sys.executable, "-m", "contract_tests", "check", *args, "--no-peers", "--report", str(tmp_path / "r")],
-        capture_output=True, text=True, cwd=tmp_path, timeout=BOUND_S + 120,
+        [
+            sys.executable,
+            "-m",
+            "contract_tests",
+            "check",
+            *args,
+            "--no-peers",
+            "--report",
+            str(tmp_path / "r"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=BOUND_S + 120,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )  # fmt: skip
+    )
     elapsed = time.monotonic() - started
     report = json.loads((tmp_path / "r.json").read_text())
     return result, report, (tmp_path / "r.md").read_text(), elapsed

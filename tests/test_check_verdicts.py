@@ -44,8 +44,12 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.run(
         [sys.executable, "-m", "contract_tests", "check", *args],
-        capture_output=True, text=True, env=env, cwd=cwd, timeout=300,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=300,
+    )
 
 
 def test_a_cas_that_never_succeeds_fails_fast_with_evidence() -> None:
@@ -55,8 +59,10 @@ def test_a_cas_that_never_succeeds_fails_fast_with_evidence() -> None:
         "contract_tests.planted_bugs:open_rejecting_cas", "cas_increments_threads or cas_fresh_token_wins"
     )
     assert time.monotonic() - started < 60
-    assert _outcomes(run) == {"cas_fresh_token_wins": ClauseOutcome.FAILED,
-                              "cas_increments_threads": ClauseOutcome.FAILED}  # fmt: skip
+    assert _outcomes(run) == {
+        "cas_fresh_token_wins": ClauseOutcome.FAILED,
+        "cas_increments_threads": ClauseOutcome.FAILED,
+    }
     (increments,) = [r for r in run.results if r.clause == "test_cas_increments_threads"]
     assert "never succeeds" in increments.reason
     assert "0 of 40 uncontended CAS attempts succeeded" in increments.evidence
@@ -71,8 +77,10 @@ def test_a_call_that_never_returns_fails_at_the_clause_deadline() -> None:
         "contract_tests.planted_bugs:open_hanging_cas", "cas_fresh_token_wins or round_trip_bytes", sizes
     )
     assert time.monotonic() - started < 30
-    assert _outcomes(run) == {"cas_fresh_token_wins": ClauseOutcome.FAILED,
-                              "round_trip_bytes": ClauseOutcome.PASSED}  # fmt: skip
+    assert _outcomes(run) == {
+        "cas_fresh_token_wins": ClauseOutcome.FAILED,
+        "round_trip_bytes": ClauseOutcome.PASSED,
+    }
     (hung,) = [r for r in run.results if r.outcome is ClauseOutcome.FAILED]
     assert hung.reason.startswith("did not finish within 2 s")
     assert "write_if_match" in hung.evidence  # where it is blocked
@@ -110,8 +118,15 @@ def test_a_compatibility_mode_is_declared_and_never_conforming() -> None:
     assert adapter.capabilities.compatibility_modes == ("unquoted-if-match",)
     assert open_adapter("s3://bucket/p", endpoint="http://127.0.0.1:9").capabilities.compatibility_modes == ()
     target = Target("ceph", "s3://bucket/p")
-    failing = TargetVerdict(target, 37, 1, 0, 0, ("test_write_or_delete_racing_a_cas_is_never_lost",),
-                            compatibility_modes=("unquoted-if-match",))  # fmt: skip
+    failing = TargetVerdict(
+        target,
+        37,
+        1,
+        0,
+        0,
+        ("test_write_or_delete_racing_a_cas_is_never_lost",),
+        compatibility_modes=("unquoted-if-match",),
+    )
     assert failing.line() == (
         "ceph: PARTIAL with compatibility mode unquoted-if-match, VIOLATES 1 clause(s) - 37 passed, 0 skipped; "
         "write_or_delete_racing_a_cas_is_never_lost"
@@ -129,8 +144,10 @@ def test_cli_exit_4_for_inconclusive_only_with_plain_progress_and_reports(tmp_pa
     assert result.returncode == 4, result.stdout[-3000:] + result.stderr[-3000:]
     lines = result.stdout.splitlines()
     assert any(line.startswith("memory:x: ") and line.endswith(" clauses") for line in lines)
-    assert any("] memory:x " in line and "mixed_history_is_linearizable_threads: inconclusive (" in line
-               for line in lines)  # fmt: skip
+    assert any(
+        "] memory:x " in line and "mixed_history_is_linearizable_threads: inconclusive (" in line
+        for line in lines
+    )
     assert "INCONCLUSIVE" in result.stdout
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["status"] == "inconclusive" and report["targets"][0]["violations"] == []
@@ -145,10 +162,19 @@ def test_cli_preflight_failure_still_writes_a_report(tmp_path: Path) -> None:
     os.environ.update()  # the endpoint goes through the child's environment only
     result = subprocess.run(
         [sys.executable, "-m", "contract_tests", "check", *env_args],
-        capture_output=True, text=True, cwd=tmp_path, timeout=120,
-        env={**os.environ, "PYTHONPATH": str(ROOT), "AWS_ENDPOINT_URL": endpoint, "AWS_ALLOW_HTTP": "true",
-             "AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s"},
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+        env={
+            **os.environ,
+            "PYTHONPATH": str(ROOT),
+            "AWS_ENDPOINT_URL": endpoint,
+            "AWS_ALLOW_HTTP": "true",
+            "AWS_ACCESS_KEY_ID": "k",
+            "AWS_SECRET_ACCESS_KEY": "s",
+        },
+    )
     assert result.returncode == 2, result.stdout + result.stderr
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["status"] == "not-run" and report["results"] == []

@@ -171,10 +171,27 @@ def test_plugin_skips_container_targets_without_docker_never_passes(no_docker: s
     """``pytest --pyargs contract_tests --storage-embedded minio``: every clause skips with the reason."""
     env = {**_clean_environment(), "DOCKER_HOST": no_docker}
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "--pyargs", "contract_tests", "--storage-embedded", "minio,rustfs",
-         "-p", "no:cacheprovider", "-q", "-rs", "-k", "round_trip_bytes or cas_fresh_token_wins"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "--pyargs",
+            "contract_tests",
+            "--storage-embedded",
+            "minio,rustfs",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "-rs",
+            "-k",
+            "round_trip_bytes or cas_fresh_token_wins",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
     assert re.search(r"^4 skipped, \d+ deselected in ", output, re.MULTILINE), output

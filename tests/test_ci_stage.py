@@ -35,8 +35,12 @@ def run_stage(
     base = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "PYTEST_"))}
     return subprocess.run(
         [str(STAGE), *args],
-        cwd=cwd, env={**base, **(env or {})}, capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
+        cwd=cwd,
+        env={**base, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
 
 
 def outcomes(report: dict[str, Any], target: str) -> dict[str, str]:
@@ -51,9 +55,15 @@ def test_stage_against_an_s3_url_from_the_environment(embedded_seaweedfs: Any, t
     check here cost 58 s)."""
     url = embedded_seaweedfs.url("stage-url-test")
     result = run_stage(
-        url, *SMALL, "--clauses", "round_trip or linearizable", "--report", str(tmp_path / "stage"),
-        env=embedded_seaweedfs.environment(), cwd=tmp_path,
-    )  # fmt: skip
+        url,
+        *SMALL,
+        "--clauses",
+        "round_trip or linearizable",
+        "--report",
+        str(tmp_path / "stage"),
+        env=embedded_seaweedfs.environment(),
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     report = json.loads((tmp_path / "stage.json").read_text())
     assert [(t["name"], t["url"], t["peer"]) for t in report["targets"]] == [("stage", url, False)]
@@ -72,10 +82,15 @@ def test_stage_fails_on_a_planted_cas_race(embedded_seaweedfs: Any, tmp_path: Pa
     (``--factory``, passed through to ``check``) fails the CAS races and both linearizability checks, and
     the stage exits 1."""
     result = run_stage(
-        embedded_seaweedfs.url("stage-planted"), *SMALL, "--report", str(tmp_path / "stage"),
-        "--factory", "contract_tests.planted_bugs:open_racy_cas",
-        env=embedded_seaweedfs.environment(), cwd=tmp_path,
-    )  # fmt: skip
+        embedded_seaweedfs.url("stage-planted"),
+        *SMALL,
+        "--report",
+        str(tmp_path / "stage"),
+        "--factory",
+        "contract_tests.planted_bugs:open_racy_cas",
+        env=embedded_seaweedfs.environment(),
+        cwd=tmp_path,
+    )
     assert result.returncode == 1, result.stdout[-4000:] + result.stderr[-4000:]
     report = json.loads((tmp_path / "stage.json").read_text())
     assert report["targets"][0]["factory"] == "contract_tests.planted_bugs:open_racy_cas"

@@ -60,8 +60,11 @@ def _run_cli(
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "contract_tests", *args],
-        capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})},
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def test_run_contract_collects_one_result_per_clause_and_target(
@@ -74,8 +77,11 @@ def test_run_contract_collects_one_result_per_clause_and_target(
     ]
     run = run_contract(targets, suite=tiny_suite)
     assert [c.name for c in run.clauses] == [
-        "test_round_trip", "test_exists_is_for_objects_only", "test_always_skips", "test_parametrized",
-    ]  # fmt: skip
+        "test_round_trip",
+        "test_exists_is_for_objects_only",
+        "test_always_skips",
+        "test_parametrized",
+    ]
     assert run.clauses[0].summary == "Bytes round-trip."
     assert len(run.results) == 4 * 3  # clause x target; the non-contract test is not a clause
     assert run.result("test_always_skips", "local").outcome is ClauseOutcome.SKIPPED
@@ -121,8 +127,10 @@ def test_a_suite_that_does_not_run_is_an_error(tmp_path: Path) -> None:
 
 
 def test_reports_are_markdown_and_json(tiny_suite: tuple[str, ...], tmp_path: Path) -> None:
-    targets = [Target("memory", "memory://tiny-report"),
-               Target("fsspec-memory", "memory://tiny-report-peer", factory=PEER, peer=True)]  # fmt: skip
+    targets = [
+        Target("memory", "memory://tiny-report"),
+        Target("fsspec-memory", "memory://tiny-report-peer", factory=PEER, peer=True),
+    ]
     run = run_contract(targets, suite=tiny_suite)
     md_path, json_path = write_report(run, tmp_path / "out" / "check.json")
     assert (md_path.name, json_path.name) == ("check.md", "check.json")
@@ -130,8 +138,9 @@ def test_reports_are_markdown_and_json(tiny_suite: tuple[str, ...], tmp_path: Pa
     assert report["conforms"] is True
     assert {t["name"]: t["peer"] for t in report["targets"]} == {"memory": False, "fsspec-memory": True}
     assert {(r["clause"], r["target"], r["outcome"]) for r in report["results"]} >= {
-        ("test_exists_is_for_objects_only", "fsspec-memory", "fail"), ("test_always_skips", "memory", "skip"),
-    }  # fmt: skip
+        ("test_exists_is_for_objects_only", "fsspec-memory", "fail"),
+        ("test_always_skips", "memory", "skip"),
+    }
     assert "| exists_is_for_objects_only | pass | FAIL [" in to_markdown(run)
     assert report_paths(tmp_path) == (
         tmp_path / "storage-adapter-check.md",
@@ -143,17 +152,34 @@ def test_reports_are_markdown_and_json(tiny_suite: tuple[str, ...], tmp_path: Pa
     ("args", "env", "expected"),
     [
         (["ftp://bucket/x"], {}, "unsupported storage URL"),
-        (["s3://bucket/x"], {"AWS_ENDPOINT_URL": "http://127.0.0.1:{port}", "AWS_ALLOW_HTTP": "true",
-                             "AWS_ACCESS_KEY_ID": "key", "AWS_SECRET_ACCESS_KEY": "secret"},  # signed: no chain lookup
-         "BackendUnavailableError"),
-        (["file:///proc/storage-adapter-cannot-write-here"], {}, "file:///proc/storage-adapter-cannot-write-here"),
+        (
+            ["s3://bucket/x"],
+            {
+                "AWS_ENDPOINT_URL": "http://127.0.0.1:{port}",
+                "AWS_ALLOW_HTTP": "true",
+                "AWS_ACCESS_KEY_ID": "key",
+                "AWS_SECRET_ACCESS_KEY": "secret",
+            },  # signed: no chain lookup
+            "BackendUnavailableError",
+        ),
+        (
+            ["file:///proc/storage-adapter-cannot-write-here"],
+            {},
+            "file:///proc/storage-adapter-cannot-write-here",
+        ),
         (["memory://a", "memory://a"], {}, "same name"),
         (["--server", "seaweedfs", "memory://a"], {}, "--server seaweedfs starts and checks its own server"),
         (["--server", "minio", "--factory", "no_such_module:open"], {}, "cannot load adapter factory"),
     ],
-    ids=["unknown-scheme", "unreachable-endpoint", "unwritable-directory", "duplicate-names",
-         "server-with-url", "bad-factory-before-any-server-starts"],
-)  # fmt: skip
+    ids=[
+        "unknown-scheme",
+        "unreachable-endpoint",
+        "unwritable-directory",
+        "duplicate-names",
+        "server-with-url",
+        "bad-factory-before-any-server-starts",
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(args: list[str], env: dict[str, str], expected: str) -> None:
     env = {k: v.format(port=free_port()) for k, v in env.items()}
     result = _run_cli("check", *args, env=env, timeout=120)
@@ -167,8 +193,20 @@ def test_bad_input_is_one_line_and_exit_2(args: list[str], env: dict[str, str], 
 def test_check_cli_on_memory_and_local(tmp_path: Path) -> None:
     """The real contract through the CLI: judged memory + local (no peers), report written, exit 0."""
     report = tmp_path / "report"
-    result = _run_cli("check", "memory://cli-check", f"file://{tmp_path}/local", "--no-peers",
-                      "--threads", "4", "--processes", "2", "--increments", "3", "--report", str(report))  # fmt: skip
+    result = _run_cli(
+        "check",
+        "memory://cli-check",
+        f"file://{tmp_path}/local",
+        "--no-peers",
+        "--threads",
+        "4",
+        "--processes",
+        "2",
+        "--increments",
+        "3",
+        "--report",
+        str(report),
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "memory:cli-check: conforms" in result.stdout
     assert "overall: conforms" in result.stdout
@@ -190,8 +228,15 @@ def test_check_clauses_runs_a_selection_and_says_so(tmp_path: Path) -> None:
     and both reports say the run was a selection. An expression that matches nothing, or is not one, is
     bad input (exit 2) before any clause runs, and the report says why."""
     report = tmp_path / "sel"
-    result = _run_cli("check", "memory://cli-sel", "--no-peers", "--clauses", "cas_stale or round_trip_bytes",
-                      "--report", str(report))  # fmt: skip
+    result = _run_cli(
+        "check",
+        "memory://cli-sel",
+        "--no-peers",
+        "--clauses",
+        "cas_stale or round_trip_bytes",
+        "--report",
+        str(report),
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "overall: conforms (only the clauses selected by --clauses 'cas_stale or round_trip_bytes')" in (
         result.stdout

@@ -32,8 +32,11 @@ def check(endpoint: S3Endpoint, **credentials: str) -> subprocess.CompletedProce
     )
     return subprocess.run(
         [sys.executable, "-m", "contract_tests", "check", f"guarded={endpoint.url('check')}", "--no-peers"],
-        capture_output=True, text=True, timeout=300, env=env,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
 
 
 def one_clear_line(result: subprocess.CompletedProcess[str]) -> str:

@@ -76,8 +76,14 @@ def test_each_commit_past_the_tail_stores_exactly_the_record_it_drops():
     counting.reset()
     engine.commit({"a": rows(99)})
     # heal LIST, manifest GET, data PUT, sidecar PUT, table-version PUT, history PUT, manifest CAS, sidecar DELETE
-    assert dict(counting.counts) == {"list": 1, "read_versioned": 1, "write_if_absent": 3, "write": 1,
-                                     "write_if_match": 1, "delete": 1}  # fmt: skip
+    assert dict(counting.counts) == {
+        "list": 1,
+        "read_versioned": 1,
+        "write_if_absent": 3,
+        "write": 1,
+        "write_if_match": 1,
+        "delete": 1,
+    }
     stored = ManifestStore(engine.adapter).history.stored_versions()
     manifest = ManifestStore(engine.adapter).load().manifest
     assert stored == list(range(1, manifest.tail_floor + 1))
@@ -139,9 +145,19 @@ def test_recovery_finds_a_publish_older_than_the_tail_in_the_stored_history():
     manifest = ManifestStore(engine.adapter).load().manifest
     assert published.version <= manifest.tail_floor
     record = published.record
-    sidecar = Sidecar(record.operation_id, "commit", None, record.committed_at, record.committed_at, "h", 1,
-                      published.version - 1, "append", None,
-                      {"a": SidecarPin(layout.table_prefix("a"), 1, 2, None)})  # fmt: skip
+    sidecar = Sidecar(
+        record.operation_id,
+        "commit",
+        None,
+        record.committed_at,
+        record.committed_at,
+        "h",
+        1,
+        published.version - 1,
+        "append",
+        None,
+        {"a": SidecarPin(layout.table_prefix("a"), 1, 2, None)},
+    )
     assert engine._recovery.landed(sidecar, manifest) == record
     other = replace(sidecar, operation_id="01JUNPUBLISHED000000000000")
     assert engine._recovery.landed(other, manifest) is None
@@ -156,8 +172,14 @@ def test_a_format_1_manifest_reads_and_upgrades_without_losing_history_or_keys()
     store = ManifestStore(adapter)
     state = store.load()
     records = (*store.records_after(state.manifest, state.manifest.history_floor),)
-    legacy = Manifest(state.manifest.version, state.manifest.operation_id, state.manifest.tables, records,
-                      state.manifest.retention, format_version=1)  # fmt: skip
+    legacy = Manifest(
+        state.manifest.version,
+        state.manifest.operation_id,
+        state.manifest.tables,
+        records,
+        state.manifest.retention,
+        format_version=1,
+    )
     # what the previous layout left: every record inline, no stored history, no ledger entries
     adapter.write(layout.MANIFEST_KEY, legacy.encode())
     adapter.delete_many([i.key for i in adapter.iter_list(layout.HISTORY_PREFIX)])
@@ -182,13 +204,22 @@ def test_a_manifest_whose_inline_records_break_the_format_is_refused():
     for i in range(TAIL + 2):
         engine.commit({"a": rows(i)})
     manifest = ManifestStore(engine.adapter).load().manifest
-    too_many = Manifest(manifest.version, manifest.operation_id, manifest.tables,
-                        (*ManifestStore(engine.adapter).history.read([manifest.tail_floor]), *manifest.commits),
-                        manifest.retention)  # fmt: skip
+    too_many = Manifest(
+        manifest.version,
+        manifest.operation_id,
+        manifest.tables,
+        (*ManifestStore(engine.adapter).history.read([manifest.tail_floor]), *manifest.commits),
+        manifest.retention,
+    )
     with pytest.raises(CorruptManifestError, match="exceed the tail"):
         Manifest.decode(too_many.encode())
-    gap = Manifest(manifest.version, manifest.operation_id, manifest.tables, manifest.commits[1:-2] +
-                   manifest.commits[-1:], manifest.retention)  # fmt: skip
+    gap = Manifest(
+        manifest.version,
+        manifest.operation_id,
+        manifest.tables,
+        manifest.commits[1:-2] + manifest.commits[-1:],
+        manifest.retention,
+    )
     with pytest.raises(CorruptManifestError, match="not consecutive"):
         Manifest.decode(gap.encode())
 

@@ -14,8 +14,11 @@ PLUGIN_ARGS = ["-p", "no:cacheprovider", "-q", "--contract-processes", "2", "--c
 def run_pytest(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "pytest", *PLUGIN_ARGS, *args],
-        cwd=cwd, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def summary(result: subprocess.CompletedProcess[str]) -> str:
@@ -35,8 +38,12 @@ def test_pyargs_run_against_a_local_url_from_another_directory(tmp_path: Path) -
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     assert "passed" in summary(result) and "failed" not in summary(result)
-    assert "[mine]" in run_pytest(tmp_path, "--pyargs", "contract_tests", "--co",
-                                  "--storage-url", f"mine=file://{root}").stdout  # fmt: skip
+    assert (
+        "[mine]"
+        in run_pytest(
+            tmp_path, "--pyargs", "contract_tests", "--co", "--storage-url", f"mine=file://{root}"
+        ).stdout
+    )
     assert list(root.iterdir()) == [], "the suite left objects behind outside its prefixes"
 
 

@@ -61,13 +61,31 @@ def test_planted_bug_is_caught_by_its_clauses(bug: str, tmp_path: Path) -> None:
     junit = tmp_path / "junit.xml"
     result = subprocess.run(
         [
-            sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--pyargs", "contract_tests",
-            "--storage-url", f"planted=file://{tmp_path}/root",
-            "--storage-factory", f"contract_tests.planted_bugs:open_{bug}",
-            "--contract-processes", "3", "--contract-increments", "8", f"--junitxml={junit}", "-k", SELECTED,
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "--pyargs",
+            "contract_tests",
+            "--storage-url",
+            f"planted=file://{tmp_path}/root",
+            "--storage-factory",
+            f"contract_tests.planted_bugs:open_{bug}",
+            "--contract-processes",
+            "3",
+            "--contract-increments",
+            "8",
+            f"--junitxml={junit}",
+            "-k",
+            SELECTED,
         ],
-        cwd=tmp_path, capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert result.returncode == 1, result.stdout[-2000:] + result.stderr[-2000:]
     failed = failed_clauses(junit)
     missing = CATCHING_CLAUSES[bug] - failed
@@ -79,11 +97,27 @@ def test_the_same_suite_passes_on_the_real_adapter(tmp_path: Path) -> None:
     """Control: the configuration used above is green without the planted bug."""
     result = subprocess.run(
         [
-            sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--pyargs", "contract_tests",
-            "--storage-url", f"real=file://{tmp_path}/root",
-            "--contract-processes", "3", "--contract-increments", "8", "-k", SELECTED,
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "--pyargs",
+            "contract_tests",
+            "--storage-url",
+            f"real=file://{tmp_path}/root",
+            "--contract-processes",
+            "3",
+            "--contract-increments",
+            "8",
+            "-k",
+            SELECTED,
         ],
-        cwd=tmp_path, capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert result.returncode == 0, result.stdout[-3000:]
     assert f"{len(set().union(*CATCHING_CLAUSES.values()))} passed" in result.stdout, result.stdout[-3000:]

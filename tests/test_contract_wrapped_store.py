@@ -24,17 +24,32 @@ FACTORIES = {"sync": "wrapped_stores:open_wrapped", "async": "wrapped_stores:ope
 # default tier in tests/test_contract_embedded.py; what wrapping changes is exercised by these: opening
 # and the driver chosen (basic reads, writes, conditional writes, listings, deletes, streams), pickling the
 # store into spawned processes (every *_processes clause), and the capabilities its user declares.
-DEFAULT_TIER_CLAUSES = frozenset({
-    "test_round_trip_bytes", "test_not_found_is_typed", "test_write_if_absent_one_winner_threads",
-    "test_cas_fresh_token_wins", "test_cas_stale_token_gets_none", "test_list_is_recursive_and_sorted",
-    "test_list_dir_direct_children", "test_list_dir_forgets_deleted_prefixes",
-    "test_delete_prefix_takes_whole_segments_and_leaves_no_trace", "test_delete_many_deletes_exactly_those_keys",
-    "test_rename", "test_a_streamed_write_is_visible_only_complete", "test_read_ranges_come_from_one_version",
-    "test_pickle_round_trip", "test_atomic_replace_processes", "test_cas_increments_processes",
-    "test_write_if_absent_one_winner_processes", "test_mixed_history_is_linearizable_processes",
-    "test_remove_orphans_spares_writes_in_flight_processes", "test_shared_across_processes_is_observed",
-    "test_capabilities_are_declared_and_honest", "test_errors_name_key_and_backend_and_no_secret",
-})  # fmt: skip
+DEFAULT_TIER_CLAUSES = frozenset(
+    {
+        "test_round_trip_bytes",
+        "test_not_found_is_typed",
+        "test_write_if_absent_one_winner_threads",
+        "test_cas_fresh_token_wins",
+        "test_cas_stale_token_gets_none",
+        "test_list_is_recursive_and_sorted",
+        "test_list_dir_direct_children",
+        "test_list_dir_forgets_deleted_prefixes",
+        "test_delete_prefix_takes_whole_segments_and_leaves_no_trace",
+        "test_delete_many_deletes_exactly_those_keys",
+        "test_rename",
+        "test_a_streamed_write_is_visible_only_complete",
+        "test_read_ranges_come_from_one_version",
+        "test_pickle_round_trip",
+        "test_atomic_replace_processes",
+        "test_cas_increments_processes",
+        "test_write_if_absent_one_winner_processes",
+        "test_mixed_history_is_linearizable_processes",
+        "test_remove_orphans_spares_writes_in_flight_processes",
+        "test_shared_across_processes_is_observed",
+        "test_capabilities_are_declared_and_honest",
+        "test_errors_name_key_and_backend_and_no_secret",
+    }
+)
 assert set(dir(AdapterContract)) >= DEFAULT_TIER_CLAUSES, DEFAULT_TIER_CLAUSES - set(dir(AdapterContract))
 WRAPPED_TARGETS = ("memory", "local", "seaweedfs")
 

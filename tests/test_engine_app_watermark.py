@@ -65,9 +65,19 @@ def test_replay_within_retention_returns_the_commit_record(engine):
 
 @pytest.mark.parametrize(
     ("app_id", "app_version"),
-    [("job", None), (None, 1), ("", 1), ("job", -1), ("job", True), ("job", 1.0), ("job", 2**63), (3, 1),
-     ("bad\nid", 1), ("x" * 257, 1)],
-)  # fmt: skip
+    [
+        ("job", None),
+        (None, 1),
+        ("", 1),
+        ("job", -1),
+        ("job", True),
+        ("job", 1.0),
+        ("job", 2**63),
+        (3, 1),
+        ("bad\nid", 1),
+        ("x" * 257, 1),
+    ],
+)
 def test_bad_watermarks_are_refused_before_io(engine, adapter, app_id, app_version):
     before = adapter.read_bytes(MANIFEST_KEY)
     data_files = len(adapter.list("tables/t/data"))

@@ -39,8 +39,9 @@ SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string())])
 
 
 def rows(start: int, count: int) -> pa.Table:
-    return pa.table({"id": list(range(start, start + count)), "name": [f"r{i}" for i in range(count)]},
-                    schema=SCHEMA)  # fmt: skip
+    return pa.table(
+        {"id": list(range(start, start + count)), "name": [f"r{i}" for i in range(count)]}, schema=SCHEMA
+    )
 
 
 @pytest.fixture
@@ -170,8 +171,12 @@ def test_integrity_errors_publish_nothing(engine, adapter):
 
 def test_corrupt_manifest_is_refused_and_kept(engine, adapter):
     adapter.write(MANIFEST_KEY, b'{"format": "storage-adapter-engine/manifest", "trunc')
-    for action in (lambda: engine.commit({"a": rows(0, 1)}), engine.snapshot,
-                   lambda: Engine.open(adapter), lambda: Engine.open(adapter, read_only=True)):  # fmt: skip
+    for action in (
+        lambda: engine.commit({"a": rows(0, 1)}),
+        engine.snapshot,
+        lambda: Engine.open(adapter),
+        lambda: Engine.open(adapter, read_only=True),
+    ):
         with pytest.raises(CorruptManifestError) as info:
             action()
         assert info.value.key == MANIFEST_KEY
@@ -261,8 +266,14 @@ def test_request_counts(adapter):
     counting.reset()
     engine.commit({"a": rows(1, 1)})
     # heal LIST, manifest GET, data PUT, sidecar PUT, table-version PUT, manifest CAS, sidecar DELETE
-    assert dict(counting.counts) == {"list": 1, "read_versioned": 1, "write_if_absent": 2, "write": 1,
-                                     "write_if_match": 1, "delete": 1}  # fmt: skip
+    assert dict(counting.counts) == {
+        "list": 1,
+        "read_versioned": 1,
+        "write_if_absent": 2,
+        "write": 1,
+        "write_if_match": 1,
+        "delete": 1,
+    }
     cold = CountingAdapter(adapter)
     reader = Engine.open(cold, read_only=True)
     cold.reset()
@@ -365,8 +376,14 @@ def test_heal_reads_a_live_foreign_sidecar_once_and_rechecks_it_when_its_writer_
         sleeper.wait()
 
 
-STEADY_COMMIT = {"list": 1, "read_versioned": 1, "write_if_absent": 2, "write": 1, "write_if_match": 1,
-                 "delete": 1}  # fmt: skip
+STEADY_COMMIT = {
+    "list": 1,
+    "read_versioned": 1,
+    "write_if_absent": 2,
+    "write": 1,
+    "write_if_match": 1,
+    "delete": 1,
+}
 
 
 def test_a_commits_heal_reads_no_sidecar_written_within_the_lease(adapter):

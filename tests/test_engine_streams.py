@@ -81,12 +81,18 @@ def fragment_bodies(recording: Recording) -> list[tuple[str, type]]:
 def run_worker(size: int, tmp_path: Path) -> dict[str, Any]:
     completed = subprocess.run(
         [sys.executable, str(WORKER), f"file://{tmp_path}", str(size)],
-        capture_output=True, text=True, timeout=600, cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
     assert completed.returncode == 0, completed.stderr
     measured: dict[str, Any] = json.loads(completed.stdout)
-    print(f"\nengine append of {size / MIB:.0f} MiB to local: peak RSS +{measured['peak_growth'] / MIB:.1f} MiB, "
-          f"{measured['seconds']:.1f} s")  # fmt: skip
+    print(
+        f"\nengine append of {size / MIB:.0f} MiB to local: peak RSS +{measured['peak_growth'] / MIB:.1f} MiB, "
+        f"{measured['seconds']:.1f} s"
+    )
     assert measured["rows"] == measured["expected_rows"] and measured["bytes"] == measured["stored_bytes"]
     assert measured["bytes"] > size * 0.99  # random payloads: Parquet cannot shrink them
     return measured

@@ -66,9 +66,10 @@ def test_partition_columns_are_stored_and_fragments_laid_out_per_partition(engin
     data = events([1, 2, 3, 4], [D1, D2, D1, D1], ["eu", "eu", "us", "eu"])
     refs = engine.write_fragments("ev", data)
     assert [r.partition for r in refs] == [
-        (("day", "2024-05-01"), ("region", "eu")), (("day", "2024-05-02"), ("region", "eu")),
+        (("day", "2024-05-01"), ("region", "eu")),
+        (("day", "2024-05-02"), ("region", "eu")),
         (("day", "2024-05-01"), ("region", "us")),
-    ]  # fmt: skip
+    ]
     assert [r.rows for r in refs] == [2, 1, 1]
     assert refs[0].key.startswith("tables/ev/data/day=2024-05-01/region=eu/")
     assert pickle.loads(pickle.dumps(refs[0])) == refs[0]
@@ -85,9 +86,10 @@ def test_commit_writes_one_fragment_per_partition_and_reads_prune(engine):
     engine.commit({"ev": events([1, 2, 3], [D1, D2, D1], ["eu", "eu", None])})
     files = engine.files("ev")
     assert {f.partition for f in files} == {
-        (("day", "2024-05-01"), ("region", "eu")), (("day", "2024-05-02"), ("region", "eu")),
+        (("day", "2024-05-01"), ("region", "eu")),
+        (("day", "2024-05-02"), ("region", "eu")),
         (("day", "2024-05-01"), ("region", None)),
-    }  # fmt: skip
+    }
     assert ids_of(engine.read("ev", where={"day": [D1]})) == [1, 3]
     assert ids_of(engine.read("ev", where={"day": ["2024-05-01"], "region": ["eu"]})) == [1]
     assert ids_of(engine.read("ev", where={"region": [None]})) == [3]
@@ -114,9 +116,11 @@ def test_partition_values_are_key_safe(engine):
 def test_bad_partition_declarations_are_refused_before_io(engine, adapter):
     before = adapter.read_bytes(MANIFEST_KEY)
     for partition_by, match in (
-        (["nope"], "not a column"), (["score"], "string, integer, boolean or date"), (["day", "day"], "twice"),
+        (["nope"], "not a column"),
+        (["score"], "string, integer, boolean or date"),
+        (["day", "day"], "twice"),
         ("day", "sequence"),
-    ):  # fmt: skip
+    ):
         with pytest.raises(SchemaMismatchError, match=match):
             engine.create_table("bad", EVENTS, partition_by=partition_by)
     with pytest.raises(SchemaMismatchError, match="every column"):
@@ -268,8 +272,14 @@ def test_replace_where_conflicts_with_a_concurrent_change_inside_its_partitions(
 
 # -- conform -------------------------------------------------------------------------------------------------
 def test_conform_matches_by_name_and_widens_safely():
-    data = pa.table({"score": pa.array([1.5], pa.float32()), "region": ["eu"], "id": pa.array([7], pa.int32()),
-                     "day": pa.array([D1], pa.date32())})  # fmt: skip
+    data = pa.table(
+        {
+            "score": pa.array([1.5], pa.float32()),
+            "region": ["eu"],
+            "id": pa.array([7], pa.int32()),
+            "day": pa.array([D1], pa.date32()),
+        }
+    )
     out = conform("t", EVENTS, data)
     assert out.schema == EVENTS and out.column("id").to_pylist() == [7]
     by_position = pa.table({"a": [1], "b": [D1], "c": ["x"], "d": [2.0]})
@@ -281,17 +291,23 @@ def test_conform_matches_by_name_and_widens_safely():
     empty = conform("t", EVENTS, EVENTS.empty_table().select(["region", "id", "day", "score"]))
     assert empty.num_rows == 0 and empty.schema == EVENTS
     widening = [
-        (pa.array([1], pa.int8()), pa.int64()), (pa.array([1], pa.int32()), pa.int64()),
-        (pa.array([1], pa.uint32()), pa.int64()), (pa.array([1], pa.uint8()), pa.uint16()),
-        (pa.array([1.5], pa.float32()), pa.float64()), (pa.array([1], pa.int32()), pa.float64()),
-        (pa.array([1], pa.uint16()), pa.float32()), (pa.array(["a"], pa.string()), pa.large_string()),
-        (pa.array(["a"], pa.large_string()), pa.string()), (pa.array(["a"]).dictionary_encode(), pa.string()),
+        (pa.array([1], pa.int8()), pa.int64()),
+        (pa.array([1], pa.int32()), pa.int64()),
+        (pa.array([1], pa.uint32()), pa.int64()),
+        (pa.array([1], pa.uint8()), pa.uint16()),
+        (pa.array([1.5], pa.float32()), pa.float64()),
+        (pa.array([1], pa.int32()), pa.float64()),
+        (pa.array([1], pa.uint16()), pa.float32()),
+        (pa.array(["a"], pa.string()), pa.large_string()),
+        (pa.array(["a"], pa.large_string()), pa.string()),
+        (pa.array(["a"]).dictionary_encode(), pa.string()),
         (pa.array([1], pa.timestamp("ms", "UTC")), pa.timestamp("us", "UTC")),
-        (pa.array([D1], pa.date32()), pa.date64()), (pa.array([None], pa.null()), pa.int32()),
+        (pa.array([D1], pa.date32()), pa.date64()),
+        (pa.array([None], pa.null()), pa.int32()),
         (pa.array([1], pa.decimal128(8, 2)), pa.decimal128(12, 4)),
         (pa.array([[1]], pa.list_(pa.int32())), pa.list_(pa.int64())),
         (pa.array([{"a": 1}], pa.struct([("a", pa.int32())])), pa.struct([("a", pa.int64())])),
-    ]  # fmt: skip
+    ]
     for values, target in widening:
         out = conform("t", pa.schema([("v", target)]), pa.table({"v": values}))
         assert out.schema.field("v").type == target and out.num_rows == 1, (values.type, target)
@@ -402,9 +418,13 @@ def test_precheck_validates_replace_where_before_a_job_runs(engine):
 
 @pytest.mark.parametrize(
     ("point", "visible"),
-    [("commit.after_sidecar", False), ("commit.after_table_version", True), ("commit.before_publish", True),
-     ("commit.after_publish", True)],
-)  # fmt: skip
+    [
+        ("commit.after_sidecar", False),
+        ("commit.after_table_version", True),
+        ("commit.before_publish", True),
+        ("commit.after_publish", True),
+    ],
+)
 def test_crashed_partition_overwrite_is_all_or_nothing(engine, adapter, point, visible):
     engine.commit({"ev": events([1, 2], [D1, D2], ["eu", "eu"])})
     with fp.armed(point, "crash", times=1), pytest.raises(fp.SimulatedCrash):

@@ -102,8 +102,9 @@ def test_a_roll_forward_never_publishes_a_key_that_already_landed(engine: Engine
     crash_at(engine, "commit.before_publish", {"a": rows(1)}, "realm/k3")
     as_if_elsewhere(engine, lease_s=2)  # a writer elsewhere, dead or slow: heal leaves it alone meanwhile
     retry = engine.commit({"b": rows(2)}, CommitRequest(idempotency_key="realm/k3"))
-    recovered_everything = Engine.open(engine.adapter, actor="healer",
-                                       settings=EngineSettings(retention=RETENTION, lease_s=30))  # fmt: skip
+    recovered_everything = Engine.open(
+        engine.adapter, actor="healer", settings=EngineSettings(retention=RETENTION, lease_s=30)
+    )
     as_if_elsewhere(engine, lease_s=-1) if engine.adapter.list("__recovery") else None
     recovered_everything.heal()
     carrying = [r for r in engine.history() if r.idempotency_key == "realm/k3"]
@@ -128,12 +129,14 @@ def test_a_purged_key_reused_by_a_new_request_writes_its_rows(engine: Engine) ->
         return handler
 
     key = str(uuid.uuid4())
-    first = run_idempotent(store, IdempotentRequest("t1", key, "append", "a", {"v": 1}), handler_for(1),
-                           reconciler=reconciler)  # fmt: skip
+    first = run_idempotent(
+        store, IdempotentRequest("t1", key, "append", "a", {"v": 1}), handler_for(1), reconciler=reconciler
+    )
     assert first.status == 201
     assert store.purge_expired(datetime.now(UTC) + timedelta(seconds=10)) >= 1
-    second = run_idempotent(store, IdempotentRequest("t1", key, "append", "a", {"v": 2}), handler_for(2),
-                            reconciler=reconciler)  # fmt: skip
+    second = run_idempotent(
+        store, IdempotentRequest("t1", key, "append", "a", {"v": 2}), handler_for(2), reconciler=reconciler
+    )
     assert second.status == 201 and not second.summary["replayed"], second
     assert ids(engine, "a") == [1, 2]
 

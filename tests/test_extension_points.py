@@ -44,8 +44,11 @@ def test_core_imports_and_works_with_only_its_core_dependencies(tmp_path: Path) 
     installed = _run([python, "-m", "pip", "list", "--format=freeze"], cwd=tmp_path)
     needed = {name.lower().replace("-", "_") for name in core}
     for name in core:  # and what they need in turn
-        needed |= {re.split(r"[ ;<>=!~\[]", r)[0].lower().replace("-", "_") for r in requires(name) or []
-                   if "extra ==" not in r}  # fmt: skip
+        needed |= {
+            re.split(r"[ ;<>=!~\[]", r)[0].lower().replace("-", "_")
+            for r in requires(name) or []
+            if "extra ==" not in r
+        }
     present = {line.split("==")[0].lower().replace("-", "_") for line in installed.split()}
     assert present <= {"pip", "setuptools", *needed}
     script = textwrap.dedent(
@@ -128,10 +131,25 @@ def test_a_new_backend_registered_by_entry_point_passes_the_contract(tmp_path: P
         "PYTHONPATH": os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")])),
     }
     out = _run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "--pyargs", "contract_tests",
-         "--storage-url", "sandbox://store/contract", "--contract-processes", "2", "--contract-threads", "4"],
-        cwd=tmp_path, env=env,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "--pyargs",
+            "contract_tests",
+            "--storage-url",
+            "sandbox://store/contract",
+            "--contract-processes",
+            "2",
+            "--contract-threads",
+            "4",
+        ],
+        cwd=tmp_path,
+        env=env,
+    )
     summary = out.strip().splitlines()[-1]
     assert "passed" in summary and "failed" not in summary and "error" not in summary, out[-2000:]
     assert "skipped" not in summary, f"a clause was skipped on a shared local store: {summary}"

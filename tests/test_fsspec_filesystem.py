@@ -31,8 +31,13 @@ from storage_adapter.fsspec_filesystem import AdapterFileSystem
 from storage_adapter.protocol import StorageAdapter
 
 ROOT = Path(__file__).resolve().parent.parent
-ROWS = pa.table({"id": pa.array(range(1000), pa.int64()), "name": [f"n{i}" for i in range(1000)],
-                 "score": pa.array([i / 7 for i in range(1000)], pa.float64())})  # fmt: skip
+ROWS = pa.table(
+    {
+        "id": pa.array(range(1000), pa.int64()),
+        "name": [f"n{i}" for i in range(1000)],
+        "score": pa.array([i / 7 for i in range(1000)], pa.float64()),
+    }
+)
 
 
 @pytest.fixture(params=["memory", "local"])
@@ -75,8 +80,12 @@ def test_pyarrow_pandas_and_duckdb_read_an_engine_fragment(adapter: StorageAdapt
 def test_a_projection_reads_little_more_than_its_column(plain: StorageAdapter) -> None:
     """Each read of an open file is one ranged read, so pyarrow and DuckDB fetch the footer and the
     column's chunks, not the payload beside them (a read-ahead cache is there when asked for)."""
-    payload = pa.table({"id": pa.array(range(20_000), pa.int64()),
-                        "payload": [Random(i).randbytes(500) for i in range(20_000)]})  # fmt: skip
+    payload = pa.table(
+        {
+            "id": pa.array(range(20_000), pa.int64()),
+            "payload": [Random(i).randbytes(500) for i in range(20_000)],
+        }
+    )
     sink = pa.BufferOutputStream()
     pq.write_table(payload, sink, row_group_size=5000)
     plain.write("f.parquet", sink.getvalue().to_pybytes())
@@ -199,12 +208,18 @@ def test_written_files_appear_whole_on_close(plain: StorageAdapter) -> None:
 
 BAD_PATHS = ["../x", "/x", "a/../../x", "a//b", "sa://../x", "a\x00b", "a\\b", "./a"]
 CALLS: dict[str, Callable[[AdapterFileSystem, str], object]] = {
-    "info": lambda fs, p: fs.info(p), "ls": lambda fs, p: fs.ls(p), "find": lambda fs, p: fs.find(p),
-    "exists": lambda fs, p: fs.exists(p), "cat_file": lambda fs, p: fs.cat_file(p, 0, 4),
-    "open_rb": lambda fs, p: fs.open(p, "rb"), "open_wb": lambda fs, p: fs.open(p, "wb"),
-    "pipe_file": lambda fs, p: fs.pipe_file(p, b"x"), "rm_file": lambda fs, p: fs.rm_file(p),
-    "modified": lambda fs, p: fs.modified(p), "mkdir": lambda fs, p: fs.mkdir(p),
-}  # fmt: skip
+    "info": lambda fs, p: fs.info(p),
+    "ls": lambda fs, p: fs.ls(p),
+    "find": lambda fs, p: fs.find(p),
+    "exists": lambda fs, p: fs.exists(p),
+    "cat_file": lambda fs, p: fs.cat_file(p, 0, 4),
+    "open_rb": lambda fs, p: fs.open(p, "rb"),
+    "open_wb": lambda fs, p: fs.open(p, "wb"),
+    "pipe_file": lambda fs, p: fs.pipe_file(p, b"x"),
+    "rm_file": lambda fs, p: fs.rm_file(p),
+    "modified": lambda fs, p: fs.modified(p),
+    "mkdir": lambda fs, p: fs.mkdir(p),
+}
 
 
 @pytest.mark.parametrize("call", CALLS)
@@ -240,8 +255,10 @@ def test_pickles_as_its_adapter_and_is_not_cached_across_options(plain: StorageA
 def test_the_protocols_are_declared_as_fsspec_entry_points() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
     specs = project["project"]["entry-points"]["fsspec.specs"]
-    assert specs == {"sa": "storage_adapter.fsspec_filesystem:AdapterFileSystem",
-                     "storage-adapter": "storage_adapter.fsspec_filesystem:AdapterFileSystem"}  # fmt: skip
+    assert specs == {
+        "sa": "storage_adapter.fsspec_filesystem:AdapterFileSystem",
+        "storage-adapter": "storage_adapter.fsspec_filesystem:AdapterFileSystem",
+    }
     assert fsspec.get_filesystem_class("sa") is AdapterFileSystem
 
 
@@ -256,9 +273,15 @@ def test_options_given_to_the_filesystem_are_never_echoed() -> None:
     """Built from a root URL and options (as pandas' storage_options do), it keeps no copy of them: fsspec
     would put them in ``storage_options`` and its JSON form. It serializes by pickle, as its adapter."""
     secret = "wJalrXUtnFEMI-never-shown"
-    fs = fsspec.filesystem("sa", root="s3://bucket/prefix", options={
-        "endpoint": "http://127.0.0.1:9", "access_key_id": "AKIDEXAMPLE", "secret_access_key": secret,
-    })  # fmt: skip
+    fs = fsspec.filesystem(
+        "sa",
+        root="s3://bucket/prefix",
+        options={
+            "endpoint": "http://127.0.0.1:9",
+            "access_key_id": "AKIDEXAMPLE",
+            "secret_access_key": secret,
+        },
+    )
     assert fs.adapter.url == "s3://bucket/prefix"
     assert (
         secret not in repr(fs)

@@ -114,16 +114,28 @@ def test_every_option_prefers_explicit_over_environment_over_default() -> None:
 def test_credentials_come_from_one_source() -> None:
     """Keys given explicitly take no session token or profile of the environment; a profile given takes
     no keys from it; with nothing given, the environment's keys and token come together."""
-    env = {"AWS_ACCESS_KEY_ID": "env-key", "AWS_SECRET_ACCESS_KEY": "env-secret", "AWS_SESSION_TOKEN": "env-token",
-           "AWS_PROFILE": "env-profile"}  # fmt: skip
+    env = {
+        "AWS_ACCESS_KEY_ID": "env-key",
+        "AWS_SECRET_ACCESS_KEY": "env-secret",
+        "AWS_SESSION_TOKEN": "env-token",
+        "AWS_PROFILE": "env-profile",
+    }
     explicit = parse_url("s3://b", {"access_key_id": "k", "secret_access_key": "s"}, env)
-    assert (explicit.option("access_key_id"), explicit.option("session_token"), explicit.option("profile")) == (
-        "k", None, None,
-    )  # fmt: skip
+    assert (
+        explicit.option("access_key_id"),
+        explicit.option("session_token"),
+        explicit.option("profile"),
+    ) == (
+        "k",
+        None,
+        None,
+    )
     named = parse_url("s3://b", {"profile": "mine"}, env)
     assert (named.option("profile"), named.option("access_key_id"), named.option("session_token")) == (
-        "mine", None, None,
-    )  # fmt: skip
+        "mine",
+        None,
+        None,
+    )
     ambient = parse_url("s3://b", {}, env)
     assert (ambient.option("access_key_id"), ambient.option("session_token")) == ("env-key", "env-token")
     assert ambient.option("profile") == "env-profile"
@@ -196,22 +208,43 @@ def test_the_check_stage_of_a_started_seaweedfs_conforms(tmp_path: Path) -> None
     the user's AWS environment: every clause the environment can reach passes, the linearizability checks
     included, as without it; the report names the SeaweedFS build."""
     done = _run(
-        [str(REPO / "ci" / "contract-stage"), "seaweedfs", "--threads", "4", "--processes", "2",
-         "--increments", "5", "--clauses", ENVIRONMENT_SENSITIVE_CLAUSES, "--report", str(tmp_path / "stage")],
+        [
+            str(REPO / "ci" / "contract-stage"),
+            "seaweedfs",
+            "--threads",
+            "4",
+            "--processes",
+            "2",
+            "--increments",
+            "5",
+            "--clauses",
+            ENVIRONMENT_SENSITIVE_CLAUSES,
+            "--report",
+            str(tmp_path / "stage"),
+        ],
         tmp_path,
-    )  # fmt: skip
+    )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     report = json.loads((tmp_path / "stage.json").read_text())
     assert [t["name"] for t in report["targets"]] == ["seaweedfs"]
     assert report["targets"][0]["url"].startswith("s3://check/adapter-")
-    assert report["sizes"] == {"threads": 4, "processes": 2, "increments": 5, "check_budget_s": 60.0,
-                               "clause_timeout_s": 300.0}  # fmt: skip
+    assert report["sizes"] == {
+        "threads": 4,
+        "processes": 2,
+        "increments": 5,
+        "check_budget_s": 60.0,
+        "clause_timeout_s": 300.0,
+    }
     rows = {r["clause"]: r["outcome"] for r in report["results"]}
-    for clause in ("test_round_trip_bytes", "test_write_if_absent_one_winner_processes",
-                   "test_cas_increments_processes",
-                   "test_capabilities_are_declared_and_honest", "test_mixed_history_is_linearizable_threads",
-                   "test_mixed_history_is_linearizable_processes",
-                   "test_delete_prefix_takes_whole_segments_and_leaves_no_trace"):  # fmt: skip
+    for clause in (
+        "test_round_trip_bytes",
+        "test_write_if_absent_one_winner_processes",
+        "test_cas_increments_processes",
+        "test_capabilities_are_declared_and_honest",
+        "test_mixed_history_is_linearizable_threads",
+        "test_mixed_history_is_linearizable_processes",
+        "test_delete_prefix_takes_whole_segments_and_leaves_no_trace",
+    ):
         assert rows.get(clause) == "pass", clause
     assert set(rows.values()) == {"pass"} and len(rows) >= 25
     assert report["selection"] == ENVIRONMENT_SENSITIVE_CLAUSES
@@ -226,10 +259,24 @@ def test_the_spark_bench_on_seaweedfs_runs(tmp_path: Path) -> None:
     """``python -m bench.spark_io`` (a bench, and the Spark data source writing and reading an engine table
     on a SeaweedFS it starts) with the user's AWS environment, at a tiny size."""
     done = _run(
-        [sys.executable, "-m", "bench.spark_io", "--rows", "2000", "--rounds", "1", "--partitions", "2",
-         "--backends", "seaweedfs", "--results", str(tmp_path)],
-        tmp_path, timeout=600,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "bench.spark_io",
+            "--rows",
+            "2000",
+            "--rounds",
+            "1",
+            "--partitions",
+            "2",
+            "--backends",
+            "seaweedfs",
+            "--results",
+            str(tmp_path),
+        ],
+        tmp_path,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     (row,) = json.loads((tmp_path / "spark_io.json").read_text())
     assert row["backend"] == "seaweedfs" and row["rows"] == 2000
@@ -239,10 +286,19 @@ def test_the_spark_bench_on_seaweedfs_runs(tmp_path: Path) -> None:
 def test_the_storage_bench_on_seaweedfs_runs_with_its_peers(tmp_path: Path) -> None:
     """``storage-adapter bench --backends seaweedfs`` (boto3 and s3fs beside the adapter), quick sizes."""
     done = _run(
-        [sys.executable, "-m", "contract_tests", "bench", "--quick", "--backends", "seaweedfs",
-         "--results", str(tmp_path)],
+        [
+            sys.executable,
+            "-m",
+            "contract_tests",
+            "bench",
+            "--quick",
+            "--backends",
+            "seaweedfs",
+            "--results",
+            str(tmp_path),
+        ],
         tmp_path,
-    )  # fmt: skip
+    )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     data = json.loads((tmp_path / "bench.json").read_text())
     assert {"adapter", "obstore", "boto3", "s3fs"} <= {r["client"] for r in data["latency"]}
@@ -285,7 +341,12 @@ def test_the_main_job_conforms_with_its_peers_at_default_sizes(tmp_path: Path) -
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     data = json.loads((tmp_path / "check.json").read_text())
     assert [t["name"] for t in data["targets"]] == [
-        "memory", "local", "seaweedfs", "fsspec-memory", "fsspec-local", "s3fs",
-    ]  # fmt: skip
+        "memory",
+        "local",
+        "seaweedfs",
+        "fsspec-memory",
+        "fsspec-local",
+        "s3fs",
+    ]
     assert all(t["conforms"] for t in data["targets"] if not t["peer"])
     assert data["versions"]["seaweedfs"]

@@ -24,23 +24,69 @@ PLANTED = f"PlantedFuzzSecret{uuid.uuid4().hex}"
 MEMORY = open_adapter("memory://hostile-fuzz")
 
 HOSTILE_KEYS = (
-    "\udc80x", "a/\ud800", "\udfff\udc00", "a\x00b", "a\x1fb", "a\x7f", "..", "a/../b", "./a", "a//b",
-    "/abs", "a/", "a\\b", "a#123", "a#0/b", "x" * 1025, "é" * 513, "s" * 201, "日" * 67, "",
-)  # fmt: skip
+    "\udc80x",
+    "a/\ud800",
+    "\udfff\udc00",
+    "a\x00b",
+    "a\x1fb",
+    "a\x7f",
+    "..",
+    "a/../b",
+    "./a",
+    "a//b",
+    "/abs",
+    "a/",
+    "a\\b",
+    "a#123",
+    "a#0/b",
+    "x" * 1025,
+    "é" * 513,
+    "s" * 201,
+    "日" * 67,
+    "",
+)
 HOSTILE_URLS = (
-    f"s3://AKIA:{PLANTED}@bucket/p", f"memory://u:{PLANTED}@m", f"file://u:{PLANTED}@localhost/tmp",
-    f"ftp://{PLANTED}@host", f"s3://u:{PLANTED}@[::1/p", f"s3:/\t/u:{PLANTED}@bucket", "s3://[::1",
-    "gs://bucket", "javascript:alert(1)", "memory://m/\udc80", "memory://m/%ED%B2%80", "memory://m/a/../b",
-    "memory://m/#frag", "s3://b?versionId=1", "file://host/x", "relative/path", "s3://", "memory://m/a#12",
-)  # fmt: skip
+    f"s3://AKIA:{PLANTED}@bucket/p",
+    f"memory://u:{PLANTED}@m",
+    f"file://u:{PLANTED}@localhost/tmp",
+    f"ftp://{PLANTED}@host",
+    f"s3://u:{PLANTED}@[::1/p",
+    f"s3:/\t/u:{PLANTED}@bucket",
+    "s3://[::1",
+    "gs://bucket",
+    "javascript:alert(1)",
+    "memory://m/\udc80",
+    "memory://m/%ED%B2%80",
+    "memory://m/a/../b",
+    "memory://m/#frag",
+    "s3://b?versionId=1",
+    "file://host/x",
+    "relative/path",
+    "s3://",
+    "memory://m/a#12",
+)
 HOSTILE_OPTIONS: tuple[dict[str, Any], ...] = (
-    {"secret_access_key": 12345}, {"secret_access_key": PLANTED.encode()}, {"session_token": [PLANTED]},
-    {"session_token": f"{PLANTED}\x00"}, {"secret_access_key": f"\udc80{PLANTED}"}, {"max_retries": -1},
-    {"max_retries": 10**30}, {"max_retries": 2.5}, {"max_retries": True}, {"connect_timeout_s": float("nan")},
-    {"connect_timeout_s": float("inf")}, {"connect_timeout_s": -1.0}, {"retry_timeout_s": 1e300},
-    {"allow_http": "maybe"}, {"allow_http": 2}, {"region": "\udc80"}, {"endpoint": "localhost:9000"},
-    {"endpoint": f"http://u:{PLANTED}@127.0.0.1:9"}, {"no_such_option": 1}, {"region": None},
-)  # fmt: skip
+    {"secret_access_key": 12345},
+    {"secret_access_key": PLANTED.encode()},
+    {"session_token": [PLANTED]},
+    {"session_token": f"{PLANTED}\x00"},
+    {"secret_access_key": f"\udc80{PLANTED}"},
+    {"max_retries": -1},
+    {"max_retries": 10**30},
+    {"max_retries": 2.5},
+    {"max_retries": True},
+    {"connect_timeout_s": float("nan")},
+    {"connect_timeout_s": float("inf")},
+    {"connect_timeout_s": -1.0},
+    {"retry_timeout_s": 1e300},
+    {"allow_http": "maybe"},
+    {"allow_http": 2},
+    {"region": "\udc80"},
+    {"endpoint": "localhost:9000"},
+    {"endpoint": f"http://u:{PLANTED}@127.0.0.1:9"},
+    {"no_such_option": 1},
+    {"region": None},
+)
 
 
 def assert_secret_free(exc: BaseException) -> None:
@@ -147,9 +193,14 @@ URLS = st.one_of(
     st.builds("{}:{}{}{}".format, SCHEMES, st.sampled_from(["//", "/", "///", ""]), HOSTS, PATHS),
 )
 OPTION_VALUES = st.one_of(
-    st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=20), st.binary(max_size=8),
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(),
+    st.text(max_size=20),
+    st.binary(max_size=8),
     st.lists(st.integers(), max_size=2),
-)  # fmt: skip
+)
 SECRET_VALUES = st.one_of(
     OPTION_VALUES,
     st.sampled_from([PLANTED, PLANTED.encode(), [PLANTED], f"{PLANTED}\x00", f"\udc80{PLANTED}"]),
@@ -157,11 +208,17 @@ SECRET_VALUES = st.one_of(
 OPTIONS = st.fixed_dictionaries(
     {},
     optional={
-        "secret_access_key": SECRET_VALUES, "session_token": SECRET_VALUES, "access_key_id": OPTION_VALUES,
-        "region": OPTION_VALUES, "endpoint": OPTION_VALUES, "allow_http": OPTION_VALUES,
-        "max_retries": OPTION_VALUES, "connect_timeout_s": OPTION_VALUES, "retry_timeout_s": OPTION_VALUES,
+        "secret_access_key": SECRET_VALUES,
+        "session_token": SECRET_VALUES,
+        "access_key_id": OPTION_VALUES,
+        "region": OPTION_VALUES,
+        "endpoint": OPTION_VALUES,
+        "allow_http": OPTION_VALUES,
+        "max_retries": OPTION_VALUES,
+        "connect_timeout_s": OPTION_VALUES,
+        "retry_timeout_s": OPTION_VALUES,
     },
-)  # fmt: skip
+)
 
 
 @settings(max_examples=300, deadline=None)

@@ -164,8 +164,11 @@ def test_lost_ownership_is_visible_to_a_running_handler(adapter: Any) -> None:
         seen.append(ctx.lost)
         return HandlerResult(503)
 
-    owner = threading.Thread(target=run_idempotent, args=(owner_store, commit_request(key), handler),
-                             kwargs={"policy": Policy(heartbeat_s=0.05)})  # fmt: skip
+    owner = threading.Thread(
+        target=run_idempotent,
+        args=(owner_store, commit_request(key), handler),
+        kwargs={"policy": Policy(heartbeat_s=0.05)},
+    )
     owner.start()
     while owner_store.load("tenant-a", key) is None:
         threading.Event().wait(0.01)

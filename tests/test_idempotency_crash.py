@@ -41,10 +41,17 @@ def crash_at(adapter: Any, key: str, point: str, workdir: Path) -> None:
     """Run the worker until it reaches ``point``, then SIGKILL it."""
     marker = workdir / f"{point}.reached"
     spec = workdir / f"{point}.json"
-    spec.write_text(json.dumps({
-        "adapter": base64.b64encode(pickle.dumps(adapter)).decode(), "key": key, "crash_at": point,
-        "marker": str(marker), "lease_s": 30,
-    }))  # fmt: skip
+    spec.write_text(
+        json.dumps(
+            {
+                "adapter": base64.b64encode(pickle.dumps(adapter)).decode(),
+                "key": key,
+                "crash_at": point,
+                "marker": str(marker),
+                "lease_s": 30,
+            }
+        )
+    )
     process = subprocess.Popen(
         [sys.executable, str(WORKER), str(spec)], stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )

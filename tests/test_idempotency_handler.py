@@ -151,10 +151,16 @@ def test_handler_exception_cancels_and_propagates(adapter: Any) -> None:
 
 @pytest.mark.parametrize(
     "result",
-    [HandlerResult("200"), HandlerResult(201, {"rows": float("nan")}), HandlerResult(201, {"rows": 2**64}),
-     HandlerResult(500, headers=(("Retry-After", 5),)), None, {"status": 200}],  # type: ignore[arg-type]
+    [
+        HandlerResult("200"),
+        HandlerResult(201, {"rows": float("nan")}),
+        HandlerResult(201, {"rows": 2**64}),
+        HandlerResult(500, headers=(("Retry-After", 5),)),
+        None,
+        {"status": 200},
+    ],  # type: ignore[arg-type]
     ids=["str-status", "nan-summary", "int64-overflow", "int-header", "none", "dict"],
-)  # fmt: skip
+)
 def test_invalid_handler_result_cancels_and_raises_never_a_stuck_record(adapter: Any, result: Any) -> None:
     """Issue 12 finding 7: a result the store could not keep is the handler's failure, like an exception:
     the reservation is cancelled (never left in progress) and the error names the handler's result."""
@@ -348,8 +354,15 @@ def test_slow_store_fails_fast_with_503(adapter: Any) -> None:
 
 
 def test_unreachable_store_is_503() -> None:
-    dead = open_adapter("s3://nowhere", endpoint="http://127.0.0.1:9", allow_http=True, max_retries=0,
-                        access_key_id="x", secret_access_key="y", region="us-east-1")  # fmt: skip
+    dead = open_adapter(
+        "s3://nowhere",
+        endpoint="http://127.0.0.1:9",
+        allow_http=True,
+        max_retries=0,
+        access_key_id="x",
+        secret_access_key="y",
+        region="us-east-1",
+    )
     handler = Calls(HandlerResult(200))
     response = run_idempotent(IdempotencyStore(dead, call_timeout=None), request(new_key()), handler)
     assert (response.status, response.problem_type, handler.runs) == (503, "idempotency_store_unavailable", 0)

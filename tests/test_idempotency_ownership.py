@@ -135,15 +135,24 @@ def test_owner_keeps_its_lease_alive_through_a_slow_reconcile(backend: Any) -> N
         return IdempotencyStore(backend, lease=timedelta(seconds=1.5), skew_grace=timedelta(seconds=0.05))
 
     first: list[Any] = []
-    owner = threading.Thread(target=lambda: first.append(run_idempotent(
-        short_lease(), request(key), effects.handler(), reconciler=Slow(), policy=Policy(heartbeat_s=0.1)
-    )))  # fmt: skip
+    owner = threading.Thread(
+        target=lambda: first.append(
+            run_idempotent(
+                short_lease(),
+                request(key),
+                effects.handler(),
+                reconciler=Slow(),
+                policy=Policy(heartbeat_s=0.1),
+            )
+        )
+    )
     owner.start()
     try:
         assert entered.wait(30)
         time.sleep(2.0)  # well past the lease the owner took over with
-        second = run_idempotent(short_lease(), request(key), effects.handler(), reconciler=effects,
-                                policy=QUICK)  # fmt: skip
+        second = run_idempotent(
+            short_lease(), request(key), effects.handler(), reconciler=effects, policy=QUICK
+        )
     finally:
         release.set()
         owner.join(30)
@@ -163,8 +172,14 @@ def test_owner_rechecks_ownership_before_running_the_handler(backend: Any) -> No
     class Overtaken:
         def reconcile(self, record: Any) -> Reconciliation:
             answer = effects.reconcile(record)
-            successor.append(run_idempotent(IdempotencyStore(backend, clock=clock(10)), request(key),
-                                            effects.handler(), reconciler=effects))  # fmt: skip
+            successor.append(
+                run_idempotent(
+                    IdempotencyStore(backend, clock=clock(10)),
+                    request(key),
+                    effects.handler(),
+                    reconciler=effects,
+                )
+            )
             return answer
 
     owner = run_idempotent(IdempotencyStore(backend), request(key), effects.handler(), reconciler=Overtaken())
@@ -201,16 +216,21 @@ def failing_reconciler(backend: Any, kind: FaultKind | str) -> Any:
     return Injected()
 
 
-@pytest.mark.parametrize("kind", [FaultKind.DENIED, FaultKind.BROKEN, FaultKind.PANIC, "corrupt-sidecar",
-                                  "exception"], ids=str)  # fmt: skip
+@pytest.mark.parametrize(
+    "kind", [FaultKind.DENIED, FaultKind.BROKEN, FaultKind.PANIC, "corrupt-sidecar", "exception"], ids=str
+)
 def test_reconciler_failure_is_a_defined_outcome_and_releases_the_record(backend: Any, kind: Any) -> None:
     key = crashed_owner(backend)
     store = IdempotencyStore(backend)
     effects = Effects()
-    response = run_idempotent(store, request(key), effects.handler(), reconciler=failing_reconciler(backend, kind),
-                              policy=QUICK)  # fmt: skip
-    assert (response.status, response.problem_type, response.replayed) == (500, "idempotency_reconcile_error",
-                                                                            False)  # fmt: skip
+    response = run_idempotent(
+        store, request(key), effects.handler(), reconciler=failing_reconciler(backend, kind), policy=QUICK
+    )
+    assert (response.status, response.problem_type, response.replayed) == (
+        500,
+        "idempotency_reconcile_error",
+        False,
+    )
     assert status_of(store, key) is RecordStatus.CANCELLED and not effects.applied
     if kind == "corrupt-sidecar":
         with pytest.raises(CorruptSidecarError):
@@ -245,7 +265,10 @@ def test_a_released_record_is_never_run_again_without_a_reconciler(backend: Any)
     )
     retry = run_idempotent(store, request(key), effects.handler())
     assert (retry.status, retry.problem_type, sum(effects.applied.values())) == (
-        500, "idempotency_reconcile_failed", 0)  # fmt: skip
+        500,
+        "idempotency_reconcile_failed",
+        0,
+    )
 
 
 @pytest.mark.parametrize("kind", KINDS, ids=str)
@@ -263,12 +286,16 @@ def test_store_failure_while_owning_is_a_defined_outcome(backend: Any, kind: Fau
             return effects.reconcile(record)
 
     response = run_idempotent(store, request(key), effects.handler(), reconciler=ThenFail(), policy=QUICK)
-    expected = (503, "idempotency_store_unavailable") if kind is FaultKind.UNAVAILABLE else (
-        500, "idempotency_store_failed")  # fmt: skip
+    expected = (
+        (503, "idempotency_store_unavailable")
+        if kind is FaultKind.UNAVAILABLE
+        else (500, "idempotency_store_failed")
+    )
     assert (response.status, response.problem_type) == expected and not effects.applied
     faulty.faults.clear()
-    retry = run_idempotent(IdempotencyStore(backend, clock=clock(10)), request(key), effects.handler(),
-                           reconciler=effects)  # fmt: skip
+    retry = run_idempotent(
+        IdempotencyStore(backend, clock=clock(10)), request(key), effects.handler(), reconciler=effects
+    )
     assert (retry.status, retry.replayed, sum(effects.applied.values())) == (201, False, 1)
 
 
@@ -290,8 +317,9 @@ def test_finalize_failure_after_the_effect_answers_the_handlers_result(backend: 
     assert (response.status, response.replayed) == (201, False)
     assert response.summary["effect"].startswith(f"tenant-a/{key}@")  # ctx.commit_key: realm/key@created_at
     faulty.faults.clear()
-    retry = run_idempotent(IdempotencyStore(backend, clock=clock(10)), request(key), effects.handler(),
-                           reconciler=effects)  # fmt: skip
+    retry = run_idempotent(
+        IdempotencyStore(backend, clock=clock(10)), request(key), effects.handler(), reconciler=effects
+    )
     assert (retry.status, retry.summary, retry.replayed) == (201, response.summary, True)
     assert sum(effects.applied.values()) == 1
 
@@ -316,12 +344,23 @@ def test_failing_heartbeats_make_ctx_lost_before_a_successor_can_take_over(
     def cut_off_until_taken_over(ctx: Any) -> None:
         faulty.faults["write_if_match"] = kind
         time.sleep((lease + grace).total_seconds() + 0.2)
-        successor.append(run_idempotent(IdempotencyStore(backend, lease=lease, skew_grace=grace), request(key),
-                                        effects.handler(), reconciler=effects))  # fmt: skip
+        successor.append(
+            run_idempotent(
+                IdempotencyStore(backend, lease=lease, skew_grace=grace),
+                request(key),
+                effects.handler(),
+                reconciler=effects,
+            )
+        )
         seen.append(ctx.lost)
 
-    owner = run_idempotent(store, request(key), effects.handler(cut_off_until_taken_over), reconciler=effects,
-                           policy=Policy(heartbeat_s=0.05))  # fmt: skip
+    owner = run_idempotent(
+        store,
+        request(key),
+        effects.handler(cut_off_until_taken_over),
+        reconciler=effects,
+        policy=Policy(heartbeat_s=0.05),
+    )
     assert (successor[0].status, successor[0].replayed) == (201, False)
     assert seen == [True] and owner.status == 503
     assert sum(effects.applied.values()) == 1
@@ -336,8 +375,9 @@ def test_lost_is_false_while_heartbeats_succeed(backend: Any) -> None:
         seen.append(ctx.lost)
 
     effects = Effects()
-    response = run_idempotent(store, request(str(uuid.uuid4())), effects.handler(wait),
-                              policy=Policy(heartbeat_s=0.05))  # fmt: skip
+    response = run_idempotent(
+        store, request(str(uuid.uuid4())), effects.handler(wait), policy=Policy(heartbeat_s=0.05)
+    )
     assert seen == [False] and response.status == 201
 
 
@@ -365,8 +405,11 @@ def test_store_failure_at_reserve_is_a_defined_outcome(backend: Any, kind: Fault
     faulty.faults[method] = kind
     effects = Effects()
     response = run_idempotent(IdempotencyStore(faulty), request(key), effects.handler(), reconciler=effects)
-    expected = (503, "idempotency_store_unavailable") if kind is FaultKind.UNAVAILABLE else (
-        500, "idempotency_store_failed")  # fmt: skip
+    expected = (
+        (503, "idempotency_store_unavailable")
+        if kind is FaultKind.UNAVAILABLE
+        else (500, "idempotency_store_failed")
+    )
     assert (response.status, response.problem_type) == expected and faulty.fired and not effects.applied
     retry = run_idempotent(IdempotencyStore(backend), request(key), effects.handler(), reconciler=effects)
     assert (retry.status, retry.replayed, sum(effects.applied.values())) == (201, False, 1)

@@ -254,9 +254,19 @@ def nested(depth: int) -> list[Any]:
         {"headers": ("ab",)},
         {"error_subtype": 5},
     ],
-    ids=["str-status", "bool-status", "no-status", "float-status", "nan", "int64-overflow", "deep", "int-header",
-         "str-header", "int-subtype"],
-)  # fmt: skip
+    ids=[
+        "str-status",
+        "bool-status",
+        "no-status",
+        "float-status",
+        "nan",
+        "int64-overflow",
+        "deep",
+        "int-header",
+        "str-header",
+        "int-subtype",
+    ],
+)
 def test_invalid_outcome_is_refused_before_any_request_and_the_key_stays_usable(
     adapter: Any, outcome: dict[str, Any]
 ) -> None:
@@ -481,8 +491,12 @@ def test_purge_reads_only_the_expired_records() -> None:
     counting.reset()
     assert long_lived.purge_expired(clock.now) == 30
     assert counting.counts == {
-        "list_pages": 6, "read_versioned": 30, "write_if_match": 30, "delete": 30, "delete_many": 1,
-    }  # fmt: skip
+        "list_pages": 6,
+        "read_versioned": 30,
+        "write_if_match": 30,
+        "delete": 30,
+        "delete_many": 1,
+    }
     assert all(long_lived.load("r", key) is None for key in expired)
     counting.reset()
     assert long_lived.purge_expired(clock.now) == 0

@@ -93,8 +93,11 @@ def _run_trial(adapter, tmp_path: Path, plan: Trial, options: str, stats: Counte
     if plan.failpoint is not None:
         env[ENV_VAR] = plan.failpoint
         stats[f"failpoint:{plan.failpoint.partition('=')[0]}"] += 1
-    process = subprocess.Popen([sys.executable, str(WORKER), adapter.url, options, tag_prefix, str(ack),
-                                "100000"], env=env, stderr=subprocess.PIPE)  # fmt: skip
+    process = subprocess.Popen(
+        [sys.executable, str(WORKER), adapter.url, options, tag_prefix, str(ack), "100000"],
+        env=env,
+        stderr=subprocess.PIPE,
+    )
     try:
         process.wait(timeout=plan.kill_after_s)
     except subprocess.TimeoutExpired:

@@ -97,8 +97,12 @@ def test_row2_sidecar_delete_fails_commit_succeeds_next_write_heals(engine, adap
 def test_row3_listing_failure_is_loud_everywhere(engine, adapter):
     before = adapter.read_bytes(MANIFEST_KEY)
     with fp.armed("recovery.sidecar_list", "error"):
-        for write in (lambda: engine.commit(pair()), lambda: engine.create_table("c", SCHEMA),
-                      lambda: engine.vacuum(), lambda: Engine.open(adapter)):  # fmt: skip
+        for write in (
+            lambda: engine.commit(pair()),
+            lambda: engine.create_table("c", SCHEMA),
+            lambda: engine.vacuum(),
+            lambda: Engine.open(adapter),
+        ):
             with pytest.raises(InjectedFault):
                 write()
         assert Engine.open(adapter, read_only=True).read("a").num_rows == 1
@@ -107,11 +111,15 @@ def test_row3_listing_failure_is_loud_everywhere(engine, adapter):
 
 
 # -- row 4 ----------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("body", [
-    b'{"format": "storage-adapter-engine/recovery-sidecar", "format_version": 1, "operation',  # truncated
-    b"\x00garbage",
-    json.dumps({"format": "storage-adapter-engine/recovery-sidecar", "format_version": 99}).encode(),
-], ids=["truncated", "garbage", "unknown-version"])  # fmt: skip
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"format": "storage-adapter-engine/recovery-sidecar", "format_version": 1, "operation',  # truncated
+        b"\x00garbage",
+        json.dumps({"format": "storage-adapter-engine/recovery-sidecar", "format_version": 99}).encode(),
+    ],
+    ids=["truncated", "garbage", "unknown-version"],
+)
 def test_row4_corrupt_sidecar_refused_and_kept(engine, adapter, body):
     key = f"{RECOVERY_PREFIX}/01JCORRUPT0000000000000000.json"
     brief = Engine.open(adapter, settings=EngineSettings(lease_s=0.2))
@@ -160,8 +168,9 @@ CRASHES = [
 ]
 
 
-@pytest.mark.parametrize(("point", "skip", "outcome", "visible"), CRASHES,
-                         ids=[f"{p}@{s}" for p, s, _, _ in CRASHES])  # fmt: skip
+@pytest.mark.parametrize(
+    ("point", "skip", "outcome", "visible"), CRASHES, ids=[f"{p}@{s}" for p, s, _, _ in CRASHES]
+)
 def test_row6_crash_between_steps_is_all_or_nothing(engine, adapter, point, skip, outcome, visible):
     crash_commit(engine, point, skip)
     reopened = Engine.open(adapter)
@@ -182,10 +191,14 @@ RECOVERY_CRASHES = [
 ]
 
 
-@pytest.mark.parametrize(("commit_point", "recovery_point", "outcome", "visible"), RECOVERY_CRASHES,
-                         ids=[f"{c}+{r}" for c, r, _, _ in RECOVERY_CRASHES])  # fmt: skip
-def test_row6_crashing_recovery_reruns_to_exactly_one_audit(engine, adapter, commit_point, recovery_point,
-                                                           outcome, visible):  # fmt: skip
+@pytest.mark.parametrize(
+    ("commit_point", "recovery_point", "outcome", "visible"),
+    RECOVERY_CRASHES,
+    ids=[f"{c}+{r}" for c, r, _, _ in RECOVERY_CRASHES],
+)
+def test_row6_crashing_recovery_reruns_to_exactly_one_audit(
+    engine, adapter, commit_point, recovery_point, outcome, visible
+):
     crash_commit(engine, commit_point)
     with fp.armed(recovery_point, "crash", times=1), pytest.raises(SimulatedCrash):
         Engine.open(adapter)
@@ -202,8 +215,10 @@ def test_row6_crashed_create_table_is_all_or_nothing(engine, adapter):
     crash_commit(engine, "commit.before_publish", commit=create)
     reopened = Engine.open(adapter)
     assert reopened.snapshot().table_version("c") == 0
-    assert [r.outcome for r in reopened.audit_log()] == [RecoveryOutcome.ORPHAN_DISCARDED,
-                                                         RecoveryOutcome.ROLLED_FORWARD]  # fmt: skip
+    assert [r.outcome for r in reopened.audit_log()] == [
+        RecoveryOutcome.ORPHAN_DISCARDED,
+        RecoveryOutcome.ROLLED_FORWARD,
+    ]
     reopened.commit({"c": data(2)})
     assert reopened.read("c").num_rows == 2
 

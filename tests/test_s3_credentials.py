@@ -269,7 +269,13 @@ def test_requests_go_through_the_proxy_option(aws_home: Path) -> None:
     be answered by the forward proxy (a stand-in answering 404 to every request it relays)."""
     with serving(_NoSuchKey) as proxy:
         adapter = open_adapter(
-            "s3://bucket", endpoint="http://127.0.0.1:9", proxy_url=proxy, allow_http=True, anonymous=True,
-            max_retries=0, pool_max_idle_per_host=4, pool_idle_timeout_s=30.0,
-        )  # fmt: skip
+            "s3://bucket",
+            endpoint="http://127.0.0.1:9",
+            proxy_url=proxy,
+            allow_http=True,
+            anonymous=True,
+            max_retries=0,
+            pool_max_idle_per_host=4,
+            pool_idle_timeout_s=30.0,
+        )
         assert adapter.read_if_exists("k") is None

@@ -133,9 +133,15 @@ def test_a_bad_secret_option_value_is_refused_without_echo(options: dict[str, An
 
 def test_unreachable_endpoint_errors_are_secret_free() -> None:
     adapter = open_adapter(
-        "s3://bucket/p", endpoint=f"http://127.0.0.1:{free_port()}", access_key_id="AKID",
-        secret_access_key=SECRET, session_token=TOKEN, allow_http=True, max_retries=0, connect_timeout_s=1.0,
-    )  # fmt: skip
+        "s3://bucket/p",
+        endpoint=f"http://127.0.0.1:{free_port()}",
+        access_key_id="AKID",
+        secret_access_key=SECRET,
+        session_token=TOKEN,
+        allow_http=True,
+        max_retries=0,
+        connect_timeout_s=1.0,
+    )
     raised_by(lambda: adapter.read_bytes("k"))
     raised_by(lambda: adapter.write("k", b"v"))
     raised_by(lambda: adapter.list())
@@ -150,15 +156,20 @@ def guarded() -> Iterator[S3Endpoint]:
 def test_wrong_secret_and_denied_write_errors_are_secret_free(guarded: S3Endpoint) -> None:
     options = {"endpoint": guarded.endpoint, "allow_http": True, "max_retries": 0}
     wrong = open_adapter(
-        guarded.url("sweep"), access_key_id=ADMIN.access_key_id, secret_access_key=SECRET,
-        session_token=TOKEN, **options,
-    )  # fmt: skip
+        guarded.url("sweep"),
+        access_key_id=ADMIN.access_key_id,
+        secret_access_key=SECRET,
+        session_token=TOKEN,
+        **options,
+    )
     for call in (lambda: wrong.write("k", b"v"), lambda: wrong.read_bytes("k"), lambda: wrong.list()):
         raised_by(call)
     reader = open_adapter(
-        guarded.url("sweep"), access_key_id=READER.access_key_id,
-        secret_access_key=READER.secret_access_key, **options,
-    )  # fmt: skip
+        guarded.url("sweep"),
+        access_key_id=READER.access_key_id,
+        secret_access_key=READER.secret_access_key,
+        **options,
+    )
     assert isinstance(raised_by(lambda: reader.write("k", b"v")), PermissionDeniedError)
 
 
@@ -199,17 +210,28 @@ class _EchoingDriver:
 @pytest.fixture
 def echo_backend() -> Iterator[str]:
     caps = Capabilities(
-        backend="echo", write_if_absent=Support.UNSUPPORTED, write_if_match=Support.UNSUPPORTED,
-        atomic_rename=False, shared_across_processes=False, equal_content_equal_token=False,
-        token_semantics="none", durable=False, single_delete="none", batch_delete="none", reclaims_orphans=False,
-    )  # fmt: skip
+        backend="echo",
+        write_if_absent=Support.UNSUPPORTED,
+        write_if_match=Support.UNSUPPORTED,
+        atomic_rename=False,
+        shared_across_processes=False,
+        equal_content_equal_token=False,
+        token_semantics="none",
+        durable=False,
+        single_delete="none",
+        batch_delete="none",
+        reclaims_orphans=False,
+    )
     register_backend(
         Backend(
-            name="echo", scheme="echo", capabilities=caps, locate=lambda parts, url: (parts.netloc, ""),
+            name="echo",
+            scheme="echo",
+            capabilities=caps,
+            locate=lambda parts, url: (parts.netloc, ""),
             driver=_EchoingDriver,  # type: ignore[arg-type]
             options={"password": Option(str, env=("ECHO_PASSWORD",), secret=True)},
         )
-    )  # fmt: skip
+    )
     yield "echo://somewhere"
     unregister_backend("echo")
 
@@ -237,10 +259,27 @@ def run_check(tmp_path: Path, *args: str, **env_values: str) -> str:
     report.mkdir()
     with _cli_env(**env_values) as env:
         result = subprocess.run(
-            [sys.executable, "-m", "contract_tests", "check", *args, "--no-peers", "--threads", "2",
-             "--processes", "2", "--increments", "2", "--report", str(report)],
-            capture_output=True, text=True, timeout=900, env=env,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "contract_tests",
+                "check",
+                *args,
+                "--no-peers",
+                "--threads",
+                "2",
+                "--processes",
+                "2",
+                "--increments",
+                "2",
+                "--report",
+                str(report),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=900,
+            env=env,
+        )
     files = "".join(p.read_text() for p in report.iterdir())
     return f"exit {result.returncode}\n{result.stdout}\n{result.stderr}\n{files}"
 
@@ -249,9 +288,10 @@ def test_cli_output_and_reports_are_secret_free(guarded: S3Endpoint, tmp_path: P
     secrets = {"AWS_SECRET_ACCESS_KEY": SECRET, "AWS_SESSION_TOKEN": TOKEN}
     # What the server needs declared too: SeaweedFS reports emptied prefixes (docs/s3.md, confirm_prefixes).
     at_guarded = {
-        "AWS_ENDPOINT_URL": guarded.endpoint, "AWS_ALLOW_HTTP": "true",
+        "AWS_ENDPOINT_URL": guarded.endpoint,
+        "AWS_ALLOW_HTTP": "true",
         "STORAGE_ADAPTER_S3_CONFIRM_PREFIXES": guarded.environment()["STORAGE_ADAPTER_S3_CONFIRM_PREFIXES"],
-    }  # fmt: skip
+    }
     bad_input_cases = {
         "userinfo": run_check(tmp_path, USERINFO_URLS[0]),
         "userinfo-named": run_check(tmp_path, f"named={USERINFO_URLS[2]}"),
@@ -279,9 +319,13 @@ def test_cli_output_and_reports_are_secret_free(guarded: S3Endpoint, tmp_path: P
         assert output.startswith("exit 2"), f"{case}: {output[-2000:]}"
         assert_clean(output, f"the CLI's output for {case}")
     full_run = run_check(
-        tmp_path, guarded.url("cli-run"), "memory://sweep", AWS_ACCESS_KEY_ID=ADMIN.access_key_id,
-        AWS_SECRET_ACCESS_KEY=ADMIN.secret_access_key, **at_guarded,
-    )  # fmt: skip
+        tmp_path,
+        guarded.url("cli-run"),
+        "memory://sweep",
+        AWS_ACCESS_KEY_ID=ADMIN.access_key_id,
+        AWS_SECRET_ACCESS_KEY=ADMIN.secret_access_key,
+        **at_guarded,
+    )
     assert full_run.startswith("exit 0") and "storage-adapter-check" in full_run, full_run[-3000:]
     assert_clean(full_run, "the CLI's output and reports of a full run")
 

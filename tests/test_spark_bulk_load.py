@@ -105,9 +105,18 @@ def test_retried_task_attempts_leave_only_invisible_reclaimable_fragments(
         "STORAGE_ADAPTER_FAILPOINTS_DIR": str(tmp_path),
     }
     result = subprocess.run(
-        [sys.executable, str(Path(__file__).with_name("spark_load_retry_worker.py")), root.url, json.dumps(options), path],
-        capture_output=True, text=True, timeout=600, env=env,
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(Path(__file__).with_name("spark_load_retry_worker.py")),
+            root.url,
+            json.dumps(options),
+            path,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     outcome = json.loads(result.stdout.strip().splitlines()[-1])
     assert outcome["rows"] == outcome["distinct_ids"] == 2_000

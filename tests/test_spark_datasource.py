@@ -95,8 +95,12 @@ def test_reads_equal_the_engine_after_append_overwrite_partition_overwrite_and_a
     save(frame_of(spark, 12, first=5_000, days=1), engine, mode="overwrite", replaceWhere="day = 'd0'")
     assert engine.snapshot().version == before + 1
     table = engine.read("events")
-    by_day = {d: sorted(i for i, dd in zip(table["id"].to_pylist(), table["day"].to_pylist(), strict=True) if dd == d)
-              for d in ("d0", "d1", "d2")}  # fmt: skip
+    by_day = {
+        d: sorted(
+            i for i, dd in zip(table["id"].to_pylist(), table["day"].to_pylist(), strict=True) if dd == d
+        )
+        for d in ("d0", "d1", "d2")
+    }
     assert by_day["d0"] == list(range(5_000, 5_012))
     assert by_day["d1"] == [i for i in range(1_000, 1_090) if i % 3 == 1]
     check()
@@ -281,8 +285,9 @@ def test_partition_filters_are_pushed_down_and_prune_files(engine: Engine, spark
     from pyspark.sql.datasource import EqualTo, GreaterThan, In
     from pyspark.sql.types import StructType
 
-    engine.commit({"events": pa.table({"id": [1, 2, 3], "day": ["d0", "d1", "d2"], "score": [0.0] * 3},
-                                      schema=SCHEMA)})  # fmt: skip
+    engine.commit(
+        {"events": pa.table({"id": [1, 2, 3], "day": ["d0", "d1", "d2"], "score": [0.0] * 3}, schema=SCHEMA)}
+    )
     source = StorageAdapterDataSource({"path": engine.adapter.url, "table": "events", **options_of(engine)})
     reader = source.reader(StructType.fromDDL("id LONG, day STRING, score DOUBLE"))
     pushed = [
@@ -332,8 +337,10 @@ def test_read_partitions_spread_few_files_over_the_cores_and_pack_small_ones(
 
 def test_replace_where_language() -> None:
     assert parse_replace_where("day = 'd1' AND kind IN ('a', 'it''s') and n = 3") == {
-        "day": ["d1"], "kind": ["a", "it's"], "n": [3],
-    }  # fmt: skip
+        "day": ["d1"],
+        "kind": ["a", "it's"],
+        "n": [3],
+    }
     assert parse_replace_where('{"day": "d1", "n": [1, 2]}') == {"day": ["d1"], "n": [1, 2]}
     for bad in ("day > 'd1'", "day = d1", "a = 1 OR b = 2", "", "[1]"):
         with pytest.raises(ConfigurationError):
@@ -352,12 +359,23 @@ def test_streaming_lands_every_micro_batch_once_across_a_kill(
     for f in range(4):
         rows = [{"id": f * 10 + i, "day": f"d{f}", "score": 1.0} for i in range(5)]
         (source / f"part-{f}.json").write_text("\n".join(json.dumps(r) for r in rows))
-    command = [sys.executable, str(Path(__file__).with_name("spark_stream_worker.py")), engine.adapter.url,
-               json.dumps(options_of(engine)), "events", str(source), str(checkpoint)]  # fmt: skip
-    env = {**os.environ, "STORAGE_ADAPTER_FAILPOINTS": "commit.after_publish=exit*1",
-           "STORAGE_ADAPTER_FAILPOINTS_DIR": str(counts)}  # fmt: skip
-    first = subprocess.Popen(command, env=env, start_new_session=True,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    command = [
+        sys.executable,
+        str(Path(__file__).with_name("spark_stream_worker.py")),
+        engine.adapter.url,
+        json.dumps(options_of(engine)),
+        "events",
+        str(source),
+        str(checkpoint),
+    ]
+    env = {
+        **os.environ,
+        "STORAGE_ADAPTER_FAILPOINTS": "commit.after_publish=exit*1",
+        "STORAGE_ADAPTER_FAILPOINTS_DIR": str(counts),
+    }
+    first = subprocess.Popen(
+        command, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
         deadline = time.monotonic() + 300
         while not (counts / "commit.after_publish.0").exists() and first.poll() is None:
@@ -393,12 +411,18 @@ def test_a_complete_mode_stream_replaces_the_table_in_each_micro_batch(
 
     add_file(0, ["d0", "d0", "d1"])
     query = (
-        spark.readStream.schema("id LONG, day STRING, score DOUBLE").json(str(source))
-        .groupBy("day").count().withColumnRenamed("count", "n")
-        .writeStream.format("storage_adapter").outputMode("complete")
-        .options(**options_of(engine)).option("table", "daily").option("checkpointLocation", str(checkpoint))
+        spark.readStream.schema("id LONG, day STRING, score DOUBLE")
+        .json(str(source))
+        .groupBy("day")
+        .count()
+        .withColumnRenamed("count", "n")
+        .writeStream.format("storage_adapter")
+        .outputMode("complete")
+        .options(**options_of(engine))
+        .option("table", "daily")
+        .option("checkpointLocation", str(checkpoint))
         .start(engine.adapter.url)
-    )  # fmt: skip
+    )
     try:
         query.processAllAvailable()
         first = engine.snapshot().version

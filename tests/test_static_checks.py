@@ -29,3 +29,23 @@ def test_mypy_is_clean() -> None:
 def test_ruff_is_clean() -> None:
     done = _tool("ruff", "check", ".")
     assert done.returncode == 0, done.stdout[-5000:]
+
+
+SKIP, OFF = "# fmt: " + "skip", "# fmt: " + "off"  # spelled apart, so this file holds neither marker
+
+
+def test_the_formatter_owns_the_layout() -> None:
+    """``ruff format`` leaves every file as it is, and a ``# fmt: skip`` (a hand layout the formatter must
+    not touch) is rare and says beside it why the hand layout reads better."""
+    done = _tool(
+        "ruff", "format", "--check", *(str(p) for p in sorted(ROOT.rglob("*.py")) if ".venv" not in p.parts)
+    )
+    assert done.returncode == 0, done.stdout[-5000:]
+    markers = [
+        f"{path.relative_to(ROOT)}:{number}"
+        for path in ROOT.rglob("*.py")
+        if ".venv" not in path.parts
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if line.rstrip().endswith(SKIP) or OFF in line
+    ]
+    assert not markers, f"a hand layout needs its reason beside it (# fmt: skip  (why)): {markers}"

@@ -103,8 +103,13 @@ class Target:
                 paths.append(path)
             if path and path[-1] in self.any_json_fields:
                 continue
-            children = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(
-                value, list) else ()  # fmt: skip
+            children = (
+                value.items()
+                if isinstance(value, dict)
+                else enumerate(value)
+                if isinstance(value, list)
+                else ()
+            )
             stack.extend(((*path, k), v) for k, v in children)
         return sorted(paths, key=repr)
 
@@ -203,13 +208,25 @@ def build_targets() -> dict[str, Target]:
     pinned = engine.snapshot().table_version("a")
     now = datetime.now(UTC)
     sidecar = Sidecar(
-        operation_id=OPERATION_ID, writer_kind="commit", actor="fuzz", started_at=now.isoformat(),
-        lease_expires_at=(now + timedelta(days=1)).isoformat(), host="elsewhere", pid=12345,
-        manifest_version=2, mode="append", idempotency_key=None,
+        operation_id=OPERATION_ID,
+        writer_kind="commit",
+        actor="fuzz",
+        started_at=now.isoformat(),
+        lease_expires_at=(now + timedelta(days=1)).isoformat(),
+        host="elsewhere",
+        pid=12345,
+        manifest_version=2,
+        mode="append",
+        idempotency_key=None,
         tables={"a": SidecarPin("tables/a", 1, 2), "b": SidecarPin("tables/b", None, 0, "c2NoZW1h")},
-    )  # fmt: skip
-    audit = AuditRecord(OPERATION_ID, RecoveryOutcome.ROLLED_BACK, {"a": (1, 3), "b": (None, 0)},
-                        now.isoformat(), "fuzz@elsewhere:1")  # fmt: skip
+    )
+    audit = AuditRecord(
+        OPERATION_ID,
+        RecoveryOutcome.ROLLED_BACK,
+        {"a": (1, 3), "b": (None, 0)},
+        now.isoformat(),
+        "fuzz@elsewhere:1",
+    )
 
     def read_only() -> Engine:
         return Engine.open(adapter, read_only=True)
@@ -219,30 +236,68 @@ def build_targets() -> dict[str, Target]:
     binding = {"operation": "commit", "resource": "t", "fingerprint": "sha256:aa"}
     owned = store.reserve(REALM, RECORD_KEY, **binding)
     assert isinstance(owned, Owned)
-    store.finalize(owned, http_status=201, summary={"rows": [1, 2]}, headers=(("Location", "/t/1"),),
-                   error_subtype="none")  # fmt: skip
+    store.finalize(
+        owned,
+        http_status=201,
+        summary={"rows": [1, 2]},
+        headers=(("Location", "/t/1"),),
+        error_subtype="none",
+    )
     location = store.location(REALM, RECORD_KEY)
     targets = [
-        Target("manifest", adapter, layout.MANIFEST_KEY, adapter.read_bytes(layout.MANIFEST_KEY),
-               CorruptManifestError,
-               (lambda: Engine.open(adapter), read_only, lambda: engine.read("a"), engine.history),
-               frozenset({"committed_at"})),
-        Target("table-version", adapter, layout.version_key("a", pinned),
-               adapter.read_bytes(layout.version_key("a", pinned)), CorruptMetadataError,
-               (lambda: read_only().read("a"),), frozenset()),
-        Target("sidecar", adapter, sidecar.key, sidecar.encode(), CorruptSidecarError,
-               (lambda: Engine.open(adapter), engine.heal), frozenset({"started_at", "lease_expires_at"})),
-        Target("audit", adapter, layout.audit_key(OPERATION_ID), audit.encode(), CorruptMetadataError,
-               (lambda: read_only().audit_log(),), frozenset({"recovered_at"})),
-        Target("idempotency-record", store_adapter, location, store_adapter.read_bytes(location),
-               CorruptRecordError,
-               (lambda: store.load(REALM, RECORD_KEY), lambda: store.reserve(REALM, RECORD_KEY, **binding),
+        Target(
+            "manifest",
+            adapter,
+            layout.MANIFEST_KEY,
+            adapter.read_bytes(layout.MANIFEST_KEY),
+            CorruptManifestError,
+            (lambda: Engine.open(adapter), read_only, lambda: engine.read("a"), engine.history),
+            frozenset({"committed_at"}),
+        ),
+        Target(
+            "table-version",
+            adapter,
+            layout.version_key("a", pinned),
+            adapter.read_bytes(layout.version_key("a", pinned)),
+            CorruptMetadataError,
+            (lambda: read_only().read("a"),),
+            frozenset(),
+        ),
+        Target(
+            "sidecar",
+            adapter,
+            sidecar.key,
+            sidecar.encode(),
+            CorruptSidecarError,
+            (lambda: Engine.open(adapter), engine.heal),
+            frozenset({"started_at", "lease_expires_at"}),
+        ),
+        Target(
+            "audit",
+            adapter,
+            layout.audit_key(OPERATION_ID),
+            audit.encode(),
+            CorruptMetadataError,
+            (lambda: read_only().audit_log(),),
+            frozenset({"recovered_at"}),
+        ),
+        Target(
+            "idempotency-record",
+            store_adapter,
+            location,
+            store_adapter.read_bytes(location),
+            CorruptRecordError,
+            (
+                lambda: store.load(REALM, RECORD_KEY),
+                lambda: store.reserve(REALM, RECORD_KEY, **binding),
                 # a purge for which the record is due: one whose expiry index says "not due" skips the read
                 # (docs/idempotency.md, "the expiry index"); any purge that reads it must refuse it
-                lambda: store.purge_expired(datetime.now(UTC) + timedelta(days=3650))),
-               frozenset({"created_at", "heartbeat_at", "lease_expires_at", "expires_at", "finalized_at"}),
-               frozenset({"summary"})),
-    ]  # fmt: skip
+                lambda: store.purge_expired(datetime.now(UTC) + timedelta(days=3650)),
+            ),
+            frozenset({"created_at", "heartbeat_at", "lease_expires_at", "expires_at", "finalized_at"}),
+            frozenset({"summary"}),
+        ),
+    ]
     for target in targets:  # the sidecar and audit record are not on storage yet
         target.adapter.write(target.key, target.valid)
     return {target.name: target for target in targets}

@@ -63,10 +63,16 @@ class _Forwarding(BaseHTTPRequestHandler):
             headers = response.getheaders()
         finally:
             upstream.close()
-        self.seen.append(_Request(
-            method=self.command, path=self.path, range=self.headers.get("Range"),
-            if_match=self.headers.get("If-Match"), status=response.status, body_bytes=len(data),
-        ))  # fmt: skip
+        self.seen.append(
+            _Request(
+                method=self.command,
+                path=self.path,
+                range=self.headers.get("Range"),
+                if_match=self.headers.get("If-Match"),
+                status=response.status,
+                body_bytes=len(data),
+            )
+        )
         self.send_response(response.status)
         for name, value in headers:
             if name.lower() not in _HOP:
@@ -144,12 +150,18 @@ def test_a_2gib_streamed_write_to_local_stays_under_128mib(tmp_path: Path) -> No
     root = str(Path(__file__).parent.parent)
     completed = subprocess.run(
         [sys.executable, str(WORKER), f"file://{tmp_path}", json.dumps({}), str(2 * GIB), str(8 * MIB)],
-        capture_output=True, text=True, timeout=600, cwd=root, env={"PYTHONPATH": root, "PATH": "/usr/bin:/bin"},
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=root,
+        env={"PYTHONPATH": root, "PATH": "/usr/bin:/bin"},
+    )
     assert completed.returncode == 0, completed.stderr
     measured = json.loads(completed.stdout)
-    print(f"\n2 GiB streamed write to local: peak RSS +{measured['peak_growth'] / MIB:.1f} MiB, "
-          f"{measured['seconds']:.1f} s")  # fmt: skip
+    print(
+        f"\n2 GiB streamed write to local: peak RSS +{measured['peak_growth'] / MIB:.1f} MiB, "
+        f"{measured['seconds']:.1f} s"
+    )
     assert measured["peak_growth"] < 128 * MIB, measured
 
 
@@ -211,8 +223,11 @@ def test_a_stream_killed_mid_write_leaves_an_orphan_remove_orphans_reclaims(tmp_
     root = str(Path(__file__).parent.parent)
     writer = subprocess.Popen(
         [sys.executable, "-c", _DYING_WRITER, f"file://{tmp_path}"],
-        stdout=subprocess.PIPE, text=True, cwd=root, env={"PYTHONPATH": root, "PATH": "/usr/bin:/bin"},
-    )  # fmt: skip
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=root,
+        env={"PYTHONPATH": root, "PATH": "/usr/bin:/bin"},
+    )
     try:
         assert writer.stdout is not None and writer.stdout.readline().strip() == "staging"
         adapter = open_adapter(f"file://{tmp_path}")

@@ -144,11 +144,19 @@ def test_a_delta_that_does_not_descend_is_refused():
 # -- format 1 stays readable ---------------------------------------------------------------------------
 def legacy_version_bytes(content: TableVersion, fragments: tuple[tuple[str, int, int], ...]) -> bytes:
     """A table version exactly as format 1 wrote it: every version the full fragment list."""
-    return codec.encode(VERSION_FORMAT, 1, {
-        "table": content.table, "version": content.version, "base_version": content.base_version,
-        "operation_id": content.operation_id, "kind": content.kind, "schema": content.schema,
-        "fragments": [{"key": k, "rows": r, "bytes": b} for k, r, b in fragments],
-    })  # fmt: skip
+    return codec.encode(
+        VERSION_FORMAT,
+        1,
+        {
+            "table": content.table,
+            "version": content.version,
+            "base_version": content.base_version,
+            "operation_id": content.operation_id,
+            "kind": content.kind,
+            "schema": content.schema,
+            "fragments": [{"key": k, "rows": r, "bytes": b} for k, r, b in fragments],
+        },
+    )
 
 
 def test_format_1_versions_stay_readable_writable_and_vacuumable(adapter):
@@ -235,14 +243,17 @@ def test_compaction_racing_an_overwrite_conflicts_and_leaves_nothing(adapter):
     assert_converged(adapter)
 
 
-@pytest.mark.parametrize(("point", "outcome", "compacted"), [
-    ("commit.before_sidecar", None, False),
-    ("commit.after_sidecar", RecoveryOutcome.ORPHAN_DISCARDED, False),
-    ("commit.after_table_version", RecoveryOutcome.ROLLED_FORWARD, True),
-    ("commit.before_publish", RecoveryOutcome.ROLLED_FORWARD, True),
-    ("commit.after_publish", RecoveryOutcome.COMPLETED, True),
-    ("commit.after_sidecar_delete", None, True),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("point", "outcome", "compacted"),
+    [
+        ("commit.before_sidecar", None, False),
+        ("commit.after_sidecar", RecoveryOutcome.ORPHAN_DISCARDED, False),
+        ("commit.after_table_version", RecoveryOutcome.ROLLED_FORWARD, True),
+        ("commit.before_publish", RecoveryOutcome.ROLLED_FORWARD, True),
+        ("commit.after_publish", RecoveryOutcome.COMPLETED, True),
+        ("commit.after_sidecar_delete", None, True),
+    ],
+)
 def test_a_crashed_compaction_is_all_or_nothing(adapter, point, outcome, compacted):
     engine = small_table(adapter, appends=4)
     rows, keys = ids(engine.read("a")), fragment_keys(engine)

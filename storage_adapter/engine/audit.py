@@ -35,11 +35,17 @@ class AuditRecord:
     recovered_by: str  # actor/host/pid of the recovering engine
 
     def encode(self) -> bytes:
-        return codec.encode(AUDIT_FORMAT, 1, {
-            "operation_id": self.operation_id, "outcome": self.outcome.value,
-            "tables": {name: list(moves) for name, moves in self.tables.items()},
-            "recovered_at": self.recovered_at, "recovered_by": self.recovered_by,
-        })  # fmt: skip
+        return codec.encode(
+            AUDIT_FORMAT,
+            1,
+            {
+                "operation_id": self.operation_id,
+                "outcome": self.outcome.value,
+                "tables": {name: list(moves) for name, moves in self.tables.items()},
+                "recovered_at": self.recovered_at,
+                "recovered_by": self.recovered_by,
+            },
+        )
 
     @classmethod
     def decode(cls, raw: bytes, key: str) -> AuditRecord:
@@ -52,8 +58,9 @@ class AuditRecord:
                 operation_id=field(doc, "operation_id", str),
                 outcome=one_of(RecoveryOutcome, field(doc, "outcome", str), "outcome"),
                 tables={n: items(m, (pin, pin), "move") for n, m in field(doc, "tables", dict).items()},
-                recovered_at=recovered_at, recovered_by=field(doc, "recovered_by", str),
-            )  # fmt: skip
+                recovered_at=recovered_at,
+                recovered_by=field(doc, "recovered_by", str),
+            )
         except StoredJSONError as exc:
             raise codec.malformed(key, CorruptMetadataError, exc) from exc
 

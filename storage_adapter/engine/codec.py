@@ -22,8 +22,13 @@ def encode(format_name: str, format_version: int, body: dict[str, Any]) -> bytes
     return stored_json.dumps({"format": format_name, "format_version": format_version, **body})
 
 
-def decode(raw: bytes, key: str, format_name: str, supported_versions: tuple[int, ...],
-           error: type[CorruptMetadataError]) -> dict[str, Any]:  # fmt: skip
+def decode(
+    raw: bytes,
+    key: str,
+    format_name: str,
+    supported_versions: tuple[int, ...],
+    error: type[CorruptMetadataError],
+) -> dict[str, Any]:
     """Parse ``raw`` as a ``format_name`` document of a supported version, else raise ``error``."""
     document = stored_json.decode(raw, key, error)
     if document.get("format") != format_name:

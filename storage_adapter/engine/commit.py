@@ -124,8 +124,14 @@ class _Replay(Exception):  # control flow inside this module only
 class CommitOperation:
     """One commit by one writer. Not reusable; not shared between threads."""
 
-    def __init__(self, adapter: StorageAdapter, root: str, policy: CommitPolicy, versions: TableVersionStore,
-                 recovery: Recovery) -> None:  # fmt: skip
+    def __init__(
+        self,
+        adapter: StorageAdapter,
+        root: str,
+        policy: CommitPolicy,
+        versions: TableVersionStore,
+        recovery: Recovery,
+    ) -> None:
         self._root = root
         self._policy = policy
         self._manifests = ManifestStore(adapter)
@@ -140,9 +146,17 @@ class CommitOperation:
         self._sidecar_lock = threading.Lock()  # Phase B rewrites the sidecar from several threads
         self.operation_id = str(ULID())
 
-    def run(self, state: ManifestState, writes: dict[str, TableWrite], mode: str, *,
-            expected_version: int | None, idempotency_key: str | None, actor: str | None,
-            app: tuple[str, int] | None = None) -> Commit:  # fmt: skip
+    def run(
+        self,
+        state: ManifestState,
+        writes: dict[str, TableWrite],
+        mode: str,
+        *,
+        expected_version: int | None,
+        idempotency_key: str | None,
+        actor: str | None,
+        app: tuple[str, int] | None = None,
+    ) -> Commit:
         """Commit ``writes`` on top of ``state``. The caller validated tables and schemas against it, and
         the key and ``app`` (a CommitRequest). ``app``: the (app_id, app_version) watermark the commit
         sets; a replay when already reached."""
@@ -161,8 +175,15 @@ class CommitOperation:
         finally:
             LIVE.unregister(self._root, self.operation_id)
 
-    def _run(self, state: ManifestState, writes: dict[str, TableWrite], mode: str,
-             expected_version: int | None, idempotency_key: str | None, actor: str | None) -> Commit:  # fmt: skip
+    def _run(
+        self,
+        state: ManifestState,
+        writes: dict[str, TableWrite],
+        mode: str,
+        expected_version: int | None,
+        idempotency_key: str | None,
+        actor: str | None,
+    ) -> Commit:
         bases = {name: _pin(state, name) for name in writes}
         self._write_sidecar(state, writes, mode, bases, idempotency_key, actor)  # Phase A
         if idempotency_key is not None and (replayed := self._claim_key(idempotency_key)) is not None:
@@ -171,9 +192,16 @@ class CommitOperation:
         for attempt in range(1, self._policy.max_attempts + 1):
             self._write_table_versions(writes, mode, bases, written)  # Phase B
             record = CommitRecord(
-                state.manifest.version + 1, codec.now_iso(), actor, self.operation_id, idempotency_key, mode,
-                False, tuple(TableChange(n, bases[n], written[n].version) for n in sorted(writes)), self._app,
-            )  # fmt: skip
+                state.manifest.version + 1,
+                codec.now_iso(),
+                actor,
+                self.operation_id,
+                idempotency_key,
+                mode,
+                False,
+                tuple(TableChange(n, bases[n], written[n].version) for n in sorted(writes)),
+                self._app,
+            )
             if self._publish(state, record, writes, mode):  # Phase C
                 return self._finish(record, attempt)  # Phase D
             if attempt < self._policy.max_attempts:
@@ -190,11 +218,20 @@ class CommitOperation:
         raise CommitRetriesExhaustedError(
             f"commit {self.operation_id} lost the manifest race {self._policy.max_attempts} times; nothing "
             f"of it is visible (manifest now at version {state.manifest.version})",
-            expected=None, actual=state.manifest.version, key=layout.MANIFEST_KEY,
-        )  # fmt: skip
+            expected=None,
+            actual=state.manifest.version,
+            key=layout.MANIFEST_KEY,
+        )
 
-    def _write_sidecar(self, state: ManifestState, writes: dict[str, TableWrite], mode: str,
-                       bases: dict[str, int | None], idempotency_key: str | None, actor: str | None) -> None:  # fmt: skip
+    def _write_sidecar(
+        self,
+        state: ManifestState,
+        writes: dict[str, TableWrite],
+        mode: str,
+        bases: dict[str, int | None],
+        idempotency_key: str | None,
+        actor: str | None,
+    ) -> None:
         """Phase A: the sidecar names every pin before any head advances."""
         failpoint("commit.before_sidecar")
         pins = {
@@ -223,7 +260,7 @@ class CommitOperation:
                 pins,
                 app=self._app,
             )
-        )  # fmt: skip  (a failure here raises with nothing advanced)
+        )  # a failure here raises with nothing advanced
         failpoint("commit.after_sidecar")
 
     def _claim_key(self, key: str) -> Commit | None:
@@ -277,11 +314,19 @@ class CommitOperation:
         try:
             self._sidecars.delete(self.operation_id)
         except Exception as exc:  # nothing advanced: heal discards it as an orphan
-            log.warning("could not delete the sidecar of commit %s (%s); the next heal discards it",
-                        self.operation_id, exc)  # fmt: skip
+            log.warning(
+                "could not delete the sidecar of commit %s (%s); the next heal discards it",
+                self.operation_id,
+                exc,
+            )
 
-    def _write_table_versions(self, writes: dict[str, TableWrite], mode: str, bases: dict[str, int | None],
-                              written: dict[str, TableVersion]) -> None:  # fmt: skip
+    def _write_table_versions(
+        self,
+        writes: dict[str, TableWrite],
+        mode: str,
+        bases: dict[str, int | None],
+        written: dict[str, TableVersion],
+    ) -> None:
         """Phase B: a version for every table not yet written (all on the first attempt; after a re-base,
         only the moved tables), at most ``REQUESTS_IN_FLIGHT`` at a time. Every sidecar rewrite a taken
         number causes is made before that version is written (see :meth:`_write_version`). The first
@@ -304,18 +349,26 @@ class CommitOperation:
         finally:
             settle(list(futures))
 
-    def _publish(self, state: ManifestState, record: CommitRecord, writes: dict[str, TableWrite],
-                 mode: str) -> bool:  # fmt: skip
+    def _publish(
+        self, state: ManifestState, record: CommitRecord, writes: dict[str, TableWrite], mode: str
+    ) -> bool:
         """Phase C: the manifest CAS. True when this commit is now visible."""
         failpoint("commit.before_publish")
         self._sidecar = self._keeper.renew_if_due(self._sidecar)
         schemas = {n: w.schema for n, w in writes.items()} if mode == "create" else {}
         return self._manifests.publish(state, state.manifest.advance(record, schemas)) is not None
 
-    def _after_lost_publish(self, state: ManifestState, writes: dict[str, TableWrite], mode: str,
-                            bases: dict[str, int | None], written: dict[str, TableVersion],
-                            expected_version: int | None, idempotency_key: str | None,
-                            attempt: int) -> Commit | None:  # fmt: skip
+    def _after_lost_publish(
+        self,
+        state: ManifestState,
+        writes: dict[str, TableWrite],
+        mode: str,
+        bases: dict[str, int | None],
+        written: dict[str, TableVersion],
+        expected_version: int | None,
+        idempotency_key: str | None,
+        attempt: int,
+    ) -> Commit | None:
         """The outcome of a lost publish, given the manifest that won: the finished commit when a healer
         rolled ours forward (our lease lapsed), the landed commit of the same key (a replay), an error on a
         conflict (our versions undone), or None after re-basing the moved tables for another attempt."""
@@ -334,8 +387,9 @@ class CommitOperation:
 
     def _write_version(self, write: TableWrite, mode: str, base: int | None) -> TableVersion:
         """Phase B for one table: the first free version at or above the sidecar's pin."""
-        make = self._versions.successor(write.table, base, self.operation_id, mode, write.schema,
-                                        write.fragments, write.replaced)  # fmt: skip
+        make = self._versions.successor(
+            write.table, base, self.operation_id, mode, write.schema, write.fragments, write.replaced
+        )
 
         def record_new_pin(number: int) -> None:  # the sidecar names a version before the head reaches it
             # Under the lock: concurrent Phase B writers each add their table's pin to the latest sidecar
@@ -346,9 +400,16 @@ class CommitOperation:
         first = self._sidecar.tables[write.table].post_commit_pin
         return self._versions.write_next(make, write.table, first, record_new_pin)
 
-    def _rebase(self, state: ManifestState, writes: dict[str, TableWrite], mode: str,
-                bases: dict[str, int | None], written: dict[str, TableVersion],
-                expected_version: int | None, idempotency_key: str | None) -> None:  # fmt: skip
+    def _rebase(
+        self,
+        state: ManifestState,
+        writes: dict[str, TableWrite],
+        mode: str,
+        bases: dict[str, int | None],
+        written: dict[str, TableVersion],
+        expected_version: int | None,
+        idempotency_key: str | None,
+    ) -> None:
         """After a lost publish: raise a conflict, or re-base moved tables (appends) for the next attempt."""
         if idempotency_key is not None:
             landed = state.manifest.record_for_key(idempotency_key)
@@ -387,8 +448,11 @@ class CommitOperation:
         conflict = CommitConflictError(
             f"overwrite of table {write.table!r} conflicts with a concurrent commit: expected table version "
             f"{base} but the manifest now pins {now_pin}",
-            expected=base, actual=now_pin, table=write.table, key=layout.table_prefix(write.table),
-        )  # fmt: skip
+            expected=base,
+            actual=now_pin,
+            table=write.table,
+            key=layout.table_prefix(write.table),
+        )
         keeps = write.keeps
         if keeps is None or now_pin is None:
             raise conflict
@@ -397,8 +461,11 @@ class CommitOperation:
         if any(not keeps(key) for key, _, _ in before.symmetric_difference(after)):
             raise CommitConflictError(
                 f"{conflict} that changed the partitions it replaces",
-                expected=base, actual=now_pin, table=write.table, key=layout.table_prefix(write.table),
-            )  # fmt: skip
+                expected=base,
+                actual=now_pin,
+                table=write.table,
+                key=layout.table_prefix(write.table),
+            )
         ours = tuple(fragment for fragment in write.fragments if not keeps(fragment[0]))
         return replace(write, fragments=tuple(f for f in after if keeps(f[0])) + ours)
 
@@ -411,8 +478,11 @@ class CommitOperation:
                 failpoint("commit.after_key_publish")
             self._sidecars.delete(self.operation_id)
         except Exception as exc:
-            log.warning("commit %s is durable but its sidecar delete failed (%s); the next write's heal "
-                        "consumes it", self.operation_id, exc)  # fmt: skip
+            log.warning(
+                "commit %s is durable but its sidecar delete failed (%s); the next write's heal consumes it",
+                self.operation_id,
+                exc,
+            )
             pending = True
         failpoint("commit.after_sidecar_delete")
         return Commit(record.version, record, attempts, sidecar_pending=pending)
@@ -482,5 +552,7 @@ def check_expected_version(state: ManifestState, expected_version: int | None) -
     if expected_version is not None and state.manifest.version != expected_version:
         raise CommitConflictError(
             f"expected manifest version {expected_version} but the current version is {state.manifest.version}",
-            expected=expected_version, actual=state.manifest.version, key=layout.MANIFEST_KEY,
-        )  # fmt: skip
+            expected=expected_version,
+            actual=state.manifest.version,
+            key=layout.MANIFEST_KEY,
+        )

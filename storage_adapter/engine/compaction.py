@@ -24,8 +24,12 @@ DEFAULT_TARGET_BYTES = 64 * 1024 * 1024
 DEFAULT_MIN_FRAGMENTS = 16
 
 
-def plan(fragments: Sequence[Fragment], target_bytes: int, min_fragments: int,
-         partition_of: Callable[[str], Hashable] = lambda key: ()) -> list[list[Fragment]]:  # fmt: skip
+def plan(
+    fragments: Sequence[Fragment],
+    target_bytes: int,
+    min_fragments: int,
+    partition_of: Callable[[str], Hashable] = lambda key: (),
+) -> list[list[Fragment]]:
     """The groups of consecutive small fragments to rewrite as one fragment each (see the module
     docstring); empty when the policy does not call for a compaction. ValueError for bounds below 1 or 2.
     A group never spans two partitions (``partition_of`` a fragment key): a fragment holds one partition."""
@@ -52,8 +56,12 @@ def plan(fragments: Sequence[Fragment], target_bytes: int, min_fragments: int,
     return [group for group in groups if len(group) > 1]
 
 
-def rewrite(groups: list[list[Fragment]], schema: pa.Schema, read: Callable[[str], pa.Table],
-            write: Callable[[pa.Table, str], FragmentRef]) -> tuple[Replacement, ...]:  # fmt: skip
+def rewrite(
+    groups: list[list[Fragment]],
+    schema: pa.Schema,
+    read: Callable[[str], pa.Table],
+    write: Callable[[pa.Table, str], FragmentRef],
+) -> tuple[Replacement, ...]:
     """Write one fragment per group with the group's rows, in order, cast to the table's ``schema``
     (``write(data, key of the group's first fragment)``: the new fragment goes to that one's partition);
     return the replacements a compact commit publishes. The new fragments are invisible until then."""

@@ -123,9 +123,15 @@ class Engine:
         self.last_heal: HealReport | None = None
 
     @classmethod
-    def open(cls, url_or_adapter: str | StorageAdapter, actor: str | None = None,
-             read_only: bool = False, *, options: Mapping[str, Any] | None = None,
-             settings: EngineSettings | None = None) -> Engine:  # fmt: skip
+    def open(
+        cls,
+        url_or_adapter: str | StorageAdapter,
+        actor: str | None = None,
+        read_only: bool = False,
+        *,
+        options: Mapping[str, Any] | None = None,
+        settings: EngineSettings | None = None,
+    ) -> Engine:
         """Open the engine rooted at a URL (with adapter ``options``) or an adapter.
 
         Read-write: initializes an empty root (manifest version 0, one winner) and runs a full recovery
@@ -164,8 +170,9 @@ class Engine:
         return self._settings
 
     # -- writes ---------------------------------------------------------------------------------------
-    def create_table(self, name: str, schema: pa.Schema, actor: str | None = None, *,
-                     partition_by: Sequence[str] = ()) -> Commit:  # fmt: skip
+    def create_table(
+        self, name: str, schema: pa.Schema, actor: str | None = None, *, partition_by: Sequence[str] = ()
+    ) -> Commit:
         """Create an empty table with ``schema`` (any Arrow schema; its metadata is dropped): one commit.
         TableExistsError if it exists (also when created concurrently by another writer).
 
@@ -179,8 +186,14 @@ class Engine:
         if name in state.manifest.tables:
             raise TableExistsError(f"table {name!r} already exists", key=layout.table_prefix(name))
         write = TableWrite(name, table_schema_text(schema, columns), ())
-        return self._operation().run(state, {name: write}, "create", expected_version=None,
-                                     idempotency_key=None, actor=actor or self._actor)  # fmt: skip
+        return self._operation().run(
+            state,
+            {name: write},
+            "create",
+            expected_version=None,
+            idempotency_key=None,
+            actor=actor or self._actor,
+        )
 
     def partition_by(self, table: str) -> tuple[str, ...]:
         """The table's partition columns (empty for an unpartitioned table). UnknownTableError."""
@@ -265,8 +278,13 @@ class Engine:
         refs = {table: tuple(self._store(table, parts)) for table, parts in planned.items()}
         return self._commit(state, refs, request)
 
-    def compact(self, table: str, target_bytes: int = compaction.DEFAULT_TARGET_BYTES,
-                min_fragments: int = compaction.DEFAULT_MIN_FRAGMENTS, actor: str | None = None) -> Commit | None:  # fmt: skip
+    def compact(
+        self,
+        table: str,
+        target_bytes: int = compaction.DEFAULT_TARGET_BYTES,
+        min_fragments: int = compaction.DEFAULT_MIN_FRAGMENTS,
+        actor: str | None = None,
+    ) -> Commit | None:
         """Rewrite runs of small fragments of ``table`` into fragments of up to ``target_bytes`` and publish
         them as one ``compact`` commit; None when the policy finds nothing to do (fewer than
         ``min_fragments`` fragments under ``target_bytes``; see compaction.py). Rows and their order are
@@ -286,12 +304,20 @@ class Engine:
         if not groups:
             return None
         replaced = compaction.rewrite(
-            groups, schema, lambda key: read_fragment(self._adapter, key),
+            groups,
+            schema,
+            lambda key: read_fragment(self._adapter, key),
             lambda data, first: self._store(table, [fragment_plan(table, partition_of(first), data)])[0],
-        )  # fmt: skip
+        )
         write = TableWrite(table, entry.schema, (), replaced)
-        commit = self._operation().run(state, {table: write}, "compact", expected_version=None,
-                                       idempotency_key=None, actor=actor or self._actor)  # fmt: skip
+        commit = self._operation().run(
+            state,
+            {table: write},
+            "compact",
+            expected_version=None,
+            idempotency_key=None,
+            actor=actor or self._actor,
+        )
         self._checkpoint(commit)
         return commit
 
@@ -299,8 +325,13 @@ class Engine:
         """Delete table files no retained version references and older than the grace period
         (default ``settings.grace_s``). Heals first; never deletes what a live commit may publish."""
         self.heal()  # vacuum reads the manifest itself, after its listing
-        return vacuum(self._adapter, self._versions, self._settings.grace_s if grace_s is None else grace_s,
-                      dry_run, key_window_s=self._settings.key_window_s)  # fmt: skip
+        return vacuum(
+            self._adapter,
+            self._versions,
+            self._settings.grace_s if grace_s is None else grace_s,
+            dry_run,
+            key_window_s=self._settings.key_window_s,
+        )
 
     def heal(self, *, full: bool = True) -> HealReport:
         """Recover pending sidecars of dead writers now. Full by default (a killed same-host writer is
@@ -338,8 +369,9 @@ class Engine:
             if isinstance(columns, str) or any(schema.get_field_index(c) < 0 for c in names):
                 raise SchemaMismatchError(
                     f"table {table!r}: read columns {columns!r} must be a sequence of its columns "
-                    f"{schema.names}", key=layout.table_prefix(table),
-                )  # fmt: skip
+                    f"{schema.names}",
+                    key=layout.table_prefix(table),
+                )
             schema = pa.schema([schema.field(c) for c in names])
         keys = [key for (key, _, _), _ in self._pruned(table, snap, where)]
         parts = self._read_fragments(keys, names)
@@ -550,11 +582,13 @@ class Engine:
             prefix = layout.data_prefix(table)
             for ref in table_refs:
                 if ref.table != table or not ref.key.startswith(prefix + "/"):
-                    raise SchemaMismatchError(f"fragment {ref.key} belongs to table {ref.table!r}, not {table!r}",
-                                              key=ref.key)  # fmt: skip
+                    raise SchemaMismatchError(
+                        f"fragment {ref.key} belongs to table {ref.table!r}, not {table!r}", key=ref.key
+                    )
                 if ref.schema_fingerprint != fingerprint:
-                    raise SchemaMismatchError(f"fragment {ref.key} does not have table {table!r}'s schema",
-                                              key=ref.key)  # fmt: skip
+                    raise SchemaMismatchError(
+                        f"fragment {ref.key} does not have table {table!r}'s schema", key=ref.key
+                    )
                 try:
                     laid_out = partition_of_key(prefix, ref.key, partition_by)
                 except ValueError as exc:
@@ -600,12 +634,17 @@ class Engine:
             try:
                 self._versions.checkpoint_if_due(table, version)
             except Exception as exc:
-                log.warning("could not write the checkpoint of table %r version %d (%s); a later commit "
-                            "will", table, version, exc)  # fmt: skip
+                log.warning(
+                    "could not write the checkpoint of table %r version %d (%s); a later commit will",
+                    table,
+                    version,
+                    exc,
+                )
 
 
-def _outside(data_prefix: str, partition_by: Sequence[str], allowed: Mapping[str, set[str | None]],
-             key: str) -> bool:  # fmt: skip
+def _outside(
+    data_prefix: str, partition_by: Sequence[str], allowed: Mapping[str, set[str | None]], key: str
+) -> bool:
     """Whether the fragment at ``key`` lies outside the partitions ``allowed`` matches (a partition
     overwrite keeps it)."""
     return not matches(partition_of_key(data_prefix, key, partition_by), allowed)

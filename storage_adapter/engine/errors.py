@@ -21,8 +21,15 @@ class CommitConflictError(EngineError):
     table versions for a table conflict); ``table`` names the table, or is None for the manifest.
     """
 
-    def __init__(self, message: str, *, expected: int | None, actual: int | None, table: str | None = None,
-                 key: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        message: str,
+        *,
+        expected: int | None,
+        actual: int | None,
+        table: str | None = None,
+        key: str | None = None,
+    ) -> None:
         super().__init__(message, key=key)
         self.expected = expected
         self.actual = actual

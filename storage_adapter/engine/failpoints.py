@@ -156,8 +156,9 @@ def disarm(name: str | None = None) -> None:
 
 
 @contextlib.contextmanager
-def armed(name: str, action: str | Callable[[str], None], times: int | None = None,
-          skip: int = 0) -> Iterator[None]:  # fmt: skip
+def armed(
+    name: str, action: str | Callable[[str], None], times: int | None = None, skip: int = 0
+) -> Iterator[None]:
     """``with armed("commit.before_publish", "crash"): ...`` arms for the block, disarms after."""
     arm(name, action, times, skip)
     try:

@@ -66,12 +66,16 @@ class CommitRecord:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "version": self.version, "committed_at": self.committed_at, "actor": self.actor,
-            "operation_id": self.operation_id, "idempotency_key": self.idempotency_key, "mode": self.mode,
+            "version": self.version,
+            "committed_at": self.committed_at,
+            "actor": self.actor,
+            "operation_id": self.operation_id,
+            "idempotency_key": self.idempotency_key,
+            "mode": self.mode,
             "recovered": self.recovered,
             "changes": [[c.table, c.from_version, c.to_version] for c in self.changes],
             **({} if self.app is None else {"app": [self.app[0], self.app[1]]}),
-        }  # fmt: skip
+        }
 
     @classmethod
     def from_json(cls, doc: Any, key: str) -> CommitRecord:
@@ -86,14 +90,16 @@ class CommitRecord:
             ]
             app = json_field(doc, "app", list, optional=True)
             return cls(
-                version=json_field(doc, "version", int), committed_at=committed_at,
+                version=json_field(doc, "version", int),
+                committed_at=committed_at,
                 actor=json_field(doc, "actor", str, optional=True),
                 operation_id=json_field(doc, "operation_id", str),
                 idempotency_key=json_field(doc, "idempotency_key", str, optional=True),
-                mode=json_field(doc, "mode", str), recovered=json_field(doc, "recovered", bool),
+                mode=json_field(doc, "mode", str),
+                recovered=json_field(doc, "recovered", bool),
                 changes=tuple(changes),
                 app=None if app is None else decode_app(app),
-            )  # fmt: skip
+            )
         except StoredJSONError as exc:
             raise codec.malformed(key, CorruptManifestError, exc) from exc
 

@@ -57,10 +57,17 @@ class KeyEntry:
     record: CommitRecord | None  # set exactly when PUBLISHED
 
     def encode(self) -> bytes:
-        return codec.encode(KEY_FORMAT, 1, {
-            "key": self.key, "operation_id": self.operation_id, "claimed_at": self.claimed_at,
-            "state": self.state.value, "record": None if self.record is None else self.record.to_json(),
-        })  # fmt: skip
+        return codec.encode(
+            KEY_FORMAT,
+            1,
+            {
+                "key": self.key,
+                "operation_id": self.operation_id,
+                "claimed_at": self.claimed_at,
+                "state": self.state.value,
+                "record": None if self.record is None else self.record.to_json(),
+            },
+        )
 
     @classmethod
     def decode(cls, raw: bytes, location: str) -> KeyEntry:
@@ -71,10 +78,12 @@ class KeyEntry:
             state = one_of(KeyState, json_field(doc, "state", str), "state")
             record_doc: Any = json_field(doc, "record", dict, optional=True)
             entry = cls(
-                key=json_field(doc, "key", str), operation_id=json_field(doc, "operation_id", str),
-                claimed_at=claimed_at, state=state,
+                key=json_field(doc, "key", str),
+                operation_id=json_field(doc, "operation_id", str),
+                claimed_at=claimed_at,
+                state=state,
                 record=None if record_doc is None else CommitRecord.from_json(record_doc, location),
-            )  # fmt: skip
+            )
         except StoredJSONError as exc:
             raise codec.malformed(location, CorruptMetadataError, exc) from exc
         if (entry.state is KeyState.PUBLISHED) != (entry.record is not None) or location != entry_key(

@@ -185,9 +185,18 @@ class Manifest:
         if record.app is not None:  # set in the same publish as the commit: atomic with it
             applications = {**applications, record.app[0]: AppWatermark(record.app[1], record.version)}
         format_version = APPS_FORMAT_VERSION if applications else MANIFEST_FORMAT_VERSION
-        return replace(self, version=record.version, operation_id=record.operation_id, tables=tables,
-                       commits=self._tail_with(record), format_version=format_version, table_map=table_map,
-                       inline=inline, created=created, applications=applications)  # fmt: skip
+        return replace(
+            self,
+            version=record.version,
+            operation_id=record.operation_id,
+            tables=tables,
+            commits=self._tail_with(record),
+            format_version=format_version,
+            table_map=table_map,
+            inline=inline,
+            created=created,
+            applications=applications,
+        )
 
     def _tail_with(self, record: CommitRecord) -> tuple[CommitRecord, ...]:
         """``record`` and the newest of the current tail, up to ``TAIL`` records (``retention`` if fewer)
@@ -214,10 +223,12 @@ class Manifest:
 
         inline = self.tables if self.table_map is None else self.inline
         body: dict[str, Any] = {
-            "version": self.version, "operation_id": self.operation_id, "retention": self.retention,
+            "version": self.version,
+            "operation_id": self.operation_id,
+            "retention": self.retention,
             "tables": {n: entry(n) for n in sorted(inline)},
             "commits": [r.to_json() for r in self.commits],
-        }  # fmt: skip
+        }
         if self.format_version != 1:
             ref = self.table_map
             body["table_map"] = (
@@ -231,14 +242,25 @@ class Manifest:
 
     def encode_table_map(self) -> bytes:
         """The table map of this manifest: every table's pin and schema."""
-        return codec.encode(TABLE_MAP_FORMAT, 1, {
-            "version": self.version, "operation_id": self.operation_id,
-            "tables": {n: {"version": e.version, "schema": e.schema} for n, e in sorted(self.tables.items())},
-        })  # fmt: skip
+        return codec.encode(
+            TABLE_MAP_FORMAT,
+            1,
+            {
+                "version": self.version,
+                "operation_id": self.operation_id,
+                "tables": {
+                    n: {"version": e.version, "schema": e.schema} for n, e in sorted(self.tables.items())
+                },
+            },
+        )
 
     @classmethod
-    def decode(cls, raw: bytes, key: str = layout.MANIFEST_KEY,
-               load_table_map: Callable[[TableMapRef], dict[str, TableEntry]] | None = None) -> Manifest:  # fmt: skip
+    def decode(
+        cls,
+        raw: bytes,
+        key: str = layout.MANIFEST_KEY,
+        load_table_map: Callable[[TableMapRef], dict[str, TableEntry]] | None = None,
+    ) -> Manifest:
         """The manifest in ``raw``; ``load_table_map`` gives the entries of the table map it names (a
         manifest without one decodes without it). CorruptManifestError for anything malformed."""
         doc = codec.decode(

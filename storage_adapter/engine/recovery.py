@@ -96,8 +96,15 @@ class HealReport:
 class Recovery:
     """Recovery for one engine root. ``root`` identifies the root in the in-process live registry."""
 
-    def __init__(self, adapter: StorageAdapter, root: str, recovered_by: str, max_attempts: int,
-                 versions: TableVersionStore, lease_s: float) -> None:  # fmt: skip
+    def __init__(
+        self,
+        adapter: StorageAdapter,
+        root: str,
+        recovered_by: str,
+        max_attempts: int,
+        versions: TableVersionStore,
+        lease_s: float,
+    ) -> None:
         self._root = root
         self._recovered_by = recovered_by
         self._max_attempts = max_attempts
@@ -299,9 +306,17 @@ class Recovery:
         ]
         if not changes:
             return None
-        return CommitRecord(sidecar.manifest_version + 1, codec.now_iso(), sidecar.actor, sidecar.operation_id,
-                            sidecar.idempotency_key, sidecar.mode, sidecar.rolling_forward,
-                            tuple(changes), sidecar.app)  # fmt: skip
+        return CommitRecord(
+            sidecar.manifest_version + 1,
+            codec.now_iso(),
+            sidecar.actor,
+            sidecar.operation_id,
+            sidecar.idempotency_key,
+            sidecar.mode,
+            sidecar.rolling_forward,
+            tuple(changes),
+            sidecar.app,
+        )
 
     def _published_version(self, sidecar: Sidecar, table: str, manifest: Manifest) -> int | None:
         """The version of ``table`` the operation published, found on the table's published chain."""
@@ -336,8 +351,17 @@ class Recovery:
             TableChange(name, pin.expected_version, pin.post_commit_pin)
             for name, pin in sorted(sidecar.tables.items())
         )
-        return CommitRecord(manifest.version + 1, codec.now_iso(), sidecar.actor, sidecar.operation_id,
-                            sidecar.idempotency_key, sidecar.mode, True, changes, sidecar.app)  # fmt: skip
+        return CommitRecord(
+            manifest.version + 1,
+            codec.now_iso(),
+            sidecar.actor,
+            sidecar.operation_id,
+            sidecar.idempotency_key,
+            sidecar.mode,
+            True,
+            changes,
+            sidecar.app,
+        )
 
     def _roll_back(self, sidecar: Sidecar, found: Classification) -> dict[str, tuple[int | None, int | None]]:
         """Give every head this operation wrote a successor restoring the manifest's pinned content."""
@@ -359,16 +383,29 @@ class Recovery:
             moves[table.table] = (table.head, restored.version)
         return moves
 
-    def _restore_content(self, table: TableClassification, ours: TableVersion, sidecar: Sidecar,
-                         number: int) -> TableVersion:  # fmt: skip
+    def _restore_content(
+        self, table: TableClassification, ours: TableVersion, sidecar: Sidecar, number: int
+    ) -> TableVersion:
         if table.manifest_pin == ABSENT:  # a creation that never published: restore to "no content"
             return TableVersion(table.table, number, None, sidecar.operation_id, "restore", ours.schema, ())
         pinned = self._versions.read(table.table, table.manifest_pin)
-        return TableVersion(table.table, number, table.manifest_pin, sidecar.operation_id, "restore",
-                            pinned.schema, self._versions.fragments(table.table, table.manifest_pin))  # fmt: skip
+        return TableVersion(
+            table.table,
+            number,
+            table.manifest_pin,
+            sidecar.operation_id,
+            "restore",
+            pinned.schema,
+            self._versions.fragments(table.table, table.manifest_pin),
+        )
 
-    def _finish(self, sidecar: Sidecar, outcome: RecoveryOutcome, moves: dict[str, tuple[int | None, int | None]],
-                published: CommitRecord | None = None) -> AuditRecord:  # fmt: skip
+    def _finish(
+        self,
+        sidecar: Sidecar,
+        outcome: RecoveryOutcome,
+        moves: dict[str, tuple[int | None, int | None]],
+        published: CommitRecord | None = None,
+    ) -> AuditRecord:
         """Settle the key's ledger entry (published with ``published``, or released when the commit will
         never be visible), audit once, then delete the sidecar: in this order, so a crash anywhere leaves the
         sidecar for the next heal to redo it all."""
@@ -382,8 +419,10 @@ class Recovery:
                 self._ledger.release(sidecar.idempotency_key, sidecar.operation_id)
         record = AuditRecord(sidecar.operation_id, outcome, moves, codec.now_iso(), self._recovered_by)
         if not self._audit.record_once(record):
-            log.info("recovery of %s was already audited (an earlier attempt crashed after its audit)",
-                     sidecar.operation_id)  # fmt: skip
+            log.info(
+                "recovery of %s was already audited (an earlier attempt crashed after its audit)",
+                sidecar.operation_id,
+            )
         failpoint("recovery.after_audit")
         self._sidecars.delete(sidecar.operation_id)
         return record

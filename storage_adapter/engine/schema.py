@@ -55,8 +55,14 @@ NULL_SEGMENT_VALUE = "%"  # a null's value in a key segment: quote() never yield
 
 
 # -- conform -------------------------------------------------------------------------------------------
-def conform(table: str, schema: pa.Schema, data: pa.Table | pa.RecordBatch, *, by_name: bool = True,
-            allow_lossy: bool = False) -> pa.Table:  # fmt: skip
+def conform(
+    table: str,
+    schema: pa.Schema,
+    data: pa.Table | pa.RecordBatch,
+    *,
+    by_name: bool = True,
+    allow_lossy: bool = False,
+) -> pa.Table:
     """``data`` (a pyarrow Table or RecordBatch) as a Table with exactly ``schema`` (metadata dropped), by
     the rules of the module docstring. SchemaMismatchError (a ValueError) naming the table and column
     otherwise (also for any other kind of ``data``, e.g. a pandas DataFrame); nothing is written."""
@@ -83,8 +89,9 @@ def conform(table: str, schema: pa.Schema, data: pa.Table | pa.RecordBatch, *, b
         columns = [data.column(f.name) for f in target]
     else:
         if len(names) != len(target):
-            raise _mismatch(table, f"{len(names)} columns given by position, the table has {len(target)}: "
-                                   f"{target.names}")  # fmt: skip
+            raise _mismatch(
+                table, f"{len(names)} columns given by position, the table has {len(target)}: {target.names}"
+            )
         columns = list(data.columns)
     arrays = [
         _conform_column(table, field, column, allow_lossy)
@@ -198,9 +205,12 @@ def _mismatch(table: str, detail: str) -> SchemaMismatchError:
 def is_partition_type(type_: pa.DataType) -> bool:
     t = pa.types
     return bool(
-        t.is_string(type_) or t.is_large_string(type_) or t.is_integer(type_) or t.is_boolean(type_)
+        t.is_string(type_)
+        or t.is_large_string(type_)
+        or t.is_integer(type_)
+        or t.is_boolean(type_)
         or t.is_date(type_)
-    )  # fmt: skip
+    )
 
 
 def check_partition_by(table: str, schema: pa.Schema, partition_by: Sequence[str]) -> tuple[str, ...]:
@@ -284,8 +294,9 @@ def partition_of_key(data_prefix: str, key: str, partition_by: Sequence[str]) ->
     return tuple(partition)
 
 
-def filter_texts(table: str, schema: pa.Schema, partition_by: Sequence[str],
-                 where: PartitionFilter) -> dict[str, set[str | None]]:  # fmt: skip
+def filter_texts(
+    table: str, schema: pa.Schema, partition_by: Sequence[str], where: PartitionFilter
+) -> dict[str, set[str | None]]:
     """``where`` checked (partition columns only, each with a sequence of values) and turned into the
     text forms each column may have. SchemaMismatchError (a ValueError) before any I/O otherwise."""
     if not isinstance(where, Mapping):

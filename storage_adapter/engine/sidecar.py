@@ -67,16 +67,33 @@ class Sidecar:
         return layout.sidecar_key(self.operation_id)
 
     def encode(self) -> bytes:
-        return codec.encode(SIDECAR_FORMAT, 1, {
-            "operation_id": self.operation_id, "writer_kind": self.writer_kind, "actor": self.actor,
-            "started_at": self.started_at, "lease_expires_at": self.lease_expires_at, "host": self.host,
-            "pid": self.pid, "manifest_version": self.manifest_version, "mode": self.mode,
-            "idempotency_key": self.idempotency_key, "rolling_forward": self.rolling_forward,
-            **({} if self.app is None else {"app": [self.app[0], self.app[1]]}),
-            "tables": {name: {"key": p.key, "expected_version": p.expected_version,
-                              "post_commit_pin": p.post_commit_pin, "schema": p.schema}
-                       for name, p in self.tables.items()},
-        })  # fmt: skip
+        return codec.encode(
+            SIDECAR_FORMAT,
+            1,
+            {
+                "operation_id": self.operation_id,
+                "writer_kind": self.writer_kind,
+                "actor": self.actor,
+                "started_at": self.started_at,
+                "lease_expires_at": self.lease_expires_at,
+                "host": self.host,
+                "pid": self.pid,
+                "manifest_version": self.manifest_version,
+                "mode": self.mode,
+                "idempotency_key": self.idempotency_key,
+                "rolling_forward": self.rolling_forward,
+                **({} if self.app is None else {"app": [self.app[0], self.app[1]]}),
+                "tables": {
+                    name: {
+                        "key": p.key,
+                        "expected_version": p.expected_version,
+                        "post_commit_pin": p.post_commit_pin,
+                        "schema": p.schema,
+                    }
+                    for name, p in self.tables.items()
+                },
+            },
+        )
 
     @classmethod
     def decode(cls, raw: bytes, key: str) -> Sidecar:

@@ -213,9 +213,13 @@ def encode_fragment(data: pa.Table | pa.RecordBatchReader) -> EncodedFragment:
 
 
 def store_fragment(
-    adapter: StorageAdapter, table: str, data: pa.Table | pa.RecordBatchReader, body: EncodedFragment,
-    key: str, partition: tuple[tuple[str, str | None], ...] = (),
-) -> FragmentRef:  # fmt: skip
+    adapter: StorageAdapter,
+    table: str,
+    data: pa.Table | pa.RecordBatchReader,
+    body: EncodedFragment,
+    key: str,
+    partition: tuple[tuple[str, str | None], ...] = (),
+) -> FragmentRef:
     """Write ``body`` (``encode_fragment(data)``) at ``key`` (a fresh ``layout.data_key``), created only
     if absent; ``partition`` is the partition its key names.
 
@@ -234,8 +238,9 @@ def store_fragment(
         created = True
     if not created:
         raise CorruptMetadataError(f"fragment {key} already exists: fragment ids must be fresh", key=key)
-    return FragmentRef(table, key, body.rows, body.size, schema_fingerprint(data.schema), codec.now_iso(),
-                       partition)  # fmt: skip
+    return FragmentRef(
+        table, key, body.rows, body.size, schema_fingerprint(data.schema), codec.now_iso(), partition
+    )
 
 
 def _creates_streams(capabilities: Capabilities) -> bool:
@@ -282,17 +287,25 @@ class TableVersion:
 
     def encode(self) -> bytes:
         body: dict[str, Any] = {
-            "table": self.table, "version": self.version, "base_version": self.base_version,
-            "operation_id": self.operation_id, "kind": self.kind, "schema": self.schema,
-        }  # fmt: skip
+            "table": self.table,
+            "version": self.version,
+            "base_version": self.base_version,
+            "operation_id": self.operation_id,
+            "kind": self.kind,
+            "schema": self.schema,
+        }
         if self.delta is None:
             body["fragments"] = _fragments_json(self.added)
         else:
             body["delta"] = {
-                "anchor": self.delta.anchor, "depth": self.delta.depth,
-                "anchor_checkpointed": self.delta.anchor_checkpointed, "added": _fragments_json(self.added),
-                "replaced": [{"keys": list(keys), "by": _fragment_json(by)} for keys, by in self.delta.replaced],
-            }  # fmt: skip
+                "anchor": self.delta.anchor,
+                "depth": self.delta.depth,
+                "anchor_checkpointed": self.delta.anchor_checkpointed,
+                "added": _fragments_json(self.added),
+                "replaced": [
+                    {"keys": list(keys), "by": _fragment_json(by)} for keys, by in self.delta.replaced
+                ],
+            }
         return codec.encode(VERSION_FORMAT, 2, body)
 
     @classmethod
@@ -310,17 +323,23 @@ class TableVersion:
             else:
                 added = _fragments_from(field(delta_doc, "added", list))
                 delta = Delta(
-                    field(delta_doc, "anchor", int), field(delta_doc, "depth", int),
+                    field(delta_doc, "anchor", int),
+                    field(delta_doc, "depth", int),
                     field(delta_doc, "anchor_checkpointed", bool),
                     tuple(_replacement_from(r) for r in field(delta_doc, "replaced", list)),
-                )  # fmt: skip
+                )
                 if base_version is None or not delta.anchor <= base_version < version or delta.depth < 1:
                     raise StoredJSONError("a delta needs anchor <= base_version < version and depth >= 1")
             return cls(
-                table=field(doc, "table", str), version=version, base_version=base_version,
-                operation_id=field(doc, "operation_id", str), kind=field(doc, "kind", str),
-                schema=field(doc, "schema", str), added=added, delta=delta,
-            )  # fmt: skip
+                table=field(doc, "table", str),
+                version=version,
+                base_version=base_version,
+                operation_id=field(doc, "operation_id", str),
+                kind=field(doc, "kind", str),
+                schema=field(doc, "schema", str),
+                added=added,
+                delta=delta,
+            )
         except StoredJSONError as exc:
             raise codec.malformed(key, CorruptMetadataError, exc) from exc
 
@@ -345,8 +364,9 @@ def _replacement_from(doc: Any) -> Replacement:
 
 
 def encode_checkpoint(table: str, version: int, fragments: tuple[Fragment, ...]) -> bytes:
-    return codec.encode(CHECKPOINT_FORMAT, 1, {"table": table, "version": version,
-                                                "fragments": _fragments_json(fragments)})  # fmt: skip
+    return codec.encode(
+        CHECKPOINT_FORMAT, 1, {"table": table, "version": version, "fragments": _fragments_json(fragments)}
+    )
 
 
 def decode_checkpoint(raw: bytes, key: str, table: str, version: int) -> tuple[Fragment, ...]:
@@ -394,8 +414,13 @@ class TableVersionStore:
     """Reads, resolves and writes table versions. Versions are immutable, so decoded versions and resolved
     contents are cached for good (bounded LRU caches, one lock). Thread-safe."""
 
-    def __init__(self, adapter: StorageAdapter, cache_size: int = 4096,
-                 checkpoint_interval: int = DEFAULT_CHECKPOINT_INTERVAL, resolved_cache_size: int = 64) -> None:  # fmt: skip
+    def __init__(
+        self,
+        adapter: StorageAdapter,
+        cache_size: int = 4096,
+        checkpoint_interval: int = DEFAULT_CHECKPOINT_INTERVAL,
+        resolved_cache_size: int = 64,
+    ) -> None:
         if checkpoint_interval < 1:
             raise ValueError(f"checkpoint_interval must be at least 1, not {checkpoint_interval!r}")
         self._adapter = adapter
@@ -440,8 +465,13 @@ class TableVersionStore:
             version += 1
         return version
 
-    def write_next(self, make: Callable[[int], TableVersion], table: str, first_candidate: int,
-                   on_taken: Callable[[int], object] | None = None) -> TableVersion:  # fmt: skip
+    def write_next(
+        self,
+        make: Callable[[int], TableVersion],
+        table: str,
+        first_candidate: int,
+        on_taken: Callable[[int], object] | None = None,
+    ) -> TableVersion:
         """Write ``make(number)`` at the first free number from ``first_candidate`` up; return it.
 
         ``on_taken(number)`` is called before trying each number after a lost race (the commit uses it to
@@ -457,9 +487,16 @@ class TableVersionStore:
                 on_taken(number)
 
     # -- the log: building versions -------------------------------------------------------------------
-    def successor(self, table: str, base: int | None, operation_id: str, kind: str, schema: str,
-                  added: tuple[Fragment, ...], replaced: tuple[Replacement, ...] = ()
-                  ) -> Callable[[int], TableVersion]:  # fmt: skip
+    def successor(
+        self,
+        table: str,
+        base: int | None,
+        operation_id: str,
+        kind: str,
+        schema: str,
+        added: tuple[Fragment, ...],
+        replaced: tuple[Replacement, ...] = (),
+    ) -> Callable[[int], TableVersion]:
         """The version a commit of ``kind`` writes on ``base``, as a function of the number it lands at.
 
         Appends and compactions are deltas (O(change) bytes: one GET of the base when it is not cached,
@@ -488,8 +525,11 @@ class TableVersionStore:
             raise CommitConflictError(
                 f"compaction of table {table!r} conflicts with a concurrent commit: table version {version} "
                 f"no longer has {len(missing)} of the fragments it rewrites (e.g. {missing[0]})",
-                expected=None, actual=version, table=table, key=layout.table_prefix(table),
-            )  # fmt: skip
+                expected=None,
+                actual=version,
+                table=table,
+                key=layout.table_prefix(table),
+            )
 
     def checkpoint_if_due(self, table: str, version: int) -> bool:
         """Write the checkpoint of ``version`` (a published version) when it is a delta at least

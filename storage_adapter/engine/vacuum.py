@@ -49,8 +49,9 @@ def retained_versions(manifest: Manifest, records: tuple[CommitRecord, ...]) -> 
     return retained
 
 
-def retained_closure(versions: TableVersionStore, resolve: set[tuple[str, int]],
-                     keep: set[tuple[str, int]]) -> tuple[set[tuple[str, int]], set[str]]:  # fmt: skip
+def retained_closure(
+    versions: TableVersionStore, resolve: set[tuple[str, int]], keep: set[tuple[str, int]]
+) -> tuple[set[tuple[str, int]], set[str]]:
     """``keep`` plus every version (and so checkpoint) a read of a version in ``resolve`` walks through,
     and the fragment keys their resolved contents list: a fragment only older versions of the chain list
     (replaced by a compaction) is not referenced."""
@@ -83,9 +84,12 @@ def _parse(key: str) -> tuple[str, str, int | None] | None:
 
 
 def vacuum(
-    adapter: StorageAdapter, versions: TableVersionStore, grace_s: float, dry_run: bool = False,
+    adapter: StorageAdapter,
+    versions: TableVersionStore,
+    grace_s: float,
+    dry_run: bool = False,
     key_window_s: float | None = None,
-) -> VacuumReport:  # fmt: skip
+) -> VacuumReport:
     """Delete unreferenced table files older than ``grace_s`` and, with ``key_window_s``, published key
     ledger entries older than that. The caller has healed pending sidecars.
 
@@ -131,8 +135,16 @@ def vacuum(
         staging_removed = adapter.remove_orphans(min_age_s=grace_s)
         if key_window_s is not None:
             keys_expired = _expire_keys(adapter, codec.age_cutoff(key_window_s))
-    return VacuumReport(tuple(deleted), kept_referenced, kept_young, dry_run, staging_removed, keys_expired,
-                        len(expired_history), len(old_maps))  # fmt: skip
+    return VacuumReport(
+        tuple(deleted),
+        kept_referenced,
+        kept_young,
+        dry_run,
+        staging_removed,
+        keys_expired,
+        len(expired_history),
+        len(old_maps),
+    )
 
 
 def _expire_keys(adapter: StorageAdapter, cutoff: datetime) -> int:

@@ -65,4 +65,4 @@ __all__ = [
     "is_replayable",
     "payload_fingerprint",
     "run_idempotent",
-]  # fmt: skip
+]

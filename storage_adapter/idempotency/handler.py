@@ -314,9 +314,12 @@ def _settle(
     for _ in range(policy.settle_attempts):
         try:
             outcome = store.finalize(
-                owned, http_status=result.status, summary=result.summary, headers=result.headers,
+                owned,
+                http_status=result.status,
+                summary=result.summary,
+                headers=result.headers,
                 error_subtype=result.error_subtype,
-            )  # fmt: skip
+            )
             break
         except StoreUnavailableError:
             continue
@@ -342,15 +345,19 @@ def _best_effort(call: Callable[[], Any], policy: Policy) -> Any:
 
 def _record_of(owned: Owned, result: HandlerResult) -> IdempotencyRecord:
     return owned.record.next(
-        status=RecordStatus.FINALIZED, http_status=result.status, summary=result.summary,
-        headers=result.headers, error_subtype=result.error_subtype,
-    )  # fmt: skip
+        status=RecordStatus.FINALIZED,
+        http_status=result.status,
+        summary=result.summary,
+        headers=result.headers,
+        error_subtype=result.error_subtype,
+    )
 
 
 def _replay(record: IdempotencyRecord, replayer: Replayer | None) -> Response:
     if record.error_subtype == RECONCILE_FAILED:
-        return problem(500, RECONCILE_FAILED, f"the outcome of key {record.key!r} could not be reconciled",
-                       replayed=True)  # fmt: skip
+        return problem(
+            500, RECONCILE_FAILED, f"the outcome of key {record.key!r} could not be reconciled", replayed=True
+        )
     if record.http_status is None:
         raise ValueError(f"record {record.key!r} is {record.status.value}, not finalized: nothing to replay")
     try:

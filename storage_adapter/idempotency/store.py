@@ -223,11 +223,20 @@ class IdempotencyStore:
         location = self.location(realm, key)
         now = self.clock()
         fresh = IdempotencyRecord(
-            realm=realm, key=key, operation=operation, resource=resource, fingerprint=fingerprint,
-            status=RecordStatus.IN_PROGRESS, reservation_id=_new_id(), executor_id=self.executor_id,
-            revision=0, created_at=now, heartbeat_at=now, lease_expires_at=now + self.lease,
+            realm=realm,
+            key=key,
+            operation=operation,
+            resource=resource,
+            fingerprint=fingerprint,
+            status=RecordStatus.IN_PROGRESS,
+            reservation_id=_new_id(),
+            executor_id=self.executor_id,
+            revision=0,
+            created_at=now,
+            heartbeat_at=now,
+            lease_expires_at=now + self.lease,
             expires_at=now + self.lifetime,
-        )  # fmt: skip
+        )
         body = encode_record(fresh)
         for _ in range(MAX_CAS_ATTEMPTS):
             created = self._request(
@@ -264,10 +273,17 @@ class IdempotencyStore:
     def _successor_of(self, record: IdempotencyRecord) -> IdempotencyRecord:
         now = self.clock()
         return record.next(
-            status=RecordStatus.IN_PROGRESS, reservation_id=_new_id(), executor_id=self.executor_id,
-            heartbeat_at=now, lease_expires_at=now + self.lease, finalized_at=None, http_status=None,
-            error_subtype=None, summary=None, headers=(),
-        )  # fmt: skip
+            status=RecordStatus.IN_PROGRESS,
+            reservation_id=_new_id(),
+            executor_id=self.executor_id,
+            heartbeat_at=now,
+            lease_expires_at=now + self.lease,
+            finalized_at=None,
+            http_status=None,
+            error_subtype=None,
+            summary=None,
+            headers=(),
+        )
 
     # -- fenced transitions ---------------------------------------------------------------------------
     def heartbeat(self, owned: Owned) -> Transition:
@@ -300,9 +316,13 @@ class IdempotencyStore:
 
         def settle(record: IdempotencyRecord) -> IdempotencyRecord:
             return record.next(
-                status=RecordStatus.FINALIZED, finalized_at=self.clock(), http_status=http_status,
-                summary=summary, headers=tuple(headers), error_subtype=error_subtype,
-            )  # fmt: skip
+                status=RecordStatus.FINALIZED,
+                finalized_at=self.clock(),
+                http_status=http_status,
+                summary=summary,
+                headers=tuple(headers),
+                error_subtype=error_subtype,
+            )
 
         encode_record(settle(owned.record))  # the outcome is checked now, not after a request
         size = len(canonical_json([summary, [list(h) for h in headers], error_subtype]))
@@ -427,9 +447,11 @@ class IdempotencyStore:
         then delete it. True when deleted; False when it changed meanwhile or we were too slow."""
         tombstoned_at = self.clock()
         tombstone = stored.record.next(
-            status=RecordStatus.PURGING, reservation_id=_new_id(), executor_id=self.executor_id,
+            status=RecordStatus.PURGING,
+            reservation_id=_new_id(),
+            executor_id=self.executor_id,
             heartbeat_at=tombstoned_at,
-        )  # fmt: skip
+        )
         if self._cas(location, tombstone, stored.token) is None:
             return False  # changed since we judged it: someone owns it now
         if self.clock() - tombstoned_at > self.tombstone_grace / 2:

@@ -480,8 +480,11 @@ class ObstoreDriver:
         # exact instant (half an ulp at today's epoch seconds), and fromtimestamp rounds to the nearest
         # microsecond, so every time is exact; one C call per object instead of Arrow's datetime path.
         micros = listed.column("last_modified").cast(DataType.int64()).to_pylist()
-        times = map(datetime.fromtimestamp, map(operator.truediv, micros, itertools.repeat(1e6)),
-                    itertools.repeat(UTC))  # fmt: skip
+        times = map(
+            datetime.fromtimestamp,
+            map(operator.truediv, micros, itertools.repeat(1e6)),
+            itertools.repeat(UTC),
+        )
         sizes = listed.column("size").to_pylist()
         tokens = listed.column("e_tag").to_pylist()
         return object_infos(count, keys, sizes, tokens, times)

@@ -17,6 +17,16 @@ from storage_adapter.spark.load import BulkLoad, SparkInputError, bulk_load, wri
 from storage_adapter.spark.session import spark_session
 
 __all__ = [
-    "SHORT_NAME", "BulkLoad", "SparkInputError", "StorageAdapterDataSource", "bulk_load", "register",
-    "relayed_error", "schema_from_spark", "schema_to_spark", "spark_session", "typed_errors", "write_tables",
-]  # fmt: skip
+    "SHORT_NAME",
+    "BulkLoad",
+    "SparkInputError",
+    "StorageAdapterDataSource",
+    "bulk_load",
+    "register",
+    "relayed_error",
+    "schema_from_spark",
+    "schema_to_spark",
+    "spark_session",
+    "typed_errors",
+    "write_tables",
+]

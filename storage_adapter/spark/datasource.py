@@ -164,8 +164,9 @@ def _plan(
             f"options appId and appVersion go together (table {options.table!r})", key=options.table
         )
     if options.replace_where is not None and mode != "overwrite":
-        raise ConfigurationError(f"option replaceWhere needs mode('overwrite') (table {options.table!r})",
-                                 key=options.table)  # fmt: skip
+        raise ConfigurationError(
+            f"option replaceWhere needs mode('overwrite') (table {options.table!r})", key=options.table
+        )
     engine = Engine.open(options.open())
     if options.create_table and options.table not in engine.snapshot().tables:
         with contextlib.suppress(TableExistsError):  # created meanwhile by another writer: use it
@@ -245,8 +246,12 @@ class _BatchWriter(DataSourceArrowWriter):
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         written = sum(len(m.result.fragments) for m in messages if isinstance(m, _Written))
-        log.warning("storage_adapter write into %r aborted: nothing published; %d fragments written by its "
-                    "tasks are left for vacuum", self._plan.options.table, written)  # fmt: skip
+        log.warning(
+            "storage_adapter write into %r aborted: nothing published; %d fragments written by its "
+            "tasks are left for vacuum",
+            self._plan.options.table,
+            written,
+        )
 
 
 class _StreamWriter(DataSourceStreamArrowWriter):
@@ -263,8 +268,11 @@ class _StreamWriter(DataSourceStreamArrowWriter):
         self._plan.commit(messages, batchId)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        log.warning("storage_adapter micro-batch %d into %r aborted: nothing published",
-                    batchId, self._plan.options.table)  # fmt: skip
+        log.warning(
+            "storage_adapter micro-batch %d into %r aborted: nothing published",
+            batchId,
+            self._plan.options.table,
+        )
 
 
 class _Reader(DataSourceReader):
@@ -314,8 +322,10 @@ class _Reader(DataSourceReader):
             # read_buffer: the object's bytes without a copy into ``bytes`` (Parquet reads from it in place)
             parquet = pq.ParquetFile(pa.BufferReader(pa.py_buffer(self._adapter.read_buffer(data_file.key))))
             for batch in parquet.iter_batches(columns=schema.names):
-                yield pa.RecordBatch.from_arrays([batch.column(n).cast(f.type) for n, f in zip(
-                    schema.names, schema, strict=True)], schema=schema)  # fmt: skip
+                yield pa.RecordBatch.from_arrays(
+                    [batch.column(n).cast(f.type) for n, f in zip(schema.names, schema, strict=True)],
+                    schema=schema,
+                )
 
 
 def register(spark: Any) -> None:
@@ -368,5 +378,12 @@ def typed_errors() -> Iterator[None]:
         raise error from exc
 
 
-__all__ = ["SHORT_NAME", "StorageAdapterDataSource", "register", "relayed_error", "schema_from_spark",
-           "schema_to_spark", "typed_errors"]  # fmt: skip
+__all__ = [
+    "SHORT_NAME",
+    "StorageAdapterDataSource",
+    "register",
+    "relayed_error",
+    "schema_from_spark",
+    "schema_to_spark",
+    "typed_errors",
+]

@@ -97,8 +97,9 @@ class FragmentTask:
     def _flush(self, engine: Engine, batches: list[pa.RecordBatch], written: list[FragmentRef]) -> str | None:
         data = pa.Table.from_batches(batches)
         try:
-            data = conform(self.table, self.schema, data, by_name=not self.by_position,
-                           allow_lossy=self.allow_lossy)  # fmt: skip
+            data = conform(
+                self.table, self.schema, data, by_name=not self.by_position, allow_lossy=self.allow_lossy
+            )
         except SchemaMismatchError as exc:
             return str(exc)
         for ref in engine.write_fragments(self.table, data):
@@ -143,11 +144,20 @@ def collect_fragments(table: str, results: Iterable[TaskResult | None]) -> tuple
 
 def log_load(tables: Mapping[str, Sequence[FragmentRef]], commit: Commit | None, how: str) -> None:
     refs = [ref for table_refs in tables.values() for ref in table_refs]
-    published = "nothing (no rows)" if commit is None else f"version {commit.version}" + (
-        " (replayed: already applied)" if commit.replayed else ""
-    )  # fmt: skip
-    log.info("%s into %s: %d rows, %d fragments, %d bytes; published %s", how, ", ".join(tables),
-             sum(r.rows for r in refs), len(refs), sum(r.bytes for r in refs), published)  # fmt: skip
+    published = (
+        "nothing (no rows)"
+        if commit is None
+        else f"version {commit.version}" + (" (replayed: already applied)" if commit.replayed else "")
+    )
+    log.info(
+        "%s into %s: %d rows, %d fragments, %d bytes; published %s",
+        how,
+        ", ".join(tables),
+        sum(r.rows for r in refs),
+        len(refs),
+        sum(r.bytes for r in refs),
+        published,
+    )
 
 
 def check_spark_frame(frame: Any, table: str) -> None:
@@ -211,8 +221,17 @@ def write_tables(
     if replayed is not None:
         log_load({t: () for t in frames}, replayed, "Spark load")
         return BulkLoad(replayed, ())
-    tasks = {table: task_for(engine, table, frame.schema, by_position=by_position, allow_lossy=allow_lossy,
-                             max_rows_per_fragment=max_rows_per_fragment) for table, frame in frames.items()}  # fmt: skip
+    tasks = {
+        table: task_for(
+            engine,
+            table,
+            frame.schema,
+            by_position=by_position,
+            allow_lossy=allow_lossy,
+            max_rows_per_fragment=max_rows_per_fragment,
+        )
+        for table, frame in frames.items()
+    }
     written: dict[str, tuple[FragmentRef, ...]] = {}
     for table, frame in frames.items():
         rows = frame.mapInArrow(tasks[table].map_in_arrow, "result binary").collect()
@@ -231,8 +250,13 @@ def task_for(engine: Engine, table: str, spark_schema: Any, **settings: Any) -> 
 
     schema = engine.snapshot().schema(table)
     incoming = to_arrow_schema(spark_schema, timezone="UTC")
-    conform(table, schema, incoming.empty_table(), by_name=not settings.get("by_position", False),
-            allow_lossy=settings.get("allow_lossy", False))  # fmt: skip
+    conform(
+        table,
+        schema,
+        incoming.empty_table(),
+        by_name=not settings.get("by_position", False),
+        allow_lossy=settings.get("allow_lossy", False),
+    )
     return FragmentTask(engine.adapter, table, schema, **settings)
 
 
@@ -250,6 +274,13 @@ def bulk_load(
 ) -> BulkLoad:
     """Load the Spark DataFrame ``frame`` into ``table`` as one commit: :func:`write_tables` for one
     table (columns matched by name)."""
-    return write_tables(engine, {table: frame}, mode=mode, expected_version=expected_version,
-                        idempotency_key=idempotency_key, actor=actor,
-                        max_rows_per_fragment=max_rows_per_fragment, key_issued_at=key_issued_at)  # fmt: skip
+    return write_tables(
+        engine,
+        {table: frame},
+        mode=mode,
+        expected_version=expected_version,
+        idempotency_key=idempotency_key,
+        actor=actor,
+        max_rows_per_fragment=max_rows_per_fragment,
+        key_issued_at=key_issued_at,
+    )

@@ -20,8 +20,21 @@ from storage_adapter.protocol import StorageAdapter
 from storage_adapter.spark.load import DEFAULT_MAX_ROWS_PER_FRAGMENT
 
 # The data source's own options, lowercased as Spark hands them over; every other option goes to the URL.
-_OWN = ("path", "table", "version", "replacewhere", "idempotencykey", "appid", "appversion", "createtable",
-        "partitionby", "byposition", "allowlossycasts", "maxrowsperfragment", "checkpointlocation")  # fmt: skip
+_OWN = (
+    "path",
+    "table",
+    "version",
+    "replacewhere",
+    "idempotencykey",
+    "appid",
+    "appversion",
+    "createtable",
+    "partitionby",
+    "byposition",
+    "allowlossycasts",
+    "maxrowsperfragment",
+    "checkpointlocation",
+)
 
 
 @dataclass(frozen=True)
@@ -61,22 +74,27 @@ class SourceOptions:
             )
         table = given.get("table")
         if not table:
-            raise ConfigurationError(f"the storage_adapter data source needs option('table', name) for {url}",
-                                     key=url)  # fmt: skip
+            raise ConfigurationError(
+                f"the storage_adapter data source needs option('table', name) for {url}", key=url
+            )
         app_id, app_version = given.get("appid"), _integer(given, "appversion", url)
         replace_where = given.get("replacewhere")
         return cls(
-            url=url, table=table,
+            url=url,
+            table=table,
             adapter_options=tuple(sorted((k, v) for k, v in given.items() if k not in _OWN)),
             version=_integer(given, "version", url),
             replace_where=None if replace_where is None else parse_replace_where(replace_where, url),
-            idempotency_key=given.get("idempotencykey"), app_id=app_id, app_version=app_version,
+            idempotency_key=given.get("idempotencykey"),
+            app_id=app_id,
+            app_version=app_version,
             create_table=_boolean(given, "createtable", url),
             partition_by=tuple(c.strip() for c in given.get("partitionby", "").split(",") if c.strip()),
-            by_position=_boolean(given, "byposition", url), allow_lossy=_boolean(given, "allowlossycasts", url),
+            by_position=_boolean(given, "byposition", url),
+            allow_lossy=_boolean(given, "allowlossycasts", url),
             max_rows_per_fragment=_integer(given, "maxrowsperfragment", url) or DEFAULT_MAX_ROWS_PER_FRAGMENT,
             checkpoint_location=given.get("checkpointlocation"),
-        )  # fmt: skip
+        )
 
     def open(self) -> StorageAdapter:
         """The adapter for ``url`` and the adapter options (ConfigurationError for an unknown one)."""
