@@ -105,7 +105,7 @@ def main() -> None:
     backends = args.backends.split(",")
     with contextlib.ExitStack() as stack:
         if "seaweedfs" in backends:
-            from backends.seaweedfs import SeaweedFS
+            from servers.seaweedfs import SeaweedFS
 
             global _SEAWEEDFS
             _SEAWEEDFS = stack.enter_context(SeaweedFS(bucket="scale"))

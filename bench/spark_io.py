@@ -256,7 +256,7 @@ def backends(names: list[str]) -> Iterator[list[Backend]]:
                 adapter = open_adapter(f"file://{root}/tables")
                 found.append(Backend("local", adapter, {}, root / "parquet"))
             elif name == "seaweedfs":
-                from backends.seaweedfs import SeaweedFS
+                from servers.seaweedfs import SeaweedFS
 
                 endpoint = stack.enter_context(SeaweedFS(bucket="bench"))
                 stack.enter_context(endpoint.scoped())

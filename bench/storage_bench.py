@@ -121,8 +121,8 @@ def backend_clients(backend: str, run: str) -> Iterator[list[Client]]:
         return
     from botocore.config import Config
 
-    from backends.ceph import CephRGW
-    from backends.seaweedfs import SeaweedFS
+    from servers.ceph import CephRGW
+    from servers.seaweedfs import SeaweedFS
 
     with (SeaweedFS if backend == "seaweedfs" else CephRGW)(bucket="bench") as endpoint, endpoint.scoped():
         options = endpoint.adapter_options()

@@ -37,8 +37,6 @@ from rich.progress import (
 )
 from rich.text import Text
 
-from backends.registry import provider, provider_names
-from backends.server import S3Endpoint, ServerUnavailable, scoped_environment
 from contract_tests.conformance import (
     DEFAULT_SIZES,
     PEER_SIZES,
@@ -62,6 +60,8 @@ from contract_tests.report import (
     write_report,
 )
 from contract_tests.targets import DEFAULT_FACTORY, EMBEDDED, Target, load_factory, parse_target
+from servers.registry import provider, provider_names
+from servers.server import S3Endpoint, ServerUnavailable, scoped_environment
 from storage_adapter.builtin_backends import UNQUOTED_IF_MATCH
 from storage_adapter.config import parse_url
 from storage_adapter.errors import ConfigurationError, PermissionDeniedError, StorageError
@@ -233,7 +233,7 @@ def _explain(target: Target, exc: BaseException) -> str:
 
 @contextlib.contextmanager
 def _started_server(name: str, console: Console) -> Iterator[tuple[S3Endpoint, str]]:
-    """Start the S3 server provider ``name`` (``backends.registry``) with a bucket, and point the ``AWS_*``
+    """Start the S3 server provider ``name`` (``servers.registry``) with a bucket, and point the ``AWS_*``
     environment at it for the duration (spawned clause workers and s3fs read it). Yields the endpoint and
     the server's version; stops the server at exit. Raises ServerCannotRun when it cannot run here."""
     server = provider(name)(bucket="check")

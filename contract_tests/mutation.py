@@ -41,9 +41,9 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 from pathlib import Path
 
-from backends.server import without_client_settings
 from contract_tests.mutants import CATALOGUE, Mutant
 from contract_tests.targets import EMBEDDED
+from servers.server import without_client_settings
 
 PACKAGE = "storage_adapter"
 REFEREE = "contract_tests"
@@ -366,7 +366,7 @@ def target_routes(names: Sequence[str]) -> Iterator[dict[str, TargetRoute]]:
             if name in scratch:
                 routes[name] = TargetRoute(name, ("--storage-embedded", name))
                 continue
-            from backends.registry import provider
+            from servers.registry import provider
 
             endpoint = stack.enter_context(provider(name)(bucket="mutation"))
             routes[name] = TargetRoute(

@@ -6,7 +6,7 @@ Options (each mirrored as an ini setting of the same name with dashes as undersc
 ``--storage-factory MOD:FUNC``   open targets with this factory instead of ``open_adapter``.
 ``--storage-embedded LIST``      embedded targets when no URL is given (default memory,local,seaweedfs):
                                  any registered backend that makes throwaway instances, or any S3 server
-                                 provider of ``backends.registry`` (minio, rustfs run through Docker and
+                                 provider of ``servers.registry`` (minio, rustfs run through Docker and
                                  skip with the reason without it).
 ``--contract-threads N``         threads in the thread races (default 8).
 ``--contract-processes N``       processes in the process races (default 4).
@@ -49,7 +49,7 @@ from storage_adapter.protocol import StorageAdapter
 from storage_adapter.registry import registered
 
 if TYPE_CHECKING:
-    from backends.server import S3Endpoint
+    from servers.server import S3Endpoint
 
 _OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
     ("storage-url", "append", None, "storage URL to run the contract against (NAME=URL or URL)"),
@@ -106,14 +106,14 @@ def configured_targets(config: pytest.Config) -> list[Target]:
 
 
 def _server_names() -> tuple[str, ...]:
-    from backends.registry import provider_names
+    from servers.registry import provider_names
 
     return provider_names()
 
 
 def embedded_choices() -> tuple[str, ...]:
     """Registered backends that make throwaway instances (memory, local, ...), then every S3 server
-    provider of ``backends.registry`` (seaweedfs, minio, rustfs, ...)."""
+    provider of ``servers.registry`` (seaweedfs, minio, rustfs, ...)."""
     scratch = tuple(b.name for b in registered() if b.scratch is not None)
     return scratch + tuple(n for n in _server_names() if n not in scratch)
 
@@ -185,7 +185,7 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
 
 
 class ServerPool:
-    """S3 servers of ``backends.registry`` started on first use and stopped when the session ends. A
+    """S3 servers of ``servers.registry`` started on first use and stopped when the session ends. A
     provider that cannot run here (no Docker for MinIO, no ``weed`` binary) skips the requesting test with
     its reason; one that was started and did not come up fails it (a crashed server is no reason to skip:
     a run that skipped the server's clauses would look green)."""
@@ -197,8 +197,8 @@ class ServerPool:
         self._failed: dict[str, str] = {}
 
     def endpoint(self, name: str) -> S3Endpoint:
-        from backends.registry import provider
-        from backends.server import ServerStartFailed, ServerUnavailable
+        from servers.registry import provider
+        from servers.server import ServerStartFailed, ServerUnavailable
 
         if name in self._failed:
             pytest.fail(self._failed[name], pytrace=False)

@@ -70,7 +70,7 @@ class Backend:
     the declared capabilities to an adapter's options; ``create_container(config)`` creates the container
     (bucket) the config addresses, where the backend has one; ``scratch()`` is a
     context manager yielding the URL of a private, throwaway instance (tests and the conformance check),
-    or None when an instance needs a server (those come from ``backends``).
+    or None when an instance needs a server (those come from the test servers' package ``servers``).
     """
 
     name: str

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from backends.server import S3Endpoint
 from contract_tests.plugin import ServerPool
+from servers.server import S3Endpoint
 from storage_adapter.protocol import StorageAdapter
 
 

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 import pytest
 from loopback_http import serving
 
-from backends.server import S3Endpoint
+from servers.server import S3Endpoint
 from storage_adapter import open_adapter
 from storage_adapter.builtin_backends import LOCAL, MEMORY, S3
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from backends.server import free_port
+from servers.server import free_port
 from storage_adapter import (
     BackendUnavailableError,
     NotFoundError,

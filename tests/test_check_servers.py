@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from backends.ceph import ceph_binaries
-from backends.server import ServerUnavailable
+from servers.ceph import ceph_binaries
+from servers.server import ServerUnavailable
 
 # The nightly servers tier (docs/ci.md): a second real S3 server beside the embedded SeaweedFS.
 pytestmark = pytest.mark.servers

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from backends.server import free_port
 from contract_tests.conformance import (
     ClauseOutcome,
     ConformanceRun,
@@ -25,6 +24,7 @@ from contract_tests.conformance import (
 )
 from contract_tests.plugin import ContractSizes
 from contract_tests.report import to_json, to_markdown
+from servers.server import free_port
 from storage_adapter import open_adapter
 
 ROOT = Path(__file__).resolve().parent.parent

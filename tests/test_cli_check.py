@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from backends.server import free_port
 from contract_tests.conformance import ClauseOutcome, ContractRunError, Target, run_contract
 from contract_tests.report import report_paths, to_markdown, write_report
+from servers.server import free_port
 
 TINY_SUITE = '''
 import pytest

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from backends.server import S3Endpoint, is_client_setting
+from servers.server import S3Endpoint, is_client_setting
 from storage_adapter import open_adapter
 from storage_adapter.config import parse_url
 from storage_adapter.registry import registered

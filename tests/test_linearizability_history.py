@@ -6,10 +6,10 @@ import pickle
 
 import pytest
 
-from backends.server import free_port
 from contract_tests.history import Event, EventKind, History, HistoryRecorder, Outcome
 from contract_tests.linearizability import KeyVerdict, check_history
 from contract_tests.planted_bugs import PLANTED_BUGS, RacyCasAdapter
+from servers.server import free_port
 from storage_adapter import open_adapter
 from storage_adapter.errors import (
     BackendUnavailableError,

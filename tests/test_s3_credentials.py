@@ -16,8 +16,8 @@ from urllib.parse import parse_qs
 import pytest
 from loopback_http import serving
 
-from backends.seaweedfs import S3Identity, SeaweedFS
-from backends.server import S3Endpoint
+from servers.seaweedfs import S3Identity, SeaweedFS
+from servers.server import S3Endpoint
 from storage_adapter import ConfigurationError, StorageError, open_adapter
 from storage_adapter.aws_profile import BotocoreCredentials
 from storage_adapter.errors import PermissionDeniedError

@@ -12,7 +12,7 @@ from collections import Counter
 
 import pytest
 
-from backends.server import S3Endpoint
+from servers.server import S3Endpoint
 from storage_adapter import open_adapter
 from storage_adapter.adapter import ObjectStorageAdapter
 from storage_adapter.faults import FaultKind, FaultPlan, injected

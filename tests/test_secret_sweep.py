@@ -22,10 +22,10 @@ from typing import Any
 
 import pytest
 
-from backends.seaweedfs import S3Identity, SeaweedFS
-from backends.server import S3Endpoint, free_port
 from contract_tests.planted_bugs import PlantedBugAdapter
 from contract_tests.targets import parse_target
+from servers.seaweedfs import S3Identity, SeaweedFS
+from servers.server import S3Endpoint, free_port
 from storage_adapter import ConfigurationError, StorageError, open_adapter
 from storage_adapter.config import parse_url
 from storage_adapter.errors import PermissionDeniedError

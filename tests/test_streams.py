@@ -28,8 +28,8 @@ from urllib.parse import urlsplit
 import pytest
 from loopback_http import serving
 
-from backends.server import S3Endpoint
 from contract_tests.counting import CountingAdapter
+from servers.server import S3Endpoint
 from storage_adapter import open_adapter
 from storage_adapter.protocol import StorageAdapter
 

@@ -21,11 +21,11 @@ from storage_adapter.engine.key_ledger import check_key
 from storage_adapter.engine.schema import PartitionFilter
 
 
-class CommitMode(enum.Enum):
+class CommitMode(enum.StrEnum):
     """How a commit changes the tables it names: ``APPEND`` adds its fragments, ``OVERWRITE`` replaces
     each table's content with them (or, with ``replace_where``, the matching partitions' content).
-    ``CommitMode("append")`` and ``CommitMode("overwrite")`` are the same members; any other value is a
-    ValueError naming the modes."""
+    ``CommitMode("append")`` and ``CommitMode("overwrite")`` are the same members (and equal to those
+    strings); any other value is a ValueError naming the modes."""
 
     APPEND = "append"
     OVERWRITE = "overwrite"
@@ -51,7 +51,7 @@ class CommitRequest:
       (``replayed=True``) and writes nothing (docs/engine.md, "Idempotency keys"). ValueError unless
       None or a non-empty str of at most ``key_ledger.MAX_KEY_CHARS`` characters.
     * ``actor``: who commits, recorded in the commit record (None: the engine's own actor). ValueError
-      unless None or a str.
+      unless None or a non-empty str.
     * ``key_issued_at``: when the key was first used; lets the engine refuse a key whose ledger entry may
       already be gone (KeyWindowExpiredError, raised by the engine, which knows its key window). ValueError
       unless None or a timezone-aware datetime given with an ``idempotency_key``.
@@ -66,7 +66,8 @@ class CommitRequest:
       in [0, 2**63).
 
     ``precheck`` ignores ``actor``. Equal requests compare equal; ``replace_where`` is left out of the
-    hash (a mapping is not hashable), so equal requests still hash alike.
+    hash (a mapping is not hashable), so equal requests still hash alike. A request pickles (and copies)
+    as the arguments that make it, validated again when it is rebuilt.
     """
 
     mode: CommitMode | str = CommitMode.APPEND
@@ -105,8 +106,26 @@ class CommitRequest:
         version = self.expected_version
         if version is not None and (type(version) is not int or version < 0):
             raise ValueError(f"expected_version must be None or an int >= 0, not {version!r}")
-        if self.actor is not None and not isinstance(self.actor, str):
-            raise ValueError(f"actor must be None or a str, not {self.actor!r}")
+        if self.actor is not None and (not isinstance(self.actor, str) or not self.actor):
+            raise ValueError(f"actor must be None or a non-empty str, not {self.actor!r}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The read-only mappings do not pickle; the plain ones they were made from do.
+        where = self.replace_where
+        plain = None if where is None else {table: _plain(f) for table, f in where.items()}
+        return (
+            CommitRequest,
+            (
+                self.mode,
+                self.expected_version,
+                self.idempotency_key,
+                self.actor,
+                self.key_issued_at,
+                plain,
+                self.app_id,
+                self.app_version,
+            ),
+        )
 
     @property
     def mode_name(self) -> str:
@@ -128,6 +147,11 @@ def _frozen_filter(where: Any) -> Any:
     if not isinstance(where, Mapping):
         return where
     return MappingProxyType({column: _frozen_values(values) for column, values in where.items()})
+
+
+def _plain(where: Any) -> Any:
+    """A frozen partition filter as the plain mapping it was made from."""
+    return dict(where) if isinstance(where, Mapping) else where
 
 
 def _frozen_values(values: Any) -> Any:

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from backends.server import (
+from servers.server import (
     S3Endpoint,
     S3Server,
     ServerStartFailed,

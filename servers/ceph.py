@@ -24,8 +24,8 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from backends.containers import create_bucket
-from backends.server import (
+from servers.containers import create_bucket
+from servers.server import (
     S3Endpoint,
     S3Server,
     ServerStartFailed,

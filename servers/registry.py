@@ -1,16 +1,16 @@
 """The one place S3 server providers are looked up by name: the CLI, the pytest plugin and CI stages.
 
-``provider("minio")()`` is an unstarted :class:`backends.server.S3Server`; use it as a context manager.
+``provider("minio")()`` is an unstarted :class:`servers.server.S3Server`; use it as a context manager.
 Providers that need Docker are marked so callers can say so before trying (``needs_docker``).
 """
 
 from __future__ import annotations
 
-from backends.ceph import CephRGW
-from backends.containers import ContainerS3Server, MinIO, RustFS
-from backends.moto import Moto
-from backends.seaweedfs import SeaweedFS
-from backends.server import S3Server
+from servers.ceph import CephRGW
+from servers.containers import ContainerS3Server, MinIO, RustFS
+from servers.moto import Moto
+from servers.seaweedfs import SeaweedFS
+from servers.server import S3Server
 from storage_adapter.errors import ConfigurationError
 
 PROVIDERS: dict[str, type[S3Server]] = {

@@ -17,8 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from backends.containers import create_bucket
-from backends.server import (
+from servers.containers import create_bucket
+from servers.server import (
     S3Endpoint,
     S3Server,
     ServerUnavailable,
