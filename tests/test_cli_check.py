@@ -191,13 +191,19 @@ def test_bad_input_is_one_line_and_exit_2(args: list[str], env: dict[str, str], 
 
 
 def test_check_cli_on_memory_and_local(tmp_path: Path) -> None:
-    """The real contract through the CLI: judged memory + local (no peers), report written, exit 0."""
+    """The real contract through the CLI: judged memory + local (no peers), report written, exit 0. The
+    clauses run are the races in threads and spawned processes and the round trips: what the CLI's own
+    plumbing (sizes, targets, spawned workers, report) reaches. Every clause runs through the CLI in
+    scripts/test.sh's SeaweedFS stage, and on memory and local in tests/test_contract_embedded.py (the
+    whole check here cost 36-55 s)."""
     report = tmp_path / "report"
     result = _run_cli(
         "check",
         "memory://cli-check",
         f"file://{tmp_path}/local",
         "--no-peers",
+        "--clauses",
+        "processes or cas_increments or round_trip",
         "--threads",
         "4",
         "--processes",
