@@ -28,9 +28,10 @@ esac
 export PYSPARK_PYTHON="$PWD/.venv/bin/python"
 ci/contract-stage seaweedfs
 took "the SeaweedFS contract stage"
-# The default tier runs on two pytest-xdist workers (measured: docs/ci.md); a tier chosen with -m, or a
-# worker count given with -n, runs as asked (the stress campaigns are sized for a machine of their own).
-workers=(-n 2 --dist worksteal)
+# The default tier runs on three pytest-xdist workers on two cores (measured, docs/ci.md: the suite waits
+# on spawned processes, Spark jobs and servers more than it computes); a tier chosen with -m, or a worker
+# count given with -n, runs as asked (the stress campaigns are sized for a machine of their own).
+workers=(-n 3 --dist worksteal)
 for arg in "$@"; do
   case "$arg" in -m* | -n* | --numprocesses*) workers=() ;; esac
 done

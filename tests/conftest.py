@@ -108,6 +108,10 @@ STRESS_ONLY = {
     "which keeps the kill in the default tier",
     "test_retried_task_attempts_leave_only_invisible_reclaimable_fragments[seaweedfs-datasource]": "36 s; the same retry path runs on the local target, SeaweedFS's fragments in the other bulk tests",
     "test_retried_task_attempts_leave_only_invisible_reclaimable_fragments[seaweedfs-bulk_load]": "30 s; as above",
+    "test_retried_task_attempts_leave_only_invisible_reclaimable_fragments[local-bulk_load]": "46-69 s (a Spark "
+    "driver of its own, every retry a fresh Python worker); bulk_load and the data source write with the same "
+    "task code (storage_adapter/spark/load.py), whose retries the [local-datasource] run keeps in the default "
+    "tier, and bulk_load's other tests run there",
 }
 
 

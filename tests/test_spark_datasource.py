@@ -356,7 +356,9 @@ def test_streaming_lands_every_micro_batch_once_across_a_kill(
     source, checkpoint, counts = tmp_path / "in", tmp_path / "checkpoint", tmp_path / "fired"
     source.mkdir()
     counts.mkdir()
-    for f in range(4):
+    # Three micro-batches: the killed one, replayed as a no-op, and two landed after the restart (a fourth
+    # proved nothing more and cost a job of its own).
+    for f in range(3):
         rows = [{"id": f * 10 + i, "day": f"d{f}", "score": 1.0} for i in range(5)]
         (source / f"part-{f}.json").write_text("\n".join(json.dumps(r) for r in rows))
     command = [
@@ -391,8 +393,8 @@ def test_streaming_lands_every_micro_batch_once_across_a_kill(
         spark, engine.adapter.url, options_of(engine), "events", str(source), str(checkpoint)
     )
     table = engine.read("events")
-    assert sorted(table.column("id").to_pylist()) == [f * 10 + i for f in range(4) for i in range(5)]
-    assert engine.app_version(f"spark-query-{query_id}") == 3
+    assert sorted(table.column("id").to_pylist()) == [f * 10 + i for f in range(3) for i in range(5)]
+    assert engine.app_version(f"spark-query-{query_id}") == 2
 
 
 def test_a_complete_mode_stream_replaces_the_table_in_each_micro_batch(
