@@ -182,7 +182,15 @@ def test_in_flight_duplicate_waits_with_bounded_backoff_then_409(adapter: Any) -
     sleeps: list[float] = []
     handler = Calls(HandlerResult(200))
     policy = Policy(first_wait_s=0.01, max_wait_s=0.04, total_wait_s=0.2)
-    response = run_idempotent(store, request(key), handler, policy=policy, sleep=_recording_sleep(sleeps))
+    # The wait runs on a clock only its sleeps advance: the same sleeps however slow the server answers
+    # (a real clock lost the third sleep on a busy machine).
+    now = [0.0]
+
+    def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        now[0] += seconds
+
+    response = run_idempotent(store, request(key), handler, policy=policy, sleep=sleep, clock=lambda: now[0])
     assert (response.status, response.problem_type, handler.runs) == (409, "idempotency_in_progress", 0)
     assert sleeps[:3] == [0.01, 0.02, 0.04] and set(sleeps[2:]) == {0.04}  # doubling, capped; never 0
     assert sum(sleeps) <= policy.total_wait_s
@@ -440,14 +448,6 @@ def test_first_call_costs_at_most_reserve_and_finalize() -> None:
 
 def _fingerprint() -> str:
     return payload_fingerprint({"a": 1})
-
-
-def _recording_sleep(sleeps: list[float]) -> Any:
-    def sleep(seconds: float) -> None:
-        sleeps.append(seconds)
-        time.sleep(seconds)
-
-    return sleep
 
 
 class Unavailable:

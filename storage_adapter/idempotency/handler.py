@@ -121,6 +121,7 @@ def run_idempotent(
     replayer: Replayer | None = None,
     policy: Policy = Policy(),
     sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
 ) -> Response:
     """Run ``handler`` at most once per (realm, key) and answer every duplicate with the same outcome.
 
@@ -132,13 +133,17 @@ def run_idempotent(
     non-str error subtype, a summary that is not bounded JSON: ValueError); the record is never left
     in progress. Every other failure (of the store, of the reconciler) is a response from the outcomes
     table in docs/idempotency.md, and a record this call owned is released first, never left in progress.
+
+    A duplicate in progress waits through ``sleep`` and measures ``policy.total_wait_s`` on ``clock``
+    (seconds, monotonic); a test passes a clock its ``sleep`` advances, so the wait is the same however
+    slow the machine is.
     """
     try:
         key = store.key_format.validate(request.key)
     except InvalidIdempotencyKeyError as exc:
         return problem(400, KEY_INVALID, str(exc))
     try:
-        claim = _claim(store, request, key, policy, sleep)
+        claim = _claim(store, request, key, policy, sleep, clock)
     except Exception as exc:
         if not isinstance(exc, StorageError):
             raise  # invalid arguments (TypeError/ValueError before any request)
@@ -156,12 +161,13 @@ def _claim(
     key: str,
     policy: Policy,
     sleep: Callable[[float], None],
+    clock: Callable[[], float],
 ) -> Owned | IdempotencyRecord | Response:
     """Own the key (reserve, or take a stale lease over), or the finalized record to replay, or the
     answer (422, 409) when neither is possible. Raises the store's errors."""
     fingerprint = payload_fingerprint(request.payload)
     binding = (request.operation, request.resource, fingerprint)
-    give_up_at = time.monotonic() + policy.total_wait_s
+    give_up_at = clock() + policy.total_wait_s
     delay = policy.first_wait_s
     while True:
         claim = store.reserve(
@@ -184,7 +190,7 @@ def _claim(
             if successor is not None:
                 return successor
             continue  # someone else changed it first: look again without waiting
-        if time.monotonic() + delay > give_up_at:
+        if clock() + delay > give_up_at:
             return problem(409, IN_PROGRESS, f"key {key!r} is being processed; retry later")
         sleep(delay)
         delay = min(delay * 2, policy.max_wait_s)
