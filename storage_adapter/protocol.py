@@ -43,8 +43,14 @@ class StorageAdapter(Protocol):
     * **Linearizable mutations.** ``write``, ``write_if_absent``, ``write_if_match``, ``delete`` and
       ``rename`` of one key take effect in one instant between call and return, across threads and (where
       ``capabilities.shared_across_processes``) processes.
-    * **Pickling.** An adapter pickles, and the copy addresses the same objects (process and Spark
-      workers reopen it from its configuration). Adapters built from the same configuration compare equal.
+    * **Time order.** The ``last_modified`` a listing reports for an object never goes back across an
+      operation that replaces it (``write``, ``write_if_match``, a streamed write, a ``rename`` onto
+      it): a replacement is dated when it takes effect, never with the time of the bytes it moves.
+    * **Pickling and identity.** An adapter pickles, and the copy addresses the same objects (process and
+      Spark workers reopen it from its configuration). Equality and hash follow the place an adapter
+      addresses, not how it was built: ``child("a").child("b") == child("a/b")``, and an adapter opened
+      at a child's URL with the same options equals that child; adapters of different places are
+      unequal.
     """
 
     # -- identity ------------------------------------------------------------------------------------
