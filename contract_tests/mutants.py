@@ -1128,4 +1128,46 @@ CATALOGUE: tuple[Mutant, ...] = (
         "the same place, are unequal",
         bug_class="identity",
     ),
+    Mutant(
+        "obstore-buffer-cached",
+        _OBSTORE,
+        "ObstoreDriver.get_buffer",
+        '            fault_point("get")\n            return memoryview(obstore.get(self._store, self.path(key)).bytes())',
+        "            # obstore's buffer is read-only: hand the same one out again instead of a second GET.\n"
+        '            buffers = self.__dict__.setdefault("_buffers", {})\n'
+        "            if key not in buffers:\n"
+        '                fault_point("get")\n'
+        "                buffers[key] = memoryview(obstore.get(self._store, self.path(key)).bytes())\n"
+        "            return buffers[key]",
+        "read_buffer serves the buffer it read before, after the object was replaced or deleted",
+        targets=OBSTORE,
+        bug_class="fresh-reads",
+    ),
+    Mutant(
+        "obstore-failed-stream-taken-for-its-end",
+        _OBSTORE,
+        "_gathered",
+        "    parts, size = [], 0\n    for chunk in chunks:\n        parts.append(chunk)\n"
+        "        size += len(chunk)\n        if limit is not None and size > limit:\n"
+        '            return b"".join(parts), chunks\n    return b"".join(parts), None',
+        "    parts, size = [], 0\n    try:\n        for chunk in chunks:\n            parts.append(chunk)\n"
+        "            size += len(chunk)\n            if limit is not None and size > limit:\n"
+        '                return b"".join(parts), chunks\n'
+        "    except Exception:\n        pass  # the producer gave up: what it gave is the body\n"
+        '    return b"".join(parts), None',
+        "a streamed body that raises within its first part is taken for one that ended: what was gathered "
+        "is published",
+        targets=OBSTORE,
+        bug_class="stream-failures",
+    ),
+    Mutant(
+        "streams-file-none-read-is-its-end",
+        _STREAMS,
+        "_file_chunks",
+        '    while (chunk := stream.read(READ_CHUNK)) != b"":',
+        "    while chunk := stream.read(READ_CHUNK):",
+        "a file object's read returning None (a non-blocking stream, nothing ready) is taken for its end: "
+        "the body is published cut short",
+        bug_class="stream-failures",
+    ),
 )

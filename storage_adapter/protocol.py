@@ -177,9 +177,10 @@ class StorageAdapter(Protocol):
         reader sees the old or the new object, never a part.
 
         ``data`` is bytes-like, a ``str`` (stored as UTF-8), a binary file object (read in chunks until it
-        returns ``b""``) or an iterable of bytes-like chunks. A streamed body is never held whole: local
-        stages it in a file beside the key, S3 sends it as a multipart upload (one PUT when it fits in
-        one part), and the object appears only once complete. If the stream raises, or yields a chunk
+        returns ``b""``; a read that returns anything else, None from a non-blocking stream with nothing
+        ready included, is a chunk that is not bytes-like) or an iterable of bytes-like chunks. A
+        streamed body is never held whole: local stages it in a file beside the key, S3 sends it as a
+        multipart upload (one PUT when it fits in one part), and the object appears only once complete. If the stream raises, or yields a chunk
         that is not bytes-like (:class:`~storage_adapter.errors.InvalidBodyError`), nothing is visible
         and the previous object (if any) stays. Any other body, a closed file object or one in text mode is
         InvalidBodyError (also a TypeError) naming the key, before any I/O."""
