@@ -724,9 +724,9 @@ CATALOGUE: tuple[Mutant, ...] = (
         "LocalMutator.delete",
         "        except _Absent:\n            return\n        self._prune(directory)",
         "        except _Absent:\n            return",
-        "deletes never prune emptied directories (list_dir shows deleted prefixes)",
+        "deletes never prune the directories they empty: a later write of an object named like one fails, "
+        "and the tree grows without bound",
         targets=LOCAL,
-        equivalent="list_dir reports a directory only if it holds an object (as S3 reports prefixes), so an emptied directory left behind is invisible through the API; the pruning itself is checked by tests/test_local_mutation.py",
         bug_class="leftovers",
     ),
     Mutant(
@@ -735,9 +735,9 @@ CATALOGUE: tuple[Mutant, ...] = (
         "LocalMutator.rename",
         "            self._prune(src_dir if moved else dst_dir)",
         "            if moved:\n                self._prune(src_dir)",
-        "a failed rename leaves the destination's directory behind",
+        "a rename of a missing source leaves behind the destination's directory it created before it "
+        "knew the source was missing",
         targets=LOCAL,
-        equivalent="to the API an empty directory is no prefix (list_dir shows only prefixes holding objects), so the leftover is invisible to every reader; tests/test_local_mutation.py checks the disk",
         bug_class="leftovers",
     ),
     Mutant(
@@ -1169,5 +1169,36 @@ CATALOGUE: tuple[Mutant, ...] = (
         "a file object's read returning None (a non-blocking stream, nothing ready) is taken for its end: "
         "the body is published cut short",
         bug_class="stream-failures",
+    ),
+    Mutant(
+        "local-prune-one-level",
+        _MUTATION,
+        "LocalMutator._prune",
+        "            for depth in range(len(names), 0, -1):",
+        "            for depth in range(len(names), len(names) - 1, -1):",
+        "pruning removes the emptied directory itself but not the ancestors it leaves empty",
+        targets=LOCAL,
+        bug_class="leftovers",
+    ),
+    Mutant(
+        "local-cas-absent-creates-directory",
+        _MUTATION,
+        "LocalMutator.write_if_match",
+        "            with self._locked((directory, False)) as (chain,):",
+        "            with self._locked((directory, True)) as (chain,):",
+        "write_if_match walks to the key's directory as a write does, creating it: a CAS on an absent key "
+        "in a new directory answers None and leaves the directories behind",
+        targets=LOCAL,
+        bug_class="leftovers",
+    ),
+    Mutant(
+        "local-rename-source-not-pruned",
+        _MUTATION,
+        "LocalMutator.rename",
+        "            self._prune(src_dir if moved else dst_dir)",
+        "            self._prune(dst_dir if moved else src_dir)",
+        "rename prunes the wrong side: the source directories a move empties stay behind",
+        targets=LOCAL,
+        bug_class="leftovers",
     ),
 )
