@@ -1201,4 +1201,28 @@ CATALOGUE: tuple[Mutant, ...] = (
         targets=LOCAL,
         bug_class="leftovers",
     ),
+    Mutant(
+        "local-delete-checks-before-locking",
+        _MUTATION,
+        "LocalMutator.delete",
+        "            with self._locked((directory, False)) as (chain,):\n"
+        "                st = stat_entry(chain.fd, name, chain.entry(name))\n"
+        "                if st is None or stat.S_ISDIR(st.st_mode):\n"
+        "                    return  # no object, or only a prefix of other keys: none to delete (as on S3)\n"
+        '                fault_point("unlink")',
+        "            # A cheap look first: a delete of a missing key needs no lock at all.\n"
+        "            seen = open_chain(self.root, directory, create=False)\n"
+        "            if seen is None:\n"
+        "                raise _Absent\n"
+        "            with seen:\n"
+        "                st = stat_entry(seen.fd, name, seen.entry(name))\n"
+        "            if st is None or stat.S_ISDIR(st.st_mode):\n"
+        "                return  # no object, or only a prefix of other keys: none to delete (as on S3)\n"
+        "            with self._locked((directory, False)) as (chain,):\n"
+        '                fault_point("unlink")',
+        "delete checks that the object exists before taking its directory lock: of two racing deletes, "
+        "the second finds it gone at its unlink and raises NotFoundError",
+        targets=LOCAL,
+        bug_class="racing-deletes",
+    ),
 )
