@@ -1225,4 +1225,22 @@ CATALOGUE: tuple[Mutant, ...] = (
         targets=LOCAL,
         bug_class="racing-deletes",
     ),
+    Mutant(
+        "local-rename-copies-then-unlinks",
+        _MUTATION,
+        "LocalMutator.rename",
+        '                fault_point("rename")\n'
+        "                os.rename(src_name, dst_name, src_dir_fd=src_chain.fd, dst_dir_fd=dst_chain.fd)",
+        '                fault_point("rename")\n'
+        "                # A copy then an unlink, as it must be across filesystems (rename(2) fails with EXDEV).\n"
+        '                with open(os.open(src_name, _READ_FLAGS, dir_fd=src_chain.fd), "rb") as source:\n'
+        "                    copy, _ = self._stage(dst_chain, dst_name, source.read(), self._current(dst_chain, dst_name))\n"
+        "                os.rename(copy, dst_name, src_dir_fd=dst_chain.fd, dst_dir_fd=dst_chain.fd)\n"
+        "                os.fsync(dst_chain.fd)  # the new name first: a crash between leaves both, never none\n"
+        "                os.unlink(src_name, dir_fd=src_chain.fd)",
+        "rename copies the object to its destination, syncs it, then unlinks the source, while the "
+        "capabilities declare it atomic: while the sync runs both keys hold it",
+        targets=LOCAL,
+        bug_class="rename-atomicity",
+    ),
 )
