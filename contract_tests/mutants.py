@@ -17,8 +17,8 @@ re-indented by as much as the code's indentation now differs from the one ``find
 replacement of several lines needs a ``find`` that starts with its indentation.
 
 ``targets`` are the embedded targets where the mutated code runs. A mutant no behaviour can reveal is
-kept, with ``equivalent`` saying why, and never run. ``smoke`` marks the CI-sized subset: one or two per
-bug class. ``bug_class`` names the kind of promise the bug breaks, one of :data:`BUG_CLASSES`: the
+kept, with ``equivalent`` saying why, and never run. ``smoke`` marks the CI-sized subset: one or more
+of every bug class. ``bug_class`` names the kind of promise the bug breaks, one of :data:`BUG_CLASSES`: the
 harness reports kills per class, so a class the contract is blind to shows as one, whatever the total.
 """
 
@@ -122,6 +122,7 @@ CATALOGUE: tuple[Mutant, ...] = (
         "            if src == dst:",
         "            if src == dst and False:",
         "rename(k, k) goes through copy-then-delete (deletes the object on memory, changes the token)",
+        smoke=True,
         bug_class="renames",
     ),
     Mutant(
@@ -161,6 +162,7 @@ CATALOGUE: tuple[Mutant, ...] = (
         "infos = [i for i in self.list(prefix.rsplit('/', 1)[0] if '/' in prefix else '') "
         "if i.key.startswith(prefix)]",
         "delete_prefix('a') also deletes 'ab/x' (string prefix instead of whole segments)",
+        smoke=True,
         bug_class="prefix-deletes",
     ),
     Mutant(
@@ -749,6 +751,7 @@ CATALOGUE: tuple[Mutant, ...] = (
         "rename does not re-date the moved object: the destination's last_modified goes back to the "
         "source's write (and on a coarse-timestamp filesystem a token may repeat)",
         targets=LOCAL,
+        smoke=True,
         bug_class="time-order",
     ),
     Mutant(
@@ -1126,6 +1129,7 @@ CATALOGUE: tuple[Mutant, ...] = (
         "return (self._config.backend, self._config.location, self._config.prefix, self._config.options)",
         "adapters compare and hash by their configuration: file:///r with child 'p' and file:///r/p, "
         "the same place, are unequal",
+        smoke=True,
         bug_class="identity",
     ),
     Mutant(
@@ -1141,6 +1145,7 @@ CATALOGUE: tuple[Mutant, ...] = (
         "            return buffers[key]",
         "read_buffer serves the buffer it read before, after the object was replaced or deleted",
         targets=OBSTORE,
+        smoke=True,
         bug_class="fresh-reads",
     ),
     Mutant(
@@ -1158,6 +1163,7 @@ CATALOGUE: tuple[Mutant, ...] = (
         "a streamed body that raises within its first part is taken for one that ended: what was gathered "
         "is published",
         targets=OBSTORE,
+        smoke=True,
         bug_class="stream-failures",
     ),
     Mutant(
@@ -1189,6 +1195,7 @@ CATALOGUE: tuple[Mutant, ...] = (
         "write_if_match walks to the key's directory as a write does, creating it: a CAS on an absent key "
         "in a new directory answers None and leaves the directories behind",
         targets=LOCAL,
+        smoke=True,
         bug_class="leftovers",
     ),
     Mutant(
@@ -1223,6 +1230,7 @@ CATALOGUE: tuple[Mutant, ...] = (
         "delete checks that the object exists before taking its directory lock: of two racing deletes, "
         "the second finds it gone at its unlink and raises NotFoundError",
         targets=LOCAL,
+        smoke=True,
         bug_class="racing-deletes",
     ),
     Mutant(
@@ -1241,6 +1249,7 @@ CATALOGUE: tuple[Mutant, ...] = (
         "rename copies the object to its destination, syncs it, then unlinks the source, while the "
         "capabilities declare it atomic: while the sync runs both keys hold it",
         targets=LOCAL,
+        smoke=True,
         bug_class="rename-atomicity",
     ),
 )

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from contract_tests import mutation
-from contract_tests.mutants import CATALOGUE, Mutant
+from contract_tests.mutants import BUG_CLASSES, CATALOGUE, Mutant
 
 
 def test_every_mutant_applies_exactly_once_and_compiles(tmp_path: Path) -> None:
@@ -122,6 +122,15 @@ def test_a_missing_or_ambiguous_function_is_refused_by_name(
     root = _package(tmp_path, modules)
     with pytest.raises(mutation.MutationError, match=rf"{_ACCEPTS_EMPTY.name}: .*{re.escape(reason)}"):
         mutation.check_catalogue([_ACCEPTS_EMPTY], root)
+
+
+def test_every_bug_class_has_a_live_mutant_and_one_in_the_smoke_subset() -> None:
+    """A class whose every mutant is declared equivalent would be a class the score does not measure; and
+    the CI-sized subset spans every class."""
+    live = {m.bug_class for m in CATALOGUE if not m.equivalent}
+    smoke = {m.bug_class for m in CATALOGUE if m.smoke}
+    assert live == set(BUG_CLASSES), sorted(set(BUG_CLASSES) - live)
+    assert smoke == set(BUG_CLASSES), sorted(set(BUG_CLASSES) - smoke)
 
 
 def test_the_report_counts_verdicts_per_bug_class() -> None:
