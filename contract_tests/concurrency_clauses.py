@@ -58,7 +58,7 @@ DELETE_RACE_SIBLING_SIZE = 256 * 1024
 DELETE_RACE_DELAY_S = 0.0005
 RENAME_CAS_ROUNDS = 16
 RENAME_WATCH_ROUNDS = 8
-RENAME_WATCHERS = 2
+RENAME_WATCHERS = 3
 CROSSING_RACERS = 4
 # A deadlock needs renames that each hold one lock while taking another: atomic renames. Elsewhere a
 # rename is two separate single-key calls, so one round of each pattern checks the outcomes (and a server

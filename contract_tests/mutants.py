@@ -369,11 +369,10 @@ CATALOGUE: tuple[Mutant, ...] = (
         "            data = obstore.get(self._store, self.path(src)).bytes()\n"
         "            self._delete_path(self.path(src))\n"
         "            obstore.put(self._store, self.path(dst), bytes(data))",
-        "rename deletes the source before the copy lands (a crash or failure loses the object)",
+        "rename deletes the source before the copy lands: for a moment neither key holds the object (and "
+        "a crash or failure between loses it)",
         targets=OBSTORE,
-        equivalent="only a crash between delete and put shows it; no clause crashes "
-        "mid-rename on S3 or memory (the recovery-sidecar protocol never relies on rename)",
-        bug_class="renames",
+        bug_class="rename-atomicity",
     ),
     Mutant(
         "obstore-list-dir-no-confirm",

@@ -333,13 +333,15 @@ class ChainWatch:
     cut_off: bool
 
 
-def _sweep(adapter: StorageAdapter, round_: int, down: bool, listed: bool) -> tuple[list[int], list[int]]:
-    """One look at each key of round ``round_``'s chain, last key first (``down``) or first key first:
-    by ``read_if_exists``, or by a listing of the key's directory (``listed``). Returns the positions
-    where the object was, and those where something else was."""
+def _sweep(
+    adapter: StorageAdapter, round_: int, floor: int, down: bool, listed: bool
+) -> tuple[list[int], list[int]]:
+    """One look at each key of round ``round_``'s chain from position ``floor`` on, last key first
+    (``down``) or ``floor`` first: by ``read_if_exists``, or by a listing of the key's directory
+    (``listed``). Returns the positions where the object was, and those where something else was."""
     keys, body = chain_keys(round_), chain_body(round_)
     present, wrong = [], []
-    for position in reversed(range(len(keys))) if down else range(len(keys)):
+    for position in reversed(range(floor, len(keys))) if down else range(floor, len(keys)):
         key = keys[position]
         if listed:
             infos = adapter.list(key.rsplit("/", 1)[0])
@@ -356,12 +358,14 @@ def renames_watched(adapter: StorageAdapter, rounds: int, index: int, sync: Sync
     """Racer 0 writes each round's object at the first key of its chain, then (the racers released
     together) renames it along the chain, one key at a time. The other racers watch it meanwhile:
     sweeps down the chain and up it, alternately, each by reads or by listings (alternating every two
-    sweeps), until a sweep finds it at the last key, where it stays.
+    sweeps), from the furthest key they have seen it at, until a sweep finds it at the last key, where
+    it stays.
 
     Renames only move it forward, so a sweep *down* that finds it under two keys saw one rename make it
     visible at its target while its source still held it, which an atomic rename never shows; and a
-    sweep *up* that finds it under no key saw it vanish from a key before it appeared at the next, which
-    no rename may show (a copy then a delete shows both for a moment, never neither)."""
+    sweep *up* from a key it has reached that finds it under no key saw it vanish from a key before it
+    appeared at the next, which no rename may show (a copy then a delete shows both for a moment, never
+    neither)."""
     sweeps = 0
     doubles: list[str] = []
     misses: list[str] = []
@@ -377,9 +381,11 @@ def renames_watched(adapter: StorageAdapter, rounds: int, index: int, sync: Sync
                 adapter.rename(src, dst)
             continue
         deadline = time.monotonic() + CHAIN_WATCH_S
+        floor = 0  # it has been seen there: it is there or further on
         while True:
             down, listed = sweeps % 2 == 0, sweeps % 4 >= 2
-            present, wrong = _sweep(adapter, round_, down, listed)
+            present, wrong = _sweep(adapter, round_, floor, down, listed)
+            floor = max([floor, *present])
             sweeps += 1
             seen = (
                 f"round {round_}, a sweep {'down' if down else 'up'} the chain by "
