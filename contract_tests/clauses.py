@@ -15,7 +15,6 @@ The adapter must pickle (process clauses reopen it in spawned processes) and off
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import json
 import pickle
 import traceback
@@ -527,13 +526,13 @@ class AdapterContract(BulkClauses, ConcurrencyClauses, FailureClauses, Housekeep
         dated("rename from another directory of an older object")
         adapter.rename("d/src", "d/k")
         dated("rename within the directory of an older object")
-        # Each step against the latest time before it, not only the previous step's.
-        latest = itertools.accumulate(history, lambda a, b: max(a, b, key=lambda step: step[1]))
-        backwards = [
-            f"{step}: {after.isoformat()} < {before.isoformat()} ({earlier})"
-            for (earlier, before), (step, after) in zip(latest, history[1:], strict=False)
-            if after < before
-        ]
+        backwards = []
+        latest = history[0]  # each step is judged against the latest time before it
+        for step, after in history[1:]:
+            if after < latest[1]:
+                backwards.append(f"{step}: {after.isoformat()} < {latest[1].isoformat()} ({latest[0]})")
+            else:
+                latest = (step, after)
         if backwards:
             raise Violation(
                 "last_modified went back across a replacement",

@@ -40,7 +40,6 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
-from functools import partial
 from typing import TYPE_CHECKING, Any, Literal
 
 import pytest
@@ -228,14 +227,20 @@ def _server(target: Target, request: pytest.FixtureRequest) -> S3Endpoint | None
     """The S3 server of an embedded server target (started on first use); None for any other target."""
     if target.url is not None or target.name in {b.name for b in registered() if b.scratch is not None}:
         return None
-    return request.getfixturevalue("storage_contract_servers").endpoint(target.name)
+    servers: ServerPool = request.getfixturevalue("storage_contract_servers")
+    return servers.endpoint(target.name)
 
 
 def target_opener(target: Target, request: pytest.FixtureRequest) -> Callable[[str], StorageAdapter]:
     """Opens an adapter at a URL of ``target`` the way its root is opened: by its factory, with the options
     of its server (none for a URL target, whose credentials come from the environment, or a scratch one)."""
     endpoint = _server(target, request)
-    return partial(target.open, **(endpoint.adapter_options() if endpoint is not None else {}))
+    options: dict[str, Any] = endpoint.adapter_options() if endpoint is not None else {}
+
+    def open_url(url: str) -> StorageAdapter:
+        return target.open(url, **options)
+
+    return open_url
 
 
 @contextmanager

@@ -340,7 +340,8 @@ def _sweep(
     (``down``) or ``floor`` first: by ``read_if_exists``, or by a listing of the key's directory
     (``listed``). Returns the positions where the object was, and those where something else was."""
     keys, body = chain_keys(round_), chain_body(round_)
-    present, wrong = [], []
+    present: list[int] = []
+    wrong: list[int] = []
     for position in reversed(range(floor, len(keys))) if down else range(floor, len(keys)):
         key = keys[position]
         if listed:
