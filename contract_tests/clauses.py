@@ -10,6 +10,8 @@ your own adapter, subclass and override the ``adapter`` fixture::
             yield my_adapter.child(f"contract-{uuid.uuid4().hex}")
 
 The adapter must pickle (process clauses reopen it in spawned processes) and offer ``child(prefix)``.
+Override ``reopen`` too (a callable opening an adapter at a URL as yours was opened) to have an adapter
+opened afresh at a child's URL compared with the child itself (test_identity_follows_the_address).
 """
 
 from __future__ import annotations
