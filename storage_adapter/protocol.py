@@ -206,7 +206,10 @@ class StorageAdapter(Protocol):
         ...
 
     def delete(self, key: str) -> None:
-        """Delete the object. Idempotent: deleting a missing object succeeds."""
+        """Delete the object. Idempotent: deleting a missing object succeeds, and so does each of any
+        number of concurrent deletes of one object. What a delete (or a rename, or a failed write) empties
+        is left as if never used: nothing is listed there, and an object can be written at the name of an
+        emptied prefix (no directory is left behind on a file system)."""
         ...
 
     def delete_many(self, keys: Iterable[str]) -> int:
@@ -223,7 +226,10 @@ class StorageAdapter(Protocol):
         """Move ``src`` to ``dst``, replacing ``dst``. Raises NotFoundError, changing nothing, if ``src``
         does not exist. Renaming a key onto itself changes nothing: the object keeps its bytes and its
         token (NotFoundError if it does not exist). Atomic only where
-        ``capabilities.atomic_rename``; elsewhere a copy then a delete (a crash between leaves both)."""
+        ``capabilities.atomic_rename``; elsewhere a copy then a delete (a crash between leaves both).
+        Readers and listings racing it see the object move, never vanish: looking at ``src`` and then at
+        ``dst`` they find it under at least one of them and, where atomic, looking at ``dst`` and then at
+        ``src`` under at most one; never a part of it at ``dst``."""
         ...
 
     def delete_prefix(self, prefix: str) -> int:
