@@ -10,6 +10,8 @@ your own adapter, subclass and override the ``adapter`` fixture::
             yield my_adapter.child(f"contract-{uuid.uuid4().hex}")
 
 The adapter must pickle (process clauses reopen it in spawned processes) and offer ``child(prefix)``.
+Override ``reopen`` too (a callable opening an adapter at a URL as yours was opened) to have an adapter
+opened afresh at a child's URL compared with the child itself (test_identity_follows_the_address).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import pickle
 import traceback
 from collections import Counter
 from collections.abc import Callable
+from datetime import datetime
 from functools import partial
 from typing import Any
 
@@ -189,6 +192,17 @@ class AdapterContract(BulkClauses, ConcurrencyClauses, FailureClauses, Housekeep
     def sizes(self, storage_contract_sizes: ContractSizes) -> ContractSizes:
         """Race sizes (threads, processes, increments) from the plugin's options."""
         return storage_contract_sizes
+
+    @pytest.fixture
+    def reopen(self, request: pytest.FixtureRequest) -> Callable[[str], StorageAdapter] | None:
+        """Opens an adapter at a URL the way ``adapter`` was opened (same factory, same options), or None
+        where the suite does not know how. The plugin's own ``adapter`` has one; a subclass that
+        overrides ``adapter`` overrides this too, to have an adapter opened afresh compared with one
+        built by ``child()`` (test_identity_follows_the_address)."""
+        if "storage_contract_adapter" not in request.fixturenames:
+            return None
+        opener: Callable[[str], StorageAdapter] = request.getfixturevalue("storage_contract_opener")
+        return opener
 
     # -- round trips -------------------------------------------------------------------------------------
     def test_round_trip_bytes(self, adapter: StorageAdapter) -> None:
@@ -484,6 +498,49 @@ class AdapterContract(BulkClauses, ConcurrencyClauses, FailureClauses, Housekeep
             adapter.rename("missing", "missing")
         assert [i.key for i in adapter.list()] == ["same/key"]
 
+    def test_last_modified_never_decreases_across_replacements(self, adapter: StorageAdapter) -> None:
+        """An object's listed last_modified never goes back along the operations that replace it: a
+        write, a write_if_match, a streamed write, and a rename onto it of an object written before all
+        of them (from another directory, then from the same one). A replacement is dated when it takes
+        effect, not with the time of the bytes it moves; list, iter_list and list_dir agree."""
+        adapter.write("early/src", b"written first, moved last")
+        adapter.write("d/src", b"written second, moved last")
+        history: list[tuple[str, datetime]] = []
+
+        def dated(step: str) -> None:
+            listed = {
+                "list": [i.last_modified for i in adapter.list("d") if i.key == "d/k"],
+                "iter_list": [i.last_modified for i in adapter.iter_list("d") if i.key == "d/k"],
+                "list_dir": [o.last_modified for o in adapter.list_dir("d").objects if o.key == "d/k"],
+            }
+            times = {time for found in listed.values() for time in found}
+            if len(times) != 1 or any(len(found) != 1 for found in listed.values()):
+                raise Violation(f"after {step}, the listings disagree on 'd/k'", repr(listed))
+            history.append((step, times.pop()))
+
+        token = adapter.write("d/k", b"v1")
+        dated("write")
+        if adapter.write_if_match("d/k", b"v2", token) is not None:  # a refused CAS replaces nothing
+            dated("write_if_match")
+        adapter.write("d/k", iter([b"v3, ", b"streamed"]))
+        dated("streamed write")
+        adapter.rename("early/src", "d/k")
+        dated("rename from another directory of an older object")
+        adapter.rename("d/src", "d/k")
+        dated("rename within the directory of an older object")
+        backwards = []
+        latest = history[0]  # each step is judged against the latest time before it
+        for step, after in history[1:]:
+            if after < latest[1]:
+                backwards.append(f"{step}: {after.isoformat()} < {latest[1].isoformat()} ({latest[0]})")
+            else:
+                latest = (step, after)
+        if backwards:
+            raise Violation(
+                "last_modified went back across a replacement",
+                "\n".join([*backwards, *(f"  {step}: {time.isoformat()}" for step, time in history)]),
+            )
+
     # -- errors and keys -------------------------------------------------------------------------------------------
     def test_not_found_is_typed(self, adapter: StorageAdapter) -> None:
         """Reads of an absent key raise NotFoundError (also a FileNotFoundError) naming key and backend;
@@ -661,6 +718,54 @@ class AdapterContract(BulkClauses, ConcurrencyClauses, FailureClauses, Housekeep
         clone = pickle.loads(pickle.dumps(adapter))
         assert clone == adapter and hash(clone) == hash(adapter)
         assert clone.read_bytes("k") == b"shared"
+
+    def test_identity_follows_the_address(
+        self, adapter: StorageAdapter, reopen: Callable[[str], StorageAdapter] | None
+    ) -> None:
+        """Equality, hash and URL follow the place an adapter addresses, not how it was built:
+        ``child('a').child('b')``, ``child('a/b')``, ``child('a/b/')``, a pickled copy and (where the suite
+        knows how to open one, ``reopen``) an adapter opened afresh at that child's URL with the same
+        options are all equal, hash alike, have one URL and read the same objects; an adapter of any
+        other place (the parent, ``child('a')``, ``child('a/c')``, ``child('a/b/c')``) equals none of them
+        and has another URL."""
+        adapter.write("a/b/k", b"addressed")
+        same = {
+            "child('a').child('b')": adapter.child("a").child("b"),
+            "child('a/b')": adapter.child("a/b"),
+            "child('a/b/')": adapter.child("a/b/"),
+            "pickled child('a/b')": pickle.loads(pickle.dumps(adapter.child("a/b"))),
+        }
+        if reopen is not None:
+            # Opened where the objects already are: opening a local root creates its directory.
+            same["opened at child('a/b').url"] = reopen(adapter.child("a/b").url)
+        others = {
+            "the adapter": adapter,
+            "child('a')": adapter.child("a"),
+            "child('a/c')": adapter.child("a/c"),
+            "child('a/b/c')": adapter.child("a/b/c"),
+        }
+        try:
+            problems = []
+            (first_name, first), *rest = same.items()
+            for name, other in rest:
+                if not (other == first and first == other):
+                    problems.append(f"{name} != {first_name} ({other!r} vs {first!r})")
+                elif hash(other) != hash(first):
+                    problems.append(f"{name} == {first_name}, but their hashes differ")
+                if other.url != first.url:
+                    problems.append(f"{name}.url is {other.url!r}, {first_name}.url {first.url!r}")
+            for name, built in same.items():
+                if built.read_if_exists("k") != b"addressed":
+                    problems.append(f"{name} does not read 'a/b/k' as 'k'")
+            problems += [
+                f"{name} == {first_name}, though it addresses another place ({other.url!r})"
+                for name, other in others.items()
+                if other == first or other.url == first.url
+            ]
+        finally:
+            adapter.delete("a/b/k")
+        if problems:
+            raise Violation("adapter identity does not follow the address", "\n".join(problems))
 
     def test_capabilities_are_declared_and_honest(self, adapter: StorageAdapter) -> None:
         """capabilities is a frozen Capabilities; unsupported operations raise rather than degrade;

@@ -13,10 +13,17 @@ is judged too: an answer that is none of the call's outcomes (a plain StorageErr
 write, PermissionDeniedError, ...) is a violation naming it; a transient BackendUnavailableError leaves
 its race undecided (inconclusive, never a pass).
 
+Readers and listings take no lock, so they race renames differently: watchers sweep a chain of keys an
+object is renamed along (:func:`contract_tests.race_tasks.renames_watched`) and judge what each sweep
+saw by the order it looked in, which needs no model of the renames' steps.
+
 Sizes: a burst of racers released together lands inside a race window of microseconds often, but not
 every time. The rounds below were measured on local, where every lock is a flock and a missing one shows
 only when a call lands inside another's critical section: each bug they target (the mutants in the
 issue's catalogue) is caught in every run, with a margin, while the module adds about 1.5 s on local.
+Racing deletes are lined up behind a write holding their directory's lock, which turns a window of
+microseconds into one of milliseconds; a copy-then-unlink rename is seen under two keys in about one
+sweep down the chain in seven.
 """
 
 from __future__ import annotations
@@ -42,7 +49,16 @@ CAS_RACE_ROUNDS = 8
 # The longest stagger of a write/delete behind the CAS it races: about a local CAS's critical section.
 CAS_RACE_STAGGER_S = 0.0015
 PRUNE_RACE_ROUNDS = 40
+# Racing deletes: few rounds of groups side by side, because SeaweedFS holds each delete of a key that
+# another delete of it is in, for a second or two; each group hits its window on local nearly every time.
+DELETE_RACE_ROUNDS = 2
+DELETE_RACE_GROUP = 4
+# The sibling written beside racing deletes, and how long the deletes wait for that write to start.
+DELETE_RACE_SIBLING_SIZE = 256 * 1024
+DELETE_RACE_DELAY_S = 0.0005
 RENAME_CAS_ROUNDS = 16
+RENAME_WATCH_ROUNDS = 8
+RENAME_WATCHERS = 3
 CROSSING_RACERS = 4
 # A deadlock needs renames that each hold one lock while taking another: atomic renames. Elsewhere a
 # rename is two separate single-key calls, so one round of each pattern checks the outcomes (and a server
@@ -314,6 +330,29 @@ def prune_race_plan(cells: int, rounds: int) -> Plan:
     return tuple(plan)
 
 
+def delete_race_plan(groups: int, rounds: int) -> Plan:
+    """Groups of DELETE_RACE_GROUP racers, each group on a fresh key in a directory of its own each
+    round: racer 0 writes a sibling of the key (a DELETE_RACE_SIBLING_SIZE body) while the others delete
+    the key (racer 1 writes it first), a little later. Where deletes lock the key's directory, as that
+    write does, they arrive while it holds the lock, so all of them are released together into the one
+    object they found. In every other round the group's last racer renames the key away instead."""
+    plan = []
+    for r in range(rounds):
+        row: list[Move | None] = []
+        for g in range(groups):
+            key = f"delete-race/r{r}/g{g}/k"
+            row += [
+                Move("write", f"delete-race/r{r}/g{g}/sibling", make_body(key, DELETE_RACE_SIBLING_SIZE)),
+                Move("delete", key, setup=_body(key), delay_s=DELETE_RACE_DELAY_S),
+                *(Move("delete", key, delay_s=DELETE_RACE_DELAY_S) for _ in range(DELETE_RACE_GROUP - 3)),
+                Move("rename", key, target=f"{key}-moved", delay_s=DELETE_RACE_DELAY_S)
+                if (r + g) % 2
+                else Move("delete", key, delay_s=DELETE_RACE_DELAY_S),
+            ]
+        plan.append(tuple(row))
+    return tuple(plan)
+
+
 def rename_cas_plan(groups: int, rounds: int) -> Plan:
     """Groups of three racers: one renames a source over a destination while the two others CAS the source
     and the destination with the tokens of their setup versions."""
@@ -380,6 +419,17 @@ class ConcurrencyClauses:
         other writes into that prefix or into a sibling prefix under the same parent."""
         run_planned(adapter, prune_race_plan(max(2, sizes.threads // 2), PRUNE_RACE_ROUNDS))
 
+    def test_racing_deletes_of_one_key_all_succeed(
+        self, adapter: StorageAdapter, sizes: ContractSizes
+    ) -> None:
+        """Deletes of one key released together (groups of them, each on a key of its own), beside a write
+        into the key's directory, all succeed (delete is idempotent: the ones that find the object gone
+        have nothing to do, and never raise NotFoundError or any other error), and the key is gone; a
+        rename of the key racing them moves it or finds it absent (NotFoundError), as some serial order
+        of the calls explains. A delete that looks for the object before it serializes with the others
+        finds it, then fails to remove it."""
+        run_planned(adapter, delete_race_plan(max(1, sizes.threads // DELETE_RACE_GROUP), DELETE_RACE_ROUNDS))
+
     def test_rename_racing_cas_on_both_keys_is_linearizable(
         self, adapter: StorageAdapter, sizes: ContractSizes
     ) -> None:
@@ -389,6 +439,44 @@ class ConcurrencyClauses:
         overwritten by the rename that replaced it before, nor one on the source resurrected after the
         move."""
         run_planned(adapter, rename_cas_plan(max(1, sizes.threads // 3), RENAME_CAS_ROUNDS))
+
+    def test_readers_racing_renames_see_the_object_once(self, adapter: StorageAdapter) -> None:
+        """Readers and listings racing renames never see an object vanish, nor (where
+        capabilities.atomic_rename) appear twice, nor torn: while one racer renames an object along a
+        chain of keys in different directories, watchers sweep the chain by reads and by listings
+        (race_tasks.renames_watched). A sweep up the chain always finds the object somewhere; where
+        renames are atomic, a sweep down it finds it under one key at most (a copy then a delete may
+        show it under two for a moment); every sighting is the object's whole body."""
+        atomic = adapter.capabilities.atomic_rename
+        task = partial(race_tasks.renames_watched, adapter, RENAME_WATCH_ROUNDS)
+        watches = race_in_threads(RENAME_WATCHERS + 1, task)[1:]
+        seen = {
+            "under two keys at once (an atomic rename shows one)": [s for w in watches for s in w.doubles],
+            "under no key": [s for w in watches for s in w.misses],
+            "with bytes that are not its own": [s for w in watches for s in w.torn],
+        }
+        if not atomic:
+            del seen["under two keys at once (an atomic rename shows one)"]
+        sweeps = sum(w.sweeps for w in watches)
+        found = {what: sightings for what, sightings in seen.items() if sightings}
+        if found:
+            raise Violation(
+                f"a watcher saw a renamed object {' and '.join(found)}",
+                "\n".join(
+                    [
+                        f"{sweeps} sweeps by {RENAME_WATCHERS} watchers of {RENAME_WATCH_ROUNDS} chains of "
+                        f"{race_tasks.RENAME_CHAIN} keys (capabilities.atomic_rename is {atomic})",
+                        *(f"{what}: {len(sightings)} sweeps" for what, sightings in found.items()),
+                        *(f"  {s}" for sightings in found.values() for s in sightings[:_SHOWN]),
+                    ]
+                ),
+            )
+        if any(w.cut_off for w in watches):
+            raise Inconclusive(
+                f"a rename chain did not reach its last key within {race_tasks.CHAIN_WATCH_S:g} s; no "
+                "violation seen",
+                f"{sweeps} sweeps",
+            )
 
     def test_crossing_renames_finish_and_keep_every_object(self, adapter: StorageAdapter) -> None:
         """Renames crossing between directories (a->b with b->a, and cycles a->b, b->c, c->a), released

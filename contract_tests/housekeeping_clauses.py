@@ -11,6 +11,10 @@ clauses use. What they pin down, on every backend:
   object below it.
 * ``delete_prefix`` takes whole segments and refuses the root (``""``, ``"/"``), deleting nothing; an
   emptied prefix is no longer listed and an adapter rooted there answers as an empty one.
+* A prefix emptied by any mix of deletes, renames and failed conditional or streamed writes leaves
+  nothing behind: nothing listed, and an object can be written under the prefix's own name (on a file
+  system, an empty directory left behind would refuse it). That is how a directory left on disk shows
+  through the API, on every backend alike.
 
 That a ``file://`` target's own root directory survives being emptied is not visible here (the clauses'
 adapters are children, whose directories are pruned like any prefix): ``tests/test_local_files.py``
@@ -22,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TypeVar
@@ -34,7 +38,7 @@ from contract_tests.concurrency_clauses import require_processes
 from contract_tests.plugin import ContractSizes
 from contract_tests.races import SPAWN, Sync, race_in_processes, race_in_threads
 from contract_tests.verdicts import Violation
-from storage_adapter.errors import NotFoundError, StorageError
+from storage_adapter.errors import NotFoundError, StorageError, UnsupportedOperationError
 from storage_adapter.protocol import StorageAdapter
 from storage_adapter.types import DirListing, ObjectInfo
 
@@ -65,6 +69,27 @@ HASH_NAMES = (
     "d#1x/k",
     "d#/k#-1",
 )
+
+
+def _raising_stream() -> Iterator[bytes]:
+    """A streamed body that fails after its first chunk."""
+    yield b"a first chunk"
+    raise RuntimeError("the producer failed")
+
+
+def _refused_names(adapter: StorageAdapter, keys: list[str]) -> list[str]:
+    """For the evidence: each directory name on the paths of ``keys`` (deepest first) that an object
+    cannot be written at, with the error, each name written and deleted again when it can be."""
+    names = sorted({key.rsplit("/", n)[0] for key in keys for n in range(1, key.count("/") + 1)}, key=len)
+    refused = []
+    for name in reversed(names):
+        try:
+            adapter.write(name, b"probe")
+        except StorageError as exc:
+            refused.append(f"  a write of {name!r} is refused: {type(exc).__name__}: {str(exc)[:160]}")
+        else:
+            adapter.delete(name)
+    return refused
 
 
 def _sweeping(work: Callable[[], T], sweep: Callable[[], object]) -> T:
@@ -361,6 +386,72 @@ class HousekeepingClauses:
             raise Violation(
                 "a listing showed what a write in flight stages", "\n".join(sorted(set(seen))[:20])
             )
+
+    # -- emptied prefixes -------------------------------------------------------------------------------------
+    def test_an_emptied_prefix_leaves_nothing_behind(self, adapter: StorageAdapter) -> None:
+        """However the objects under a prefix go, and whatever fails there, nothing is left where they
+        were. Under ``t``: objects deleted one by one at several depths and with delete_many, renamed out
+        of the prefix and deeper into it (then deleted), a write_if_match of an absent key in a new
+        directory (None), renames of a missing source whose directory is absent or present
+        (NotFoundError), streamed conditional writes that lose, and a streamed write that fails. Then
+        list('t') and list_dir('t') are empty, list_dir('') does not report 't', and a write of an
+        object named 't' (the name of every directory those operations touched, or of their parent)
+        succeeds and reads back: on a file system, a directory left behind would refuse it, and the
+        tree would grow with every such operation."""
+        keys = ["t/a/b/c/1", "t/a/b/2", "t/a/x/3", "t/d/e/4", "t/h/5", "t/s/6", "t/p2/7", "t/k/8"]
+        never_written = ["t/m/n/k", "t/u/v/k", "t/r/s/k", "t/r2/s/k", "t/w/y/k"]
+        tokens = {key: adapter.write(key, key) for key in keys}
+        adapter.write("kept", b"outside the prefix")
+        failed: dict[str, Callable[[], object]] = {
+            "write_if_match('t/m/n/k') of an absent key": lambda: adapter.write_if_match(
+                "t/m/n/k", b"x", tokens["t/h/5"]
+            ),
+            "streamed write_if_match('t/u/v/k') of an absent key": lambda: adapter.write_if_match(
+                "t/u/v/k", iter([b"x"]), tokens["t/h/5"]
+            ),
+            "streamed write_if_absent('t/k/8') of a present key": lambda: adapter.write_if_absent(
+                "t/k/8", iter([b"x"])
+            ),
+            "rename('t/p/q/missing', 't/r/s/k'), no source directory": lambda: adapter.rename(
+                "t/p/q/missing", "t/r/s/k"
+            ),
+            "rename('t/p2/missing', 't/r2/s/k'), the source's directory present": lambda: adapter.rename(
+                "t/p2/missing", "t/r2/s/k"
+            ),
+            "a streamed write('t/w/y/k') that raises": lambda: adapter.write("t/w/y/k", _raising_stream()),
+        }
+        problems = []
+        for what, call in failed.items():
+            try:
+                answer = call()
+            except (NotFoundError, UnsupportedOperationError, RuntimeError):
+                continue  # the failure each may answer (a streamed CAS may be refused by capabilities)
+            if answer is not None:
+                problems.append(f"{what} answered {answer!r}, not None or an error")
+        adapter.delete("t/a/b/c/1")  # its directory is emptied; its parent is not
+        adapter.delete("t/a/b/2")
+        adapter.delete_many(["t/a/x/3", "t/k/8"])
+        adapter.rename("t/d/e/4", "out/4")  # out of the prefix
+        adapter.rename("t/h/5", "t/h/i/j/5")  # deeper, then deleted
+        adapter.delete("t/h/i/j/5")
+        adapter.rename("t/s/6", "t/s/6b")  # beside itself, then deleted
+        adapter.delete("t/s/6b")
+        adapter.delete("t/p2/7")
+        listing = adapter.list_dir("t")
+        if adapter.list("t") or listing.objects or listing.prefixes:
+            problems.append(f"'t' still lists {adapter.list('t')} / {listing}")
+        if "t" in adapter.list_dir("").prefixes:
+            problems.append(f"list_dir('') reports the emptied prefix 't': {adapter.list_dir('')}")
+        try:
+            adapter.write("t", b"named like the emptied prefix")
+            if adapter.read_bytes("t") != b"named like the emptied prefix":
+                problems.append("an object written at 't' does not read back")
+            adapter.delete("t")
+        except StorageError as exc:
+            problems.append(f"write('t') after 't' was emptied: {exc!r}")
+            problems += _refused_names(adapter, [*keys, *never_written])
+        if problems:
+            raise Violation("an emptied prefix left something behind", "\n".join(problems))
 
     # -- delete_prefix ---------------------------------------------------------------------------------------
     def test_delete_prefix_refuses_the_root(self, adapter: StorageAdapter) -> None:

@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 from pathlib import Path
 
-from contract_tests.mutants import CATALOGUE, Mutant
+from contract_tests.mutants import BUG_CLASSES, CATALOGUE, Mutant
 from contract_tests.targets import EMBEDDED
 from servers.server import without_client_settings
 
@@ -114,6 +114,15 @@ class MutationReport:
 
     def count(self, verdict: Verdict) -> int:
         return sum(r.verdict is verdict for r in self.results)
+
+    def by_class(self) -> dict[str, Counter[Verdict]]:
+        """The verdicts of each bug class (the catalogue's order of classes), classes with no mutant left out."""
+        counts: dict[str, Counter[Verdict]] = {}
+        for name in BUG_CLASSES:
+            verdicts = Counter(r.verdict for r in self.results if r.mutant.bug_class == name)
+            if verdicts:
+                counts[name] = verdicts
+        return counts
 
     @property
     def scored(self) -> int:
@@ -288,6 +297,8 @@ def check_catalogue(catalogue: Sequence[Mutant], root: Path = SOURCE_ROOT) -> No
         unknown = set(mutant.targets) - set(EMBEDDED)
         if unknown:
             problems.append(f"{mutant.name}: unknown targets {sorted(unknown)}")
+        if mutant.bug_class not in BUG_CLASSES:
+            problems.append(f"{mutant.name}: bug class {mutant.bug_class!r} is none of {sorted(BUG_CLASSES)}")
     if problems:
         raise MutationError("stale mutant catalogue:\n  " + "\n  ".join(problems))
 
@@ -497,6 +508,9 @@ def _module(mutant: Mutant) -> str:
     return Path(mutant.path).name
 
 
+_CLASS_COLUMNS = (Verdict.KILLED, Verdict.FLAKY, Verdict.SURVIVED, Verdict.EQUIVALENT, Verdict.NOT_RUN)
+
+
 def render_markdown(report: MutationReport) -> str:
     lines = [
         "# Mutation score of the storage contract",
@@ -520,8 +534,16 @@ def render_markdown(report: MutationReport) -> str:
         lines.append(f"| {module} | {' | '.join(cells)} |")
     lines += [
         "",
-        "| mutant | module | bug | verdict | runs killed | first clause that failed |",
-        "|---|---|---|---|---|---|",
+        "| bug class | killed | flaky | survived | equivalent | not run |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for name, counts in report.by_class().items():
+        cells = [str(counts[v]) for v in _CLASS_COLUMNS]
+        lines.append(f"| {name} | {' | '.join(cells)} |")
+    lines += [
+        "",
+        "| mutant | class | module | bug | verdict | runs killed | first clause that failed |",
+        "|---|---|---|---|---|---|---|",
     ]
     for result in report.results:
         first = next((s for run in result.runs for s in run if s.failed), None)
@@ -532,7 +554,7 @@ def render_markdown(report: MutationReport) -> str:
         )
         killed = f"{result.killed_runs}/{len(result.runs)}" if result.runs else "-"
         lines.append(
-            f"| {result.mutant.name} | {_module(result.mutant)} | {result.mutant.bug} | "
+            f"| {result.mutant.name} | {result.mutant.bug_class} | {_module(result.mutant)} | {result.mutant.bug} | "
             f"{result.verdict.value} | {killed} | {clause.replace('|', '/')} |"
         )
     errors = [r for r in report.results if r.verdict is Verdict.ERROR]
@@ -562,6 +584,9 @@ def render_json(report: MutationReport) -> str:
             "score": report.score,
             "scored": report.scored,
             "counts": {v.value: report.count(v) for v in Verdict},
+            "classes": {
+                name: {v.value: counts[v] for v in Verdict} for name, counts in report.by_class().items()
+            },
             "targets": list(report.targets),
             "runs": report.runs,
             "seconds": report.seconds,
@@ -576,7 +601,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="storage-adapter mutate",
         description="Plant each catalogued bug in a copy of storage_adapter, run the contract against it "
-        "and report killed / flaky / survived per module (the mutation score of the referee).",
+        "and report killed / flaky / survived per module and per bug class (the mutation score of the "
+        "referee).",
         epilog="exit status: 0 score reached, 1 below --min-score (or an error), 2 bad input or a failing "
         "baseline",
     )
@@ -622,12 +648,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.list:
             check_catalogue(CATALOGUE)
             for m in mutants:
-                print(f"{m.name:40} {_module(m):20} {'EQUIVALENT ' if m.equivalent else ''}{m.bug}")
+                print(
+                    f"{m.name:40} {m.bug_class:20} {_module(m):20} {'EQUIVALENT ' if m.equivalent else ''}{m.bug}"
+                )
             return EXIT_OK
 
         def progress(result: MutantResult) -> None:
             print(
-                f"{result.verdict.value:10} {result.killed_runs}/{len(result.runs)} {result.mutant.name}",
+                f"{result.verdict.value:10} {result.killed_runs}/{len(result.runs)} {result.mutant.name} "
+                f"({result.mutant.bug_class})",
                 flush=True,
             )
 

@@ -23,7 +23,8 @@ passes (it may go on running until the process exits); fixtures run in the main 
 Fixtures, all prefixed so they cannot collide with a project's own: ``storage_contract_target``
 (session, one per target), ``storage_contract_servers`` (session: S3 servers started on demand),
 ``storage_contract_root`` (session adapter at the target's root), ``storage_contract_adapter``
-(function: a fresh random prefix, deleted afterwards) and ``storage_contract_sizes``.
+(function: a fresh random prefix, deleted afterwards), ``storage_contract_opener`` (session: opens a
+URL of the target as its root was opened) and ``storage_contract_sizes``.
 
 The plugin is silent in a session that did not ask for it: it prints its report header only when a
 target is configured (``--storage-url``, ``--storage-embedded`` or their ini settings), and its fixtures
@@ -36,7 +37,7 @@ import sys
 import threading
 import traceback
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -222,6 +223,26 @@ def storage_contract_servers() -> Iterator[ServerPool]:
         yield ServerPool(stack)
 
 
+def _server(target: Target, request: pytest.FixtureRequest) -> S3Endpoint | None:
+    """The S3 server of an embedded server target (started on first use); None for any other target."""
+    if target.url is not None or target.name in {b.name for b in registered() if b.scratch is not None}:
+        return None
+    servers: ServerPool = request.getfixturevalue("storage_contract_servers")
+    return servers.endpoint(target.name)
+
+
+def target_opener(target: Target, request: pytest.FixtureRequest) -> Callable[[str], StorageAdapter]:
+    """Opens an adapter at a URL of ``target`` the way its root is opened: by its factory, with the options
+    of its server (none for a URL target, whose credentials come from the environment, or a scratch one)."""
+    endpoint = _server(target, request)
+    options: dict[str, Any] = endpoint.adapter_options() if endpoint is not None else {}
+
+    def open_url(url: str) -> StorageAdapter:
+        return target.open(url, **options)
+
+    return open_url
+
+
 @contextmanager
 def target_root(target: Target, request: pytest.FixtureRequest) -> Iterator[StorageAdapter]:
     """An adapter at ``target``'s root, opened by its factory. Embedded targets get a private root (a
@@ -229,13 +250,13 @@ def target_root(target: Target, request: pytest.FixtureRequest) -> Iterator[Stor
     if target.url is not None:
         yield target.open()
         return
-    scratch = {b.name: b.scratch for b in registered() if b.scratch is not None}
-    if target.name in scratch:
+    endpoint = _server(target, request)
+    if endpoint is None:
+        scratch = {b.name: b.scratch for b in registered() if b.scratch is not None}
         with scratch[target.name]() as url:
             yield target.open(url)
         return
-    endpoint = request.getfixturevalue("storage_contract_servers").endpoint(target.name)
-    yield target.open(endpoint.url(f"contract-{uuid.uuid4().hex[:8]}"), **endpoint.adapter_options())
+    yield target_opener(target, request)(endpoint.url(f"contract-{uuid.uuid4().hex[:8]}"))
 
 
 @contextmanager
@@ -262,6 +283,14 @@ def storage_contract_adapter(storage_contract_root: StorageAdapter) -> Iterator[
         yield adapter
 
 
+@pytest.fixture(scope="session")
+def storage_contract_opener(
+    storage_contract_target: Target, request: pytest.FixtureRequest
+) -> Callable[[str], StorageAdapter]:
+    """Opens an adapter at a URL of the target as its root was opened (see :func:`target_opener`)."""
+    return target_opener(storage_contract_target, request)
+
+
 def pytest_report_header(config: pytest.Config) -> str | None:
     if not _asked(config):
         return None
@@ -275,5 +304,6 @@ __all__ = [
     "configured_targets",
     "embedded_choices",
     "fresh_prefix",
+    "target_opener",
     "target_root",
 ]

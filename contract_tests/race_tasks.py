@@ -5,6 +5,7 @@ leading arguments with ``functools.partial`` and the runner supplies ``(index, s
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import time
@@ -299,3 +300,107 @@ def rename_burst(adapter: StorageAdapter, renames: int, index: int, sync: Sync) 
         src, dst = (here, there) if step % 2 == 0 else (there, here)
         adapter.rename(f"{src}/{key}", f"{dst}/{key}")
     return renames
+
+
+# -- readers and listings racing renames -----------------------------------------------------------------------
+# Keys an object is renamed along in one round (each in a directory of its own), its size, and how long a
+# watcher waits for the last rename of a round before it gives up on the round.
+RENAME_CHAIN = 5
+CHAIN_BODY_SIZE = 4096
+CHAIN_WATCH_S = 30.0
+
+
+def chain_keys(round_: int) -> list[str]:
+    """The keys round ``round_``'s object is renamed along, first to last."""
+    return [f"chain/r{round_}/d{i}/obj" for i in range(RENAME_CHAIN)]
+
+
+def chain_body(round_: int) -> bytes:
+    return make_body(f"chain-{round_}", CHAIN_BODY_SIZE)
+
+
+@dataclass(frozen=True)
+class ChainWatch:
+    """What one watcher saw of the rename chains: how many sweeps it made, and each sweep that found the
+    object under two keys going down the chain (``doubles``), under no key going up it (``misses``), or
+    bytes (a size, for a listing) that are not the object's (``torn``); and whether a round ended at
+    its deadline instead of at its last rename (``cut_off``)."""
+
+    sweeps: int
+    doubles: tuple[str, ...]
+    misses: tuple[str, ...]
+    torn: tuple[str, ...]
+    cut_off: bool
+
+
+def _sweep(
+    adapter: StorageAdapter, round_: int, floor: int, down: bool, listed: bool
+) -> tuple[list[int], list[int]]:
+    """One look at each key of round ``round_``'s chain from position ``floor`` on, last key first
+    (``down``) or ``floor`` first: by ``read_if_exists``, or by a listing of the key's directory
+    (``listed``). Returns the positions where the object was, and those where something else was."""
+    keys, body = chain_keys(round_), chain_body(round_)
+    present: list[int] = []
+    wrong: list[int] = []
+    for position in reversed(range(floor, len(keys))) if down else range(floor, len(keys)):
+        key = keys[position]
+        if listed:
+            infos = adapter.list(key.rsplit("/", 1)[0])
+            seen = [i.key == key and i.size == len(body) for i in infos]
+        else:
+            data = adapter.read_if_exists(key)
+            seen = [] if data is None else [data == body]
+        if seen:
+            (present if all(seen) and len(seen) == 1 else wrong).append(position)
+    return present, wrong
+
+
+def renames_watched(adapter: StorageAdapter, rounds: int, index: int, sync: Sync) -> ChainWatch:
+    """Racer 0 writes each round's object at the first key of its chain, then (the racers released
+    together) renames it along the chain, one key at a time. The other racers watch it meanwhile:
+    sweeps down the chain and up it, alternately, each by reads or by listings (alternating every two
+    sweeps), from the furthest key they have seen it at, until a sweep finds it at the last key, where
+    it stays.
+
+    Renames only move it forward, so a sweep *down* that finds it under two keys saw one rename make it
+    visible at its target while its source still held it, which an atomic rename never shows; and a
+    sweep *up* from a key it has reached that finds it under no key saw it vanish from a key before it
+    appeared at the next, which no rename may show (a copy then a delete shows both for a moment, never
+    neither)."""
+    sweeps = 0
+    doubles: list[str] = []
+    misses: list[str] = []
+    torn: list[str] = []
+    cut_off = False
+    for round_ in range(rounds):
+        keys = chain_keys(round_)
+        if index == 0:
+            adapter.write(keys[0], chain_body(round_))
+        sync()
+        if index == 0:
+            for src, dst in itertools.pairwise(keys):
+                adapter.rename(src, dst)
+            continue
+        deadline = time.monotonic() + CHAIN_WATCH_S
+        floor = 0  # it has been seen there: it is there or further on
+        while True:
+            down, listed = sweeps % 2 == 0, sweeps % 4 >= 2
+            present, wrong = _sweep(adapter, round_, floor, down, listed)
+            floor = max([floor, *present])
+            sweeps += 1
+            seen = (
+                f"round {round_}, a sweep {'down' if down else 'up'} the chain by "
+                f"{'listings' if listed else 'reads'}: the object at {present}, something else at {wrong}"
+            )
+            if down and len(present) > 1:
+                doubles.append(seen)
+            if not down and not present:
+                misses.append(seen)
+            if wrong:
+                torn.append(seen)
+            if present == [len(keys) - 1]:
+                break
+            if time.monotonic() > deadline:
+                cut_off = True
+                break
+    return ChainWatch(sweeps, tuple(doubles), tuple(misses), tuple(torn), cut_off)

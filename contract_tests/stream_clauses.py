@@ -10,11 +10,13 @@ pin down, on every backend:
   end is InvalidRangeError naming the size, and a malformed range (negative, reversed, not an int, a
   bool) is InvalidRangeError naming the key before any I/O step.
 * ``read_ranges`` and a reader never mix versions: racing a writer that replaces the object, every
-  answer is one version's bytes or ObjectChangedError.
+  answer is one version's bytes or ObjectChangedError; and no read (``read_buffer`` included) serves a
+  version that a write, rename or delete which returned before it replaced.
 * A streamed write (MULTI_PART bytes: several S3 parts) is visible only complete: a reader polling while
   a slow generator runs sees the previous object or the complete new one, and ``remove_orphans`` never
-  touches it in flight. A stream that raises, or yields a chunk that is not bytes, leaves nothing visible
-  (the previous object stays) and nothing to reclaim. A body of the wrong type, or a closed file, is
+  touches it in flight. A stream that raises, or yields a chunk that is not bytes (a file's read that
+  returns None included), wherever that happens, leaves nothing visible (the previous object stays) and
+  nothing to reclaim, and its failure comes out of the write. A body of the wrong type, or a closed file, is
   InvalidBodyError before any I/O.
 * A streamed ``write_if_absent`` has one winner among racers, or is refused with
   UnsupportedOperationError (before any I/O) where ``capabilities.streamed_conditional_write`` says so;
@@ -34,6 +36,7 @@ import pytest
 
 from contract_tests.bodies import make_body
 from contract_tests.bulk_clauses import UNLIMITED_STEPS
+from contract_tests.verdicts import Violation
 from storage_adapter.errors import (
     InvalidBodyError,
     InvalidRangeError,
@@ -75,6 +78,50 @@ def _aborted(body: bytes, error: BaseException) -> Iterator[bytes]:
     """The first half of ``body`` (several chunks), then ``error``."""
     yield from _chunks(body[: len(body) // 2])
     raise error
+
+
+class ProducerError(Exception):
+    """What a failing producer raises: the error a write must let out."""
+
+
+class _FailingFile(io.RawIOBase):
+    """A binary file object that reads one chunk, then fails: its read raises OSError (``ends='raise'``),
+    or returns None (``ends='none'``: a non-blocking stream with nothing ready yet, which is no end)."""
+
+    def __init__(self, ends: str) -> None:
+        super().__init__()
+        self._ends, self._left = ends, [_SMALL_CHUNK]
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int | None:
+        if self._left:
+            chunk = self._left.pop()
+            buffer[: len(chunk)] = chunk
+            return len(chunk)
+        if self._ends == "raise":
+            raise ProducerError("the producer's read failed")
+        return None
+
+
+def _raising(chunks: int) -> Iterator[bytes]:
+    """``chunks`` small chunks, then ProducerError."""
+    for _ in range(chunks):
+        yield _SMALL_CHUNK
+    raise ProducerError("the producer failed")
+
+
+_SMALL_CHUNK = make_body("small-chunk", 1024)
+# How a small streamed body fails, the error the write must raise, and a maker of a fresh such body.
+_FAILING_BODIES: tuple[tuple[str, type[Exception], Callable[[], object]], ...] = (
+    ("raises before its first chunk", ProducerError, lambda: _raising(0)),
+    ("raises after a chunk", ProducerError, lambda: _raising(1)),
+    ("yields a str first", InvalidBodyError, lambda: iter(["text"])),
+    ("yields a str after a chunk", InvalidBodyError, lambda: iter([_SMALL_CHUNK, "text"])),
+    ("is a file whose read raises after a chunk", ProducerError, lambda: _FailingFile("raise")),
+    ("is a file whose read returns None after a chunk", InvalidBodyError, lambda: _FailingFile("none")),
+)
 
 
 def _io_steps(call: Callable[[], object]) -> list[str]:
@@ -246,6 +293,51 @@ class StreamClauses:
         adapter.write("e", b"")
         assert bytes(adapter.read_buffer("e")) == b""
 
+    def test_reads_never_serve_a_replaced_or_deleted_version(self, adapter: StorageAdapter) -> None:
+        """Once a write, a rename onto the key or a delete has returned, every read started after it
+        serves what it left: read_bytes, read_versioned, read_range, read_ranges, read_buffer and a reader
+        opened after it give the new version's bytes (NotFoundError once deleted or renamed away), never
+        the bytes of the version before; and a buffer taken earlier still holds its own version's bytes."""
+        problems: list[str] = []
+        reads: dict[str, Callable[[], bytes]] = {
+            "read_bytes": lambda: adapter.read_bytes("k"),
+            "read_versioned": lambda: adapter.read_versioned("k").data,
+            "read_range": lambda: adapter.read_range("k", 0, SIZE),
+            "read_ranges": lambda: b"".join(adapter.read_ranges("k", [(0, SIZE // 2), (SIZE // 2, SIZE)])),
+            "read_buffer": lambda: bytes(adapter.read_buffer("k")),
+            "open_reader": lambda: _read_whole(adapter, "k"),
+        }
+
+        def expect(step: str, body: bytes | None) -> None:
+            for name, read in reads.items():
+                try:
+                    got: bytes | None = read()
+                except NotFoundError:
+                    got = None
+                if got != body:
+                    seen = "absent" if got is None else f"{len(got)} bytes of {got[:1]!r}"
+                    wanted = "absent" if body is None else f"the bytes of {body[:1]!r}"
+                    problems.append(f"after {step}: {name} served {seen}, not {wanted}")
+
+        adapter.write("k", _version("a"))
+        expect("write a", _version("a"))
+        kept = adapter.read_buffer("k")
+        adapter.write("k", _version("b"))
+        expect("write b over a", _version("b"))
+        adapter.delete("k")
+        expect("delete", None)
+        adapter.write("k", _version("c"))
+        expect("write c after the delete", _version("c"))
+        adapter.write("other", _version("d"))
+        adapter.rename("other", "k")
+        expect("rename of d onto k", _version("d"))
+        adapter.rename("k", "moved")
+        expect("rename of k away", None)
+        if bytes(kept) != _version("a"):
+            problems.append("a buffer read before the replace no longer holds its own version's bytes")
+        if problems:
+            raise Violation("a read served a replaced or deleted version", "\n".join(problems))
+
     # -- streamed writes -----------------------------------------------------------------------------------
     def test_a_streamed_write_is_visible_only_complete(self, adapter: StorageAdapter) -> None:
         """A slow generator of MULTI_PART bytes replaces an object while a reader polls: it sees the old
@@ -309,6 +401,46 @@ class StreamClauses:
         assert adapter.read_versioned("kept").token == kept and adapter.read_bytes("kept") == b"previous"
         assert adapter.list() == before
         assert adapter.remove_orphans(0.0) == 0
+
+    def test_a_stream_failing_anywhere_leaves_nothing_visible(self, adapter: StorageAdapter) -> None:
+        """Every way a small streamed body can fail - raising before its first chunk or after one,
+        yielding something that is not bytes first or after a chunk, a file object whose read raises, or
+        whose read returns None (a non-blocking stream with nothing ready: not its end) - makes write,
+        write_if_absent and write_if_match raise (the producer's own error, InvalidBodyError for what is
+        not bytes, or UnsupportedOperationError where capabilities refuse streamed conditional writes),
+        never return as if the body had ended: nothing new is visible, the existing object keeps its
+        bytes and token, and nothing is left to reclaim."""
+        kept = adapter.write("kept", b"previous")
+        before = [(info.key, info.token) for info in adapter.list()]
+        refused = adapter.capabilities.streamed_conditional_write is Support.UNSUPPORTED
+        problems = []
+        calls: dict[str, Callable[[Any], object]] = {
+            "write('fresh/w')": lambda body: adapter.write("fresh/w", body),
+            "write('kept')": lambda body: adapter.write("kept", body),
+            "write_if_absent('fresh/c')": lambda body: adapter.write_if_absent("fresh/c", body),
+            "write_if_match('kept')": lambda body: adapter.write_if_match("kept", body, kept),
+        }
+        for how, expected, make in _FAILING_BODIES:
+            for name, call in calls.items():
+                conditional = not name.startswith("write(")
+                try:
+                    result = call(make())
+                except Exception as exc:  # judged: the body's own failure must come out
+                    wanted = UnsupportedOperationError if refused and conditional else expected
+                    if not any(isinstance(e, wanted) for e in (exc, *_causes(exc))):
+                        problems.append(f"{name}, a body that {how}: raised {exc!r}, not {wanted.__name__}")
+                else:
+                    problems.append(
+                        f"{name}, a body that {how}: returned {result!r}, as if the body had ended"
+                    )
+            after = [(info.key, info.token) for info in adapter.list()]
+            if after != before or adapter.read_bytes("kept") != b"previous":
+                problems.append(f"after the bodies that {how}: listed {after}, before {before}")
+                before = after
+        if adapter.remove_orphans(0.0):
+            problems.append("failed streams left something for remove_orphans(0) to reclaim")
+        if problems:
+            raise Violation("a failed stream was published or misreported", "\n".join(problems))
 
     # ids by type for the object(): its repr holds an address, which would differ between the processes
     # of a distributed run (pytest-xdist refuses to start when their collections differ).
@@ -391,6 +523,12 @@ class StreamClauses:
             with pytest.raises(UnsupportedOperationError):
                 adapter.write_if_absent("long", _chunks(too_long))
             assert not adapter.exists("long")
+
+
+def _read_whole(adapter: StorageAdapter, key: str) -> bytes:
+    """``key``'s bytes through a reader opened now."""
+    with adapter.open_reader(key) as reader:
+        return reader.read()
 
 
 def _causes(error: BaseException) -> list[BaseException]:

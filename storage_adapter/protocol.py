@@ -43,8 +43,14 @@ class StorageAdapter(Protocol):
     * **Linearizable mutations.** ``write``, ``write_if_absent``, ``write_if_match``, ``delete`` and
       ``rename`` of one key take effect in one instant between call and return, across threads and (where
       ``capabilities.shared_across_processes``) processes.
-    * **Pickling.** An adapter pickles, and the copy addresses the same objects (process and Spark
-      workers reopen it from its configuration). Adapters built from the same configuration compare equal.
+    * **Time order.** The ``last_modified`` a listing reports for an object never goes back across an
+      operation that replaces it (``write``, ``write_if_match``, a streamed write, a ``rename`` onto
+      it): a replacement is dated when it takes effect, never with the time of the bytes it moves.
+    * **Pickling and identity.** An adapter pickles, and the copy addresses the same objects (process and
+      Spark workers reopen it from its configuration). Equality and hash follow the place an adapter
+      addresses, not how it was built: ``child("a").child("b") == child("a/b")``, and an adapter opened
+      at a child's URL with the same options equals that child; adapters of different places are
+      unequal.
     """
 
     # -- identity ------------------------------------------------------------------------------------
@@ -171,9 +177,10 @@ class StorageAdapter(Protocol):
         reader sees the old or the new object, never a part.
 
         ``data`` is bytes-like, a ``str`` (stored as UTF-8), a binary file object (read in chunks until it
-        returns ``b""``) or an iterable of bytes-like chunks. A streamed body is never held whole: local
-        stages it in a file beside the key, S3 sends it as a multipart upload (one PUT when it fits in
-        one part), and the object appears only once complete. If the stream raises, or yields a chunk
+        returns ``b""``; a read that returns anything else, None from a non-blocking stream with nothing
+        ready included, is a chunk that is not bytes-like) or an iterable of bytes-like chunks. A
+        streamed body is never held whole: local stages it in a file beside the key, S3 sends it as a
+        multipart upload (one PUT when it fits in one part), and the object appears only once complete. If the stream raises, or yields a chunk
         that is not bytes-like (:class:`~storage_adapter.errors.InvalidBodyError`), nothing is visible
         and the previous object (if any) stays. Any other body, a closed file object or one in text mode is
         InvalidBodyError (also a TypeError) naming the key, before any I/O."""
@@ -199,7 +206,10 @@ class StorageAdapter(Protocol):
         ...
 
     def delete(self, key: str) -> None:
-        """Delete the object. Idempotent: deleting a missing object succeeds."""
+        """Delete the object. Idempotent: deleting a missing object succeeds, and so does each of any
+        number of concurrent deletes of one object. What a delete (or a rename, or a failed write) empties
+        is left as if never used: nothing is listed there, and an object can be written at the name of an
+        emptied prefix (no directory is left behind on a file system)."""
         ...
 
     def delete_many(self, keys: Iterable[str]) -> int:
@@ -216,7 +226,10 @@ class StorageAdapter(Protocol):
         """Move ``src`` to ``dst``, replacing ``dst``. Raises NotFoundError, changing nothing, if ``src``
         does not exist. Renaming a key onto itself changes nothing: the object keeps its bytes and its
         token (NotFoundError if it does not exist). Atomic only where
-        ``capabilities.atomic_rename``; elsewhere a copy then a delete (a crash between leaves both)."""
+        ``capabilities.atomic_rename``; elsewhere a copy then a delete (a crash between leaves both).
+        Readers and listings racing it see the object move, never vanish: looking at ``src`` and then at
+        ``dst`` they find it under at least one of them and, where atomic, looking at ``dst`` and then at
+        ``src`` under at most one; never a part of it at ``dst``."""
         ...
 
     def delete_prefix(self, prefix: str) -> int:

@@ -302,7 +302,10 @@ def _chunks(items: Iterable[Any], key: str, backend: str) -> Iterator[BytesLike]
 
 
 def _file_chunks(stream: Readable) -> Iterator[Any]:
-    while chunk := stream.read(READ_CHUNK):
+    """What ``stream.read`` returns until its end, ``b""``. Anything else is passed on for :func:`_chunks`
+    to refuse, never taken for the end: a non-blocking stream with no data ready returns None, and a body
+    cut short there would be published truncated."""
+    while (chunk := stream.read(READ_CHUNK)) != b"":
         yield chunk
 
 

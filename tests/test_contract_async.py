@@ -9,12 +9,12 @@ contract_tests.async_bridge:open_bridged_async_adapter``.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
 from contract_tests.clauses import AdapterContract
-from contract_tests.plugin import fresh_prefix, target_root
+from contract_tests.plugin import fresh_prefix, target_opener, target_root
 from contract_tests.targets import Target
 from storage_adapter.protocol import StorageAdapter
 
@@ -35,3 +35,10 @@ class TestAsyncTwinContract(AdapterContract):
     def adapter(self, bridged_root: StorageAdapter) -> Iterator[StorageAdapter]:
         with fresh_prefix(bridged_root) as adapter:
             yield adapter
+
+    @pytest.fixture
+    def reopen(
+        self, storage_contract_target: Target, request: pytest.FixtureRequest
+    ) -> Callable[[str], StorageAdapter]:
+        """Opens a URL of the target as ``bridged_root`` was opened: through the bridge factory."""
+        return target_opener(dataclasses.replace(storage_contract_target, factory=BRIDGE), request)

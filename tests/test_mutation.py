@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from contract_tests import mutation
-from contract_tests.mutants import CATALOGUE, Mutant
+from contract_tests.mutants import BUG_CLASSES, CATALOGUE, Mutant
 
 
 def test_every_mutant_applies_exactly_once_and_compiles(tmp_path: Path) -> None:
@@ -82,6 +82,7 @@ _ACCEPTS_EMPTY = Mutant(
     "        if not key:\n            raise ValueError(key)\n",
     "        if not key:\n            pass\n",
     "an empty key is accepted",
+    bug_class="keys",
 )
 
 
@@ -93,7 +94,9 @@ def _package(root: Path, modules: dict[str, str]) -> Path:
     return root
 
 
-_LIMIT_OFF = Mutant("limit-off", "storage_adapter/a.py", None, "LIMIT = 3", "LIMIT = 4", "one too many")
+_LIMIT_OFF = Mutant(
+    "limit-off", "storage_adapter/a.py", None, "LIMIT = 3", "LIMIT = 4", "one too many", bug_class="keys"
+)
 
 
 def test_code_moved_to_another_module_is_still_found_and_reindented(tmp_path: Path) -> None:
@@ -119,6 +122,40 @@ def test_a_missing_or_ambiguous_function_is_refused_by_name(
     root = _package(tmp_path, modules)
     with pytest.raises(mutation.MutationError, match=rf"{_ACCEPTS_EMPTY.name}: .*{re.escape(reason)}"):
         mutation.check_catalogue([_ACCEPTS_EMPTY], root)
+
+
+def test_every_bug_class_has_a_live_mutant_and_one_in_the_smoke_subset() -> None:
+    """A class whose every mutant is declared equivalent would be a class the score does not measure; and
+    the CI-sized subset spans every class."""
+    live = {m.bug_class for m in CATALOGUE if not m.equivalent}
+    smoke = {m.bug_class for m in CATALOGUE if m.smoke}
+    assert live == set(BUG_CLASSES), sorted(set(BUG_CLASSES) - live)
+    assert smoke == set(BUG_CLASSES), sorted(set(BUG_CLASSES) - smoke)
+
+
+def test_the_report_counts_verdicts_per_bug_class() -> None:
+    def result(name: str, bug_class: str, verdict: mutation.Verdict) -> mutation.MutantResult:
+        mutant = Mutant(name, "storage_adapter/keys.py", None, "x", "y", "a bug", bug_class=bug_class)
+        return mutation.MutantResult(mutant, verdict)
+
+    report = mutation.MutationReport(
+        (
+            result("a", "keys", mutation.Verdict.KILLED),
+            result("b", "keys", mutation.Verdict.SURVIVED),
+            result("c", "identity", mutation.Verdict.KILLED),
+            result("d", "identity", mutation.Verdict.EQUIVALENT),
+        ),
+        targets=("memory",),
+        runs=1,
+        seconds=1.0,
+    )
+    markdown = mutation.render_markdown(report)
+    assert "| keys | 1 | 0 | 1 | 0 | 0 |" in markdown
+    assert "| identity | 1 | 0 | 0 | 1 | 0 |" in markdown
+    assert "| c | identity | keys.py | a bug | killed |" in markdown
+    classes = json.loads(mutation.render_json(report))["classes"]
+    assert list(classes) == ["keys", "identity"]  # the catalogue's order of classes
+    assert classes["keys"]["survived"] == 1 and classes["identity"]["equivalent"] == 1
 
 
 def test_every_equivalent_mutant_says_why_and_the_smoke_subset_spans_modules() -> None:
