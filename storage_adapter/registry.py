@@ -17,7 +17,6 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import threading
-import warnings
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ from storage_adapter import driver as _driver_module
 from storage_adapter.driver import Driver as _Driver
 from storage_adapter.errors import ConfigurationError
 from storage_adapter.keys import join_key, validate_prefix
+from storage_adapter.moved import forwarding
 from storage_adapter.redaction import MASK, Redactor
 from storage_adapter.types import Capabilities
 
@@ -253,16 +253,4 @@ def redact_environment(text: str, environ: Mapping[str, str] | None = None) -> s
 
 
 # Moved to storage_adapter.driver; the old names keep working for one release, with a warning.
-_MOVED_TO_DRIVER = ("Driver", "AsyncDriver", "NativeAsync")
-
-
-def __getattr__(name: str) -> Any:
-    if name in _MOVED_TO_DRIVER:
-        warnings.warn(
-            f"storage_adapter.registry.{name} moved to storage_adapter.driver.{name}; the old name goes in "
-            "the next release",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return getattr(_driver_module, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = forwarding(__name__, (_driver_module,), only=("Driver", "AsyncDriver", "NativeAsync"))
