@@ -16,8 +16,10 @@ import argparse
 import contextlib
 import dataclasses
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -40,9 +42,12 @@ from rich.text import Text
 from contract_tests.conformance import (
     DEFAULT_SIZES,
     PEER_SIZES,
+    Bounds,
+    CheckInterrupted,
     ClauseOutcome,
     ConformanceRun,
     ContractRunError,
+    RunInProgress,
     RunStatus,
     not_run,
     preflight,
@@ -73,13 +78,24 @@ _EXIT_OF = {
     RunStatus.CONFORMS: EXIT_OK,
     RunStatus.VIOLATIONS: EXIT_VIOLATION,
     RunStatus.INCONCLUSIVE: EXIT_INCONCLUSIVE,
+    RunStatus.NOT_RUN: EXIT_BAD_INPUT,  # a judged target answered nothing after its preflight
 }
+# The check's total budget when none is given: the embedded defaults with their peers take about 10
+# minutes on a busy 2-core machine, one server alone 1 to 3.
+DEFAULT_BUDGET_S = 900.0
+# After a signal's report is written, the check has this long to stop its servers and exit by itself.
+STOP_GRACE_S = 20.0
 # --compat MODE: the compatibility modes a check can turn on, and the environment variable that turns each
 # on for every adapter the run opens (spawned clause workers inherit it).
 COMPAT_MODES = {UNQUOTED_IF_MATCH: "STORAGE_ADAPTER_S3_UNQUOTED_IF_MATCH"}
 # Preflight fails fast where the backend takes these options: one retry, short timeouts (the suite
 # itself uses the URL's normal settings).
-_PREFLIGHT_OPTIONS = {"max_retries": 1, "retry_timeout_s": 5.0, "connect_timeout_s": 3.0}
+_PREFLIGHT_OPTIONS = {
+    "max_retries": 1,
+    "retry_timeout_s": 5.0,
+    "connect_timeout_s": 3.0,
+    "request_timeout_s": 10.0,
+}
 
 
 class InputError(Exception):
@@ -284,6 +300,99 @@ def _server_targets(
         yield targets + ([peer] if peer else []), [(name, version)]
 
 
+# -- bounds and signals ---------------------------------------------------------------------------------------
+def budget_bounds(budget_s: float, started: float) -> Bounds:
+    """The bounds of a check with a total budget of ``budget_s`` seconds from ``started``: a storage
+    request may take a thirtieth of it (5 to 60 s), its retries stop once that long again has passed,
+    and a call that fails transiently after a request timeout counts as hung (``contract_tests.health``).
+    So a server that never answers costs each primitive about two request timeouts once, never a clause
+    deadline per clause. 0: no budget, the backends' own client settings."""
+    if budget_s <= 0:
+        return Bounds()
+    request_s = min(60.0, max(5.0, budget_s / 30))
+    options = {
+        "request_timeout_s": request_s,
+        "connect_timeout_s": min(5.0, request_s),
+        "retry_timeout_s": request_s,
+    }
+    return Bounds(
+        budget_s=budget_s,
+        started=started,
+        stall_s=request_s,
+        storage_options=tuple((name, f"{value:g}") for name, value in options.items()),
+    )
+
+
+class _SignalReport:
+    """SIGTERM and SIGINT (a CI job's timeout, Ctrl-C) stop a check with a report: the report of what was
+    done so far, marked incomplete, is written at once by a watcher thread (woken through
+    ``signal.set_wakeup_fd``, so a main thread blocked in a storage call cannot delay it), then the main
+    thread unwinds (KeyboardInterrupt: pytest tears its fixtures down, servers stop) and the check exits
+    with 128 + the signal's number. One that has not exited ``STOP_GRACE_S`` after the report is ended
+    by the watcher."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self, progress: RunInProgress, report: Any) -> None:
+        self.progress = progress
+        self.report = report  # called with the reason, writes the report of the run so far
+        self.signal: int | None = None
+        self.reported = threading.Event()
+        self.exited = threading.Event()
+
+    def _why(self, signum: int) -> str:
+        elapsed = time.monotonic() - self.progress.started
+        return f"stopped by {signal.Signals(signum).name} after {elapsed:.0f} s"
+
+    def _handler(self, signum: int, frame: Any) -> None:
+        if self.signal is None:
+            self.signal = signum
+            self.progress.interrupt(self._why(signum))
+        raise KeyboardInterrupt
+
+    def _watch(self, read_fd: int) -> None:
+        while True:
+            data = os.read(read_fd, 1)
+            if not data:
+                return  # closed: the check ended without a signal
+            signum = data[0]
+            if signum in self.SIGNALS:
+                break
+        if self.signal is None:
+            self.signal = signum
+            self.progress.interrupt(self._why(signum))
+        try:
+            self.report(self.progress.interrupted)
+        finally:
+            self.reported.set()
+        if not self.exited.wait(STOP_GRACE_S):
+            os._exit(128 + signum)
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[_SignalReport]:
+        if threading.current_thread() is not threading.main_thread():
+            yield self  # signals are the main thread's: embedded in another thread, none are caught
+            return
+        read_fd, write_fd = os.pipe()
+        os.set_blocking(write_fd, False)
+        previous = {signum: signal.getsignal(signum) for signum in self.SIGNALS}
+        old_fd = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+        for signum in self.SIGNALS:
+            signal.signal(signum, self._handler)
+        watcher = threading.Thread(target=self._watch, args=(read_fd,), name="signal report", daemon=True)
+        watcher.start()
+        try:
+            yield self
+        finally:
+            self.exited.set()
+            signal.set_wakeup_fd(old_fd)
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+            os.close(write_fd)  # wakes the watcher if no signal came
+            watcher.join(1.0)
+            os.close(read_fd)
+
+
 # -- commands -------------------------------------------------------------------------------------------------
 def _user_server_version(targets: Sequence[Target]) -> list[tuple[str, str]]:
     """What can be learned of the server behind user URLs: the ``Server`` header the S3 endpoint answers
@@ -346,7 +455,7 @@ def _progress(console: Console) -> tuple[contextlib.AbstractContextManager[Any],
 def _print_run(run: ConformanceRun, console: Console) -> None:
     for line in header_lines(run):
         console.print(line, style="yellow", highlight=False, markup=False)
-    if run.not_run:
+    if run.not_run and not run.results:
         console.print(f"overall: {overall(run)}", highlight=False, markup=False)
         return
     console.print(matrix_table(run))
@@ -366,10 +475,21 @@ def _print_run(run: ConformanceRun, console: Console) -> None:
     )
 
 
+def _write_reports(run: ConformanceRun, args: argparse.Namespace, console: Console) -> None:
+    """Every report ``args`` asks for, of ``run``."""
+    if args.report:
+        md_path, json_path = write_report(run, args.report)
+        label = "report (not run)" if run.not_run and not run.results else "report"
+        label = f"report (incomplete: {run.incomplete})" if run.incomplete else label
+        console.print(f"{label}: {md_path} and {json_path}", highlight=False, markup=False)
+
+
 def _check(args: argparse.Namespace, console: Console) -> int:
     """Run the check; with ``--report`` a report is written whatever happens (a run that could not
-    happen is reported as not run, with the reason, and the exception goes on to set the exit status)."""
-    started = time.monotonic()
+    happen is reported as not run, with the reason, and the exception goes on to set the exit status; a
+    run stopped by SIGTERM or SIGINT is reported incomplete, see :class:`_SignalReport`)."""
+    progress = RunInProgress()
+    started = progress.started
     sizes = ContractSizes(
         args.threads, args.processes, args.increments, args.check_budget, args.clause_timeout
     )
@@ -377,58 +497,79 @@ def _check(args: argparse.Namespace, console: Console) -> int:
     peer_sizes = dataclasses.replace(
         peer_sizes, check_budget_s=args.check_budget, clause_timeout_s=args.clause_timeout
     )
+    bounds = budget_bounds(args.budget, started)
     known: list[Target] = []
     server: list[tuple[str, str]] = []
-    try:
-        if args.server and args.urls:
-            raise InputError(f"--server {args.server} starts and checks its own server: give no URL with it")
-        load_factory(args.factory)  # a bad --factory is bad input before any server starts
-        with contextlib.ExitStack() as stack:
-            if args.urls:
-                targets = _user_targets(args.urls, args.peers)
-                server = _user_server_version(targets)
-            elif args.server:
-                server = [(args.server, "not started")]
-                targets, server = stack.enter_context(_server_targets(args.server, args.peers, console))
-            else:
-                targets, server = stack.enter_context(_embedded_targets(args.peers, console))
-            # After a started server's scope, which replaces every client setting with the server's own.
-            stack.enter_context(scoped_environment({COMPAT_MODES[mode]: "true" for mode in args.compat}))
-            targets = [t if t.peer else dataclasses.replace(t, factory=args.factory) for t in targets]
-            known = targets
-            if args.create_bucket:
-                _create_buckets(targets, console)
-            targets = _preflight_all(targets, console)
-            display, listener = _progress(console)
-            with display:
-                run = run_contract(
-                    targets,
-                    sizes=sizes,
-                    peer_sizes=peer_sizes,
-                    listener=listener,
-                    extra_versions=server,
-                    selection=args.clauses,
+
+    def not_started(reason: str, incomplete: str = "") -> ConformanceRun:
+        run = not_run(
+            known,
+            reason,
+            sizes=sizes,
+            peer_sizes=peer_sizes,
+            selection=args.clauses,
+            duration_s=time.monotonic() - started,
+            extra_versions=server,
+        )
+        return dataclasses.replace(run, incomplete=incomplete, budget_s=bounds.budget_s)
+
+    def so_far(why: str) -> ConformanceRun:
+        if progress.settings:
+            return progress.snapshot(why)
+        return not_started(f"{why}, before the contract started", incomplete=why)
+
+    stopper = _SignalReport(progress, lambda why: _write_reports(so_far(why), args, console))
+    with stopper.installed():
+        try:
+            if args.server and args.urls:
+                raise InputError(
+                    f"--server {args.server} starts and checks its own server: give no URL with it"
                 )
-    except (InputError, ConfigurationError, ContractRunError, ServerCannotRun) as exc:
-        if args.report:
-            reason = f"{type(exc).__name__}: {exc}"
-            failed = not_run(
-                known,
-                reason,
-                sizes=sizes,
-                peer_sizes=peer_sizes,
-                selection=args.clauses,
-                duration_s=time.monotonic() - started,
-                extra_versions=server,
+            load_factory(args.factory)  # a bad --factory is bad input before any server starts
+            with contextlib.ExitStack() as stack:
+                if args.urls:
+                    targets = _user_targets(args.urls, args.peers)
+                    server = _user_server_version(targets)
+                elif args.server:
+                    server = [(args.server, "not started")]
+                    targets, server = stack.enter_context(_server_targets(args.server, args.peers, console))
+                else:
+                    targets, server = stack.enter_context(_embedded_targets(args.peers, console))
+                # After a started server's scope, which replaces every client setting with the server's own.
+                stack.enter_context(scoped_environment({COMPAT_MODES[mode]: "true" for mode in args.compat}))
+                targets = [t if t.peer else dataclasses.replace(t, factory=args.factory) for t in targets]
+                known = targets
+                if args.create_bucket:
+                    _create_buckets(targets, console)
+                targets = _preflight_all(targets, console)
+                display, listener = _progress(console)
+                with display:
+                    run = run_contract(
+                        targets,
+                        sizes=sizes,
+                        peer_sizes=peer_sizes,
+                        listener=listener,
+                        extra_versions=server,
+                        selection=args.clauses,
+                        bounds=bounds,
+                        progress=progress,
+                    )
+        except (KeyboardInterrupt, CheckInterrupted):
+            if stopper.signal is None:
+                raise
+            stopper.reported.wait(STOP_GRACE_S)
+            console.print(
+                f"storage-adapter check: {progress.interrupted}; the report says what was done so far",
+                highlight=False,
+                markup=False,
             )
+            return 128 + stopper.signal
+        except (InputError, ConfigurationError, ContractRunError, ServerCannotRun) as exc:
             with contextlib.suppress(OSError):  # an unwritable report path is itself the bad input
-                md_path, json_path = write_report(failed, args.report)
-                console.print(f"report (not run): {md_path} and {json_path}", highlight=False, markup=False)
-        raise
+                _write_reports(not_started(f"{type(exc).__name__}: {exc}"), args, console)
+            raise
     _print_run(run, console)
-    if args.report:
-        md_path, json_path = write_report(run, args.report)
-        console.print(f"report: {md_path} and {json_path}", highlight=False, markup=False)
+    _write_reports(run, args, console)
     return _EXIT_OF[run.status]
 
 
@@ -466,7 +607,10 @@ exit status:
   2  bad input (unknown scheme, unreachable endpoint, credentials, permission, a failed preflight,
      --server with URLs)
   3  a server to start cannot run here (no Docker engine, no weed binary); 0 with --allow-unavailable
-  4  no violation found, but some clause was inconclusive (it could not decide within its bound)
+  4  no violation found, but some clause was inconclusive (it could not decide within its bound) or
+     was not run (the total --budget ran out before it)
+  128+N  stopped by signal N (143 SIGTERM, 130 SIGINT): the report, marked incomplete, lists the
+     clauses done so far
 With --report, the reports are written in every case (a run that did not happen says why)."""
 
 
@@ -537,6 +681,15 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="S",
         help="deadline of each clause: a clause still running fails as 'did not finish' "
         f"(default {DEFAULT_SIZES.clause_timeout_s:g})",
+    )
+    check.add_argument(
+        "--budget",
+        type=float,
+        default=DEFAULT_BUDGET_S,
+        metavar="S",
+        help="total seconds for the whole check, on any server: request timeouts and retries are set "
+        "from it, a primitive found hanging fails the clauses that use it at once, clauses not reached "
+        f"in time are reported not run (default {DEFAULT_BUDGET_S:g}; 0: none)",
     )
     check.add_argument(
         "--check-budget",

@@ -10,6 +10,7 @@ a target is the ``storage_contract_target`` parameter. Judged targets and peers 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import enum
 import importlib.metadata
 import io
@@ -25,7 +26,7 @@ from typing import Any, Protocol
 
 import pytest
 
-from contract_tests.plugin import ContractSizes
+from contract_tests.plugin import ContractSizes, NotReached, target_health
 from contract_tests.targets import Target, load_factory
 from contract_tests.verdicts import Inconclusive, split_message
 from storage_adapter.errors import StorageError
@@ -37,12 +38,14 @@ PEER_SIZES = ContractSizes(threads=8, processes=2, increments=5)
 
 
 class ClauseOutcome(enum.Enum):
-    """The outcome of one clause on one target. Order of severity: error > fail > inconclusive > pass >
-    skip. Inconclusive (the clause could not decide within its bound) is never a violation."""
+    """The outcome of one clause on one target. Order of severity: error > fail > inconclusive > not run >
+    pass > skip. Inconclusive (the clause could not decide within its bound) and not run (the check's
+    total budget ran out, or it was interrupted, before the clause) are never violations, and never a pass."""
 
     PASSED = "pass"
     FAILED = "fail"
     INCONCLUSIVE = "inconclusive"
+    NOT_RUN = "not-run"
     SKIPPED = "skip"
     ERROR = "error"  # the clause could not run (fixture or teardown failure): counts as a violation
 
@@ -54,9 +57,10 @@ class ClauseOutcome(enum.Enum):
 _SEVERITY = {
     ClauseOutcome.SKIPPED: 0,
     ClauseOutcome.PASSED: 1,
-    ClauseOutcome.INCONCLUSIVE: 2,
-    ClauseOutcome.FAILED: 3,
-    ClauseOutcome.ERROR: 4,
+    ClauseOutcome.NOT_RUN: 2,
+    ClauseOutcome.INCONCLUSIVE: 3,
+    ClauseOutcome.FAILED: 4,
+    ClauseOutcome.ERROR: 5,
 }
 
 
@@ -103,16 +107,23 @@ class TargetVerdict:
     violations: tuple[str, ...]
     inconclusive: tuple[str, ...] = ()
     compatibility_modes: tuple[str, ...] = ()
+    not_run: tuple[str, ...] = ()  # clauses the budget or an interruption left unchecked
 
     @property
     def conforms(self) -> bool:
-        return not self.violations and not self.inconclusive and not self.compatibility_modes
+        return (
+            not self.violations
+            and not self.inconclusive
+            and not self.not_run
+            and not self.compatibility_modes
+        )
 
     @property
     def status(self) -> RunStatus:
+        """Violations, else inconclusive when some clause could not decide or was not run, else conforms."""
         if self.violations:
             return RunStatus.VIOLATIONS
-        return RunStatus.INCONCLUSIVE if self.inconclusive else RunStatus.CONFORMS
+        return RunStatus.INCONCLUSIVE if self.inconclusive or self.not_run else RunStatus.CONFORMS
 
     def line(self) -> str:
         """One line: conforms, PARTIAL (passes only with declared compatibility modes, or fails with
@@ -126,6 +137,8 @@ class TargetVerdict:
         counts = f"{self.passed} passed, {self.skipped} skipped"
         if self.inconclusive:
             counts += f", {len(self.inconclusive)} inconclusive"
+        if self.not_run:
+            counts += f", {len(self.not_run)} not run"
 
         def names(clauses: tuple[str, ...]) -> str:
             return ", ".join(c.removeprefix("test_") for c in clauses)
@@ -138,7 +151,8 @@ class TargetVerdict:
                 f"{names(self.violations)}{detail}"
             )
         if self.status is RunStatus.INCONCLUSIVE:
-            return f"{self.target.name}{role}: INCONCLUSIVE{modes} - {counts}; undecided: {names(self.inconclusive)}"
+            undecided = f"; undecided: {names(self.inconclusive)}" if self.inconclusive else ""
+            return f"{self.target.name}{role}: INCONCLUSIVE{modes} - {counts}{undecided}"
         if self.compatibility_modes:
             return f"{self.target.name}{role}: PARTIAL{modes} (not conforming without it) - {counts}"
         return f"{self.target.name}{role}: conforms - {counts}"
@@ -161,6 +175,9 @@ class ConformanceRun:
     # A pytest ``-k`` expression when only the clauses it matches ran (``check --clauses``): such a run
     # speaks for those clauses only, and every report says so.
     selection: str = ""
+    # Why the run stopped before its end (a signal, e.g. a CI job's timeout): its results are those so far.
+    incomplete: str = ""
+    budget_s: float = 0.0  # the check's total budget (0: none)
 
     def result(self, clause: str, target: str) -> ClauseResult | None:
         return next((r for r in self.results if r.clause == clause and r.target == target), None)
@@ -177,6 +194,7 @@ class ConformanceRun:
             violations=tuple(r.clause for r in mine if r.outcome.is_violation),
             inconclusive=tuple(r.clause for r in mine if r.outcome is ClauseOutcome.INCONCLUSIVE),
             compatibility_modes=dict(self.compatibility_modes).get(target.name, ()),
+            not_run=tuple(r.clause for r in mine if r.outcome is ClauseOutcome.NOT_RUN),
         )
 
     @property
@@ -186,15 +204,20 @@ class ConformanceRun:
         if self.not_run:
             return RunStatus.NOT_RUN
         statuses = {self.verdict(t).status for t in self.targets if not t.peer}
-        for status in (RunStatus.VIOLATIONS, RunStatus.INCONCLUSIVE):
-            if status in statuses:
-                return status
+        if RunStatus.VIOLATIONS in statuses:
+            return RunStatus.VIOLATIONS
+        if RunStatus.INCONCLUSIVE in statuses or self.incomplete:
+            return RunStatus.INCONCLUSIVE
         return RunStatus.CONFORMS
 
     @property
     def conforms(self) -> bool:
-        """Every judged target keeps every clause, without compatibility modes."""
-        return not self.not_run and all(self.verdict(t).conforms for t in self.targets if not t.peer)
+        """Every judged target keeps every clause, without compatibility modes, in a complete run."""
+        return (
+            not self.not_run
+            and not self.incomplete
+            and all(self.verdict(t).conforms for t in self.targets if not t.peer)
+        )
 
 
 class ProgressListener(Protocol):
@@ -222,6 +245,7 @@ class _Case:
     reason: str = ""
     evidence: str = ""
     duration_s: float = 0.0
+    finished: bool = False  # every phase reported (a run interrupted before that did not run the case)
 
 
 def _first_line(text: str) -> str:
@@ -232,6 +256,7 @@ def _first_line(text: str) -> str:
 # The packages whose versions every report names; any other entry of ``versions`` names a server.
 PACKAGES = ("storage-adapter", "obstore", "pytest", "fsspec", "s3fs")
 _INCONCLUSIVE_PROPERTY = "storage_contract_inconclusive"
+_NOT_REACHED_PROPERTY = "storage_contract_not_reached"
 # The user property that carries a clause's whole exception message from the report hook to the collector.
 _MESSAGE_PROPERTY = "storage_contract_message"
 
@@ -267,6 +292,9 @@ class _Collector:
         self.clauses: dict[str, Clause] = {}
         self.cases: dict[str, _Case] = {}
         self.finished_cases: Counter[tuple[str, str]] = Counter()
+        self.targets: dict[str, Target] = {}
+        # Judged targets on which no primitive ever answered after the preflight, with the first evidence.
+        self.unanswered: dict[str, str] = {}
 
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
         for item in items:
@@ -277,6 +305,7 @@ class _Collector:
             clause = getattr(item, "originalname", item.name)
             doc = (getattr(item, "obj", None).__doc__ or "").strip()
             self.clauses.setdefault(clause, Clause(clause, _first_line(doc)))
+            self.targets.setdefault(target.name, target)
             extra = [str(v) for k, v in callspec.params.items() if k != "storage_contract_target"]
             self.cases[item.nodeid] = _Case(clause, target.name, ",".join(extra))
 
@@ -307,15 +336,21 @@ class _Collector:
             report.user_properties.append((_MESSAGE_PROPERTY, str(call.excinfo.value)))
             if call.excinfo.errisinstance(Inconclusive):
                 report.user_properties.append((_INCONCLUSIVE_PROPERTY, True))
+            if call.excinfo.errisinstance(NotReached):
+                report.user_properties.append((_NOT_REACHED_PROPERTY, True))
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         case = self.cases.get(report.nodeid)
         if case is None:
             return
         case.duration_s += report.duration
+        case.finished = case.finished or report.when == "teardown"
         if report.skipped and case.outcome is ClauseOutcome.PASSED:
-            case.outcome = ClauseOutcome.SKIPPED
+            properties = dict(report.user_properties)
             case.reason, case.evidence = _reason_and_evidence(report)
+            case.outcome = ClauseOutcome.SKIPPED
+            if properties.get(_NOT_REACHED_PROPERTY):
+                case.outcome, case.reason = ClauseOutcome.NOT_RUN, str(properties[_MESSAGE_PROPERTY])
         elif report.failed and not case.outcome.is_violation:
             reason, evidence = _reason_and_evidence(report)
             if report.when != "call":
@@ -338,9 +373,23 @@ class _Collector:
                 case.target, case.clause, _aggregate(case.clause, case.target, siblings).outcome
             )
 
-    def results(self) -> list[ClauseResult]:
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        """Note the judged targets whose primitives never answered (while the health is still there)."""
+        for target in self.targets.values():
+            health = target_health(session.config, target)
+            broken = health.broken_primitives() if health is not None else {}
+            if broken and health is not None and not health.answered() and not target.peer:
+                self.unanswered[target.name] = next(iter(broken.values()))
+
+    def results(self, interrupted: str = "") -> list[ClauseResult]:
+        """One result per (clause, target). ``interrupted`` (why the run stopped early) is the reason of
+        the cases that had not finished: not run."""
         grouped: dict[tuple[str, str], list[_Case]] = {}
-        for case in self.cases.values():
+        for case in list(self.cases.values()):
+            if interrupted and not case.finished:
+                case = dataclasses.replace(
+                    case, outcome=ClauseOutcome.NOT_RUN, reason=f"not run: {interrupted}", evidence=""
+                )
             grouped.setdefault((case.clause, case.target), []).append(case)
         return [_aggregate(clause, target, cases) for (clause, target), cases in grouped.items()]
 
@@ -348,7 +397,7 @@ class _Collector:
 def _aggregate(clause: str, target: str, cases: Sequence[_Case]) -> ClauseResult:
     worst = max(cases, key=lambda c: _SEVERITY[c.outcome])
     reason = worst.reason
-    if len(cases) > 1 and (worst.outcome.is_violation or worst.outcome is ClauseOutcome.INCONCLUSIVE):
+    if len(cases) > 1 and worst.outcome not in (ClauseOutcome.PASSED, ClauseOutcome.SKIPPED):
         bad = sum(1 for c in cases if c.outcome is worst.outcome)
         reason = f"{bad}/{len(cases)} cases, e.g. [{worst.case_id}]: {reason}"
     return ClauseResult(
@@ -362,6 +411,23 @@ def _aggregate(clause: str, target: str, cases: Sequence[_Case]) -> ClauseResult
     )
 
 
+@dataclass(frozen=True)
+class Bounds:
+    """The bounds of a whole check: its total budget in seconds from ``started`` (monotonic; 0: none),
+    after which clauses are not run; the stall threshold of a call (see :mod:`contract_tests.health`);
+    and the options every target's factory gets where its backend declares them (the client's request
+    timeout and retries, set from the budget)."""
+
+    budget_s: float = 0.0
+    started: float = 0.0
+    stall_s: float = 60.0
+    storage_options: tuple[tuple[str, str], ...] = ()
+
+    def left_s(self) -> float:
+        """Seconds of the budget left (at least a millisecond: 0 would mean no budget)."""
+        return max(0.001, self.started + self.budget_s - time.monotonic())
+
+
 def _pytest_args(
     suite: Sequence[str],
     targets: Iterable[Target],
@@ -369,6 +435,7 @@ def _pytest_args(
     sizes: ContractSizes,
     ini_dir: str,
     selection: str,
+    bounds: Bounds,
 ) -> list[str]:
     ini = Path(ini_dir, "pytest.ini")
     ini.write_text("[pytest]\n")  # isolate from the caller's own pytest configuration and conftests
@@ -394,6 +461,10 @@ def _pytest_args(
         "--contract-clause-timeout",
         str(sizes.clause_timeout_s),
     ]
+    if bounds.budget_s > 0:
+        args += ["--contract-budget", repr(bounds.left_s()), "--contract-stall", repr(bounds.stall_s)]
+    for name, value in bounds.storage_options:
+        args += ["--storage-option", f"{name}={value}"]
     for target in targets:
         args += ["--storage-url", f"{target.name}={target.url}"]
     return [*args, "-k", selection] if selection else args
@@ -405,16 +476,21 @@ def _run_session(
     sizes: ContractSizes,
     listener: ProgressListener | None,
     selection: str,
+    bounds: Bounds,
+    progress: RunInProgress,
 ) -> _Collector:
     """One pytest session over ``targets`` (all opened by the same factory), only the clauses matching
     ``selection`` if one is given."""
     collector = _Collector(listener)
+    progress.collectors.append(collector)
     output = io.StringIO()
     with tempfile.TemporaryDirectory(prefix="storage-check-") as ini_dir:
-        args = _pytest_args(suite, targets, targets[0].factory, sizes, ini_dir, selection)
+        args = _pytest_args(suite, targets, targets[0].factory, sizes, ini_dir, selection, bounds)
         # pytest's own terminal output is kept out of the caller's display; it is only shown on a crash.
         with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):
             code = pytest.main(args, plugins=[collector])
+    if progress.interrupted:
+        raise CheckInterrupted(progress.interrupted)
     if selection and (code is pytest.ExitCode.USAGE_ERROR or not collector.cases):
         tail = "\n".join(output.getvalue().strip().splitlines()[-3:])
         raise SelectionError(f"--clauses {selection!r} selects no clause of the contract:\n{tail}")
@@ -433,6 +509,63 @@ def versions() -> tuple[tuple[str, str], ...]:
     return tuple(found)
 
 
+class CheckInterrupted(ContractRunError):
+    """The check was stopped by a signal (``RunInProgress.interrupt``); its report of what was done so far
+    has been written by whoever interrupted it."""
+
+
+class RunInProgress:
+    """A check while it runs: enough to report the results so far at any moment (a signal handler writes
+    the report of an interrupted check from :meth:`snapshot`), and to stop it (:meth:`interrupt`)."""
+
+    def __init__(self) -> None:
+        self.collectors: list[_Collector] = []
+        self.interrupted = ""
+        self.targets: tuple[Target, ...] = ()
+        self.started = time.monotonic()
+        self.settings: dict[str, Any] = {}
+
+    def interrupt(self, why: str) -> None:
+        """Mark the run interrupted; the session under way raises CheckInterrupted once pytest unwinds."""
+        self.interrupted = why
+
+    def snapshot(self, incomplete: str = "") -> ConformanceRun:
+        """The run as it stands: finished clauses with their outcomes, the others not run because of
+        ``incomplete`` (say why the run is being cut short)."""
+        for _ in range(10):  # the running session may add a case while this copies them
+            try:
+                return _assemble(self, incomplete=incomplete)
+            except RuntimeError:
+                time.sleep(0.01)
+        return _assemble(self, incomplete=incomplete)
+
+
+def _assemble(progress: RunInProgress, incomplete: str = "") -> ConformanceRun:
+    collectors = list(progress.collectors)
+    clauses: dict[str, Clause] = {}
+    for collector in collectors:
+        for name, clause in list(collector.clauses.items()):
+            clauses.setdefault(name, clause)
+    unanswered = {name: why for c in collectors for name, why in c.unanswered.items()}
+    settings = progress.settings
+    return ConformanceRun(
+        clauses=tuple(clauses.values()),
+        targets=progress.targets,
+        results=tuple(r for c in collectors for r in c.results(interrupted=incomplete)),
+        duration_s=time.monotonic() - progress.started,
+        sizes=settings["sizes"],
+        peer_sizes=settings["peer_sizes"],
+        versions=settings["versions"],
+        compatibility_modes=settings["compatibility_modes"],
+        selection=settings["selection"],
+        not_run="; ".join(
+            f"{name} answered nothing after the preflight: {why}" for name, why in unanswered.items()
+        ),
+        incomplete=incomplete,
+        budget_s=settings["bounds"].budget_s,
+    )
+
+
 def run_contract(
     targets: Sequence[Target],
     *,
@@ -442,41 +575,42 @@ def run_contract(
     suite: Sequence[str] = CONTRACT_SUITE,
     extra_versions: Iterable[tuple[str, str]] = (),
     selection: str = "",
+    bounds: Bounds = Bounds(),
+    progress: RunInProgress | None = None,
 ) -> ConformanceRun:
     """Run every clause of ``suite`` against ``targets``; judged targets first, then peers. With
     ``selection`` (a pytest ``-k`` expression over clause names) only the clauses it matches run, and the
-    run says so (``ConformanceRun.selection``); one that matches none raises SelectionError.
+    run says so (``ConformanceRun.selection``); one that matches none raises SelectionError. ``bounds``
+    holds the total budget (clauses it does not reach are not run) and the client options set from it;
+    ``progress`` lets a caller report and stop the run while it goes (see :class:`RunInProgress`).
 
     Targets sharing a factory share one pytest session. Raises ContractRunError if pytest could not
-    collect or run the suite (never for clause failures: those are results).
+    collect or run the suite (never for clause failures: those are results), CheckInterrupted if
+    ``progress.interrupt`` was called.
     """
     names = [t.name for t in targets]
     if len(set(names)) != len(names):
         raise ValueError(f"target names must be unique: {names}")
-    started = time.monotonic()
-    collectors: list[_Collector] = []
+    progress = RunInProgress() if progress is None else progress
+    progress.targets = tuple(targets)
+    progress.settings = {
+        "sizes": sizes,
+        "peer_sizes": peer_sizes,
+        "versions": (*versions(), *extra_versions),
+        "compatibility_modes": tuple(
+            (t.name, compatibility_modes(t)) for t in targets if not t.peer and t.url
+        ),
+        "selection": selection,
+        "bounds": bounds,
+    }
     for peer in (False, True):
         by_factory: dict[str, list[Target]] = {}
         for target in targets:
             if target.peer is peer:
                 by_factory.setdefault(target.factory, []).append(target)
         for group in by_factory.values():
-            collectors.append(_run_session(suite, group, peer_sizes if peer else sizes, listener, selection))
-    clauses: dict[str, Clause] = {}
-    for collector in collectors:
-        for name, clause in collector.clauses.items():
-            clauses.setdefault(name, clause)
-    return ConformanceRun(
-        clauses=tuple(clauses.values()),
-        targets=tuple(targets),
-        results=tuple(r for c in collectors for r in c.results()),
-        duration_s=time.monotonic() - started,
-        sizes=sizes,
-        peer_sizes=peer_sizes,
-        versions=(*versions(), *extra_versions),
-        compatibility_modes=tuple((t.name, compatibility_modes(t)) for t in targets if not t.peer and t.url),
-        selection=selection,
-    )
+            _run_session(suite, group, peer_sizes if peer else sizes, listener, selection, bounds, progress)
+    return _assemble(progress)
 
 
 def not_run(

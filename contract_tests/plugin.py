@@ -15,6 +15,15 @@ Options (each mirrored as an ini setting of the same name with dashes as undersc
                                  a search cut off is an inconclusive clause, never a failure.
 ``--contract-clause-timeout S``  deadline of each clause (default 300; 0: none). A clause still running
                                  then fails "did not finish within S s", naming where it is blocked.
+``--contract-budget S``          total seconds for the session's clauses (default 0: none). Each clause's
+                                 deadline is cut to what is left; a clause not reached when it has run
+                                 out is reported not run (skipped as :class:`NotReached`), never a pass.
+                                 Under a budget every adapter is watched for broken primitives
+                                 (:mod:`contract_tests.health`).
+``--contract-stall S``           under a budget, how long a call may run before a transient failure of it
+                                 counts as a hang (default 60; set it to the client's request timeout).
+``--storage-option KEY=VALUE``   an option for every target's factory, where the target's backend declares
+                                 it (repeatable), e.g. ``request_timeout_s=10`` for S3 targets.
 
 The deadline is a watchdog, not an interruption: a storage call blocked in native code cannot be
 interrupted from Python, so the clause body runs in a daemon thread that is abandoned when its deadline
@@ -33,8 +42,13 @@ do nothing unless a test requests them.
 
 from __future__ import annotations
 
+import hashlib
+import os
+import shutil
 import sys
+import tempfile
 import threading
+import time
 import traceback
 import uuid
 from collections.abc import Callable, Iterator
@@ -44,10 +58,11 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import pytest
 
+from contract_tests.health import PrimitiveHealth, watched
 from contract_tests.targets import DEFAULT_FACTORY, EMBEDDED, Target, parse_target
-from contract_tests.verdicts import Violation
+from contract_tests.verdicts import Inconclusive, Violation
 from storage_adapter.protocol import StorageAdapter
-from storage_adapter.registry import registered
+from storage_adapter.registry import backend_for_scheme, registered
 
 if TYPE_CHECKING:
     from servers.server import S3Endpoint
@@ -61,6 +76,9 @@ _OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
     ("contract-increments", "store", "25", "CAS increments per worker"),
     ("contract-check-budget", "store", "60", "seconds the linearizability search may take per history"),
     ("contract-clause-timeout", "store", "300", "deadline of each clause in seconds (0: none)"),
+    ("contract-budget", "store", "0", "total seconds for the session's clauses (0: none)"),
+    ("contract-stall", "store", "60", "seconds after which a transiently failing call counts as hung"),
+    ("storage-option", "append", None, "KEY=VALUE option for targets whose backend declares it"),
 )
 
 
@@ -86,11 +104,54 @@ def _asked(config: pytest.Config) -> bool:
     return bool(config.getini("storage_url")) or config.getini("storage_embedded") != ",".join(EMBEDDED)
 
 
+class NotReached(pytest.skip.Exception):  # type: ignore[name-defined,misc]
+    """A clause the session's total budget (``--contract-budget``) did not reach: not run, never a pass."""
+
+
+_DEADLINE = pytest.StashKey[float]()  # monotonic end of the session's budget
+_HEALTH_ROOT = pytest.StashKey[str]()  # directory of every target's PrimitiveHealth
+_FIRST_SEEN = pytest.StashKey[dict[tuple[str, str], str]]()  # (target, primitive) -> clause that broke it
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "storage_contract: a clause of the storage adapter contract")
     config.addinivalue_line(
         "markers", "storage_contract_processes: a storage contract clause that races OS processes"
     )
+    budget = float(option(config, "contract-budget"))
+    if budget > 0:
+        config.stash[_DEADLINE] = time.monotonic() + budget
+        config.stash[_HEALTH_ROOT] = tempfile.mkdtemp(prefix="storage-contract-health-")
+        config.stash[_FIRST_SEEN] = {}
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    root = config.stash.get(_HEALTH_ROOT, None)
+    if root is not None:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def target_health(config: pytest.Config, target: Target) -> PrimitiveHealth | None:
+    """The health of ``target``'s primitives in this session; None unless it runs under a budget."""
+    root = config.stash.get(_HEALTH_ROOT, None)
+    if root is None:
+        return None
+    directory = os.path.join(root, hashlib.sha256(target.name.encode()).hexdigest()[:16])
+    return PrimitiveHealth(directory, target.name, float(option(config, "contract-stall")))
+
+
+def storage_options(config: pytest.Config, target: Target, url: str) -> dict[str, str]:
+    """The ``--storage-option`` settings the backend of ``url`` declares (the others are not its own)."""
+    given: dict[str, str] = {}
+    for setting in option(config, "storage-option") or []:
+        name, sep, value = str(setting).partition("=")
+        if not sep or not name.strip():
+            raise pytest.UsageError(f"--storage-option {setting!r}: expected KEY=VALUE")
+        given[name.strip()] = value.strip()
+    scheme = url.split("://", 1)[0].lower() if "://" in url else "file"
+    backend = backend_for_scheme(scheme)
+    takes = backend.options if backend is not None else {}
+    return {name: value for name, value in given.items() if name in takes}
 
 
 def configured_targets(config: pytest.Config) -> list[Target]:
@@ -158,12 +219,66 @@ def _blocked_at(thread: threading.Thread) -> str:
     return "".join(traceback.format_stack(frame)[-4:]).rstrip()
 
 
+def _clause_target(item: pytest.Item) -> Target | None:
+    callspec = getattr(item, "callspec", None)
+    target = callspec.params.get("storage_contract_target") if callspec is not None else None
+    return target if isinstance(target, Target) else None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Under a budget, a clause reached after it has run out is not run (no fixture touches storage)."""
+    deadline = item.config.stash.get(_DEADLINE, None)
+    if deadline is None or item.get_closest_marker("storage_contract") is None:
+        return
+    if time.monotonic() >= deadline:
+        raise NotReached("not run: the total budget ran out before this clause")
+
+
+def _health_verdict(
+    item: pytest.Function, target: Target, health: PrimitiveHealth, before: frozenset[str]
+) -> Violation | None:
+    """What the clause did to the target's primitive health: a primitive it found broken (a hang, or one
+    that always fails), or a call it made of a primitive found broken earlier; None if neither."""
+    first_seen = item.config.stash[_FIRST_SEEN]
+    new = health.events() - before
+    found = sorted(n.removeprefix("broken-") for n in new if n.startswith("broken-"))
+    for primitive in found:
+        first_seen.setdefault((target.name, primitive), item.name)
+    if found:
+        evidence = [health.broken(p) or "" for p in found]
+        return Violation(evidence[0], "\n".join(evidence[1:]))
+    refused = sorted({n.split("-")[1] for n in new if n.startswith("refused-")})
+    if refused:
+        where = {p: first_seen.get((target.name, p), "an earlier clause") for p in refused}
+        reason = "; ".join(f"{p} is broken on {target.name} (found by {where[p]})" for p in refused)
+        return Violation(
+            f"depends on a broken primitive: {reason}", "\n".join(health.broken(p) or "" for p in refused)
+        )
+    return None
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
-    """Run a contract clause under its deadline (``--contract-clause-timeout``, see the module docstring)."""
-    limit = float(option(pyfuncitem.config, "contract-clause-timeout"))
-    if limit <= 0 or pyfuncitem.get_closest_marker("storage_contract") is None:
+    """Run a contract clause under its deadline (``--contract-clause-timeout``, cut to what is left of
+    ``--contract-budget``; see the module docstring), and judge what it did to its target's primitive
+    health (:mod:`contract_tests.health`): a primitive found broken fails the clause that found it and
+    every later clause that calls it, whatever the clause itself concluded."""
+    if pyfuncitem.get_closest_marker("storage_contract") is None:
         return None  # pytest's own call
+    config = pyfuncitem.config
+    limit = float(option(config, "contract-clause-timeout"))
+    deadline = config.stash.get(_DEADLINE, None)
+    if limit <= 0 and deadline is None:
+        return None
+    wait, cut_by_budget = (limit if limit > 0 else None), False
+    if deadline is not None:
+        left = max(0.0, deadline - time.monotonic())
+        if wait is None or left < wait:
+            wait, cut_by_budget = left, True
+    target = _clause_target(pyfuncitem)
+    health = target_health(config, target) if target is not None else None
+    before = health.events() if health is not None else frozenset()
     arguments = {name: pyfuncitem.funcargs[name] for name in pyfuncitem._fixtureinfo.argnames}
     raised: list[BaseException] = []
 
@@ -173,13 +288,31 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
         except BaseException as exc:  # re-raised in the main thread: a skip, a failure, a verdict
             raised.append(exc)
 
+    started = time.monotonic()
     thread = threading.Thread(target=body, name=f"clause {pyfuncitem.name}", daemon=True)
     thread.start()
-    thread.join(limit)
+    thread.join(wait)
     if thread.is_alive():
+        if health is not None:
+            # At its own deadline a clause's call in flight for half of it hung by any measure; cut by the
+            # budget, only one in flight for the stall threshold did.
+            health.mark_stalled(started, None if cut_by_budget else min(health.stall_s, limit / 2))
+        verdict = _health_verdict(pyfuncitem, target, health, before) if health and target else None
+        if verdict is not None:
+            raise Violation(str(verdict), f"blocked at:\n{_blocked_at(thread)}")
+        if cut_by_budget:
+            budget = float(option(config, "contract-budget"))
+            raise Inconclusive(
+                f"cut off by the total budget of {budget:g} s after {time.monotonic() - started:.0f} s; "
+                "blocked at:",
+                _blocked_at(thread),
+            )
         raise Violation(
             f"did not finish within {limit:g} s (the clause deadline); blocked at:", _blocked_at(thread)
         )
+    verdict = _health_verdict(pyfuncitem, target, health, before) if health and target else None
+    if verdict is not None:
+        raise verdict
     if raised:
         raise raised[0]
     return True
@@ -233,12 +366,15 @@ def _server(target: Target, request: pytest.FixtureRequest) -> S3Endpoint | None
 
 def target_opener(target: Target, request: pytest.FixtureRequest) -> Callable[[str], StorageAdapter]:
     """Opens an adapter at a URL of ``target`` the way its root is opened: by its factory, with the options
-    of its server (none for a URL target, whose credentials come from the environment, or a scratch one)."""
+    of its server (none for a URL target, whose credentials come from the environment, or a scratch one)
+    and the ``--storage-option`` settings its backend declares; watched under a budget."""
     endpoint = _server(target, request)
-    options: dict[str, Any] = endpoint.adapter_options() if endpoint is not None else {}
+    server_options: dict[str, Any] = endpoint.adapter_options() if endpoint is not None else {}
+    health = target_health(request.config, target)
 
     def open_url(url: str) -> StorageAdapter:
-        return target.open(url, **options)
+        options = {**storage_options(request.config, target, url), **server_options}
+        return watched(target.open(url, **options), health)
 
     return open_url
 
@@ -247,16 +383,17 @@ def target_opener(target: Target, request: pytest.FixtureRequest) -> Callable[[s
 def target_root(target: Target, request: pytest.FixtureRequest) -> Iterator[StorageAdapter]:
     """An adapter at ``target``'s root, opened by its factory. Embedded targets get a private root (a
     scratch instance, or a fresh bucket of a server of ``storage_contract_servers``) for the block."""
+    opener = target_opener(target, request)
     if target.url is not None:
-        yield target.open()
+        yield opener(target.url)
         return
     endpoint = _server(target, request)
     if endpoint is None:
         scratch = {b.name: b.scratch for b in registered() if b.scratch is not None}
         with scratch[target.name]() as url:
-            yield target.open(url)
+            yield opener(url)
         return
-    yield target_opener(target, request)(endpoint.url(f"contract-{uuid.uuid4().hex[:8]}"))
+    yield opener(endpoint.url(f"contract-{uuid.uuid4().hex[:8]}"))
 
 
 @contextmanager
@@ -300,6 +437,7 @@ def pytest_report_header(config: pytest.Config) -> str | None:
 
 __all__ = [
     "ContractSizes",
+    "NotReached",
     "ServerPool",
     "configured_targets",
     "embedded_choices",

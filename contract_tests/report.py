@@ -24,6 +24,7 @@ _CELL_STYLE = {
     ClauseOutcome.FAILED: "bold red",
     ClauseOutcome.ERROR: "bold red",
     ClauseOutcome.INCONCLUSIVE: "yellow",
+    ClauseOutcome.NOT_RUN: "yellow",
     ClauseOutcome.SKIPPED: "dim",
 }
 _CELL_TEXT = {
@@ -31,6 +32,7 @@ _CELL_TEXT = {
     ClauseOutcome.FAILED: "FAIL",
     ClauseOutcome.ERROR: "ERROR",
     ClauseOutcome.INCONCLUSIVE: "INCONCLUSIVE",
+    ClauseOutcome.NOT_RUN: "not run",
     ClauseOutcome.SKIPPED: "skip",
 }
 REPORT_FORMAT = "storage-adapter-check/2"
@@ -100,6 +102,8 @@ def verdict_lines(run: ConformanceRun) -> list[str]:
 def overall(run: ConformanceRun) -> str:
     """The run's one-line verdict; a run that did not happen says why."""
     text = _OVERALL[run.status]
+    if run.incomplete:
+        text = f"INCOMPLETE ({run.incomplete}; results so far: {text})"
     if run.selection:
         text += f" (only the clauses selected by --clauses {run.selection!r})"
     return f"{text}: {run.not_run}" if run.not_run else text
@@ -138,6 +142,9 @@ def to_json(run: ConformanceRun) -> dict[str, Any]:
         "written_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "status": run.status.value,
         "not_run": run.not_run or None,
+        "complete": not run.incomplete,
+        "incomplete": run.incomplete or None,
+        "budget_s": run.budget_s or None,
         "selection": run.selection or None,
         "conforms": run.conforms,
         "compatibility_modes": {target: list(modes) for target, modes in run.compatibility_modes if modes},

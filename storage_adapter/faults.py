@@ -102,6 +102,11 @@ def injected(plan: FaultPlan) -> Iterator[FaultPlan]:
         _ACTIVE.reset(token)
 
 
+def active_plan() -> FaultPlan | None:
+    """The plan active in this thread, if any (a caller judging failures can tell injected ones apart)."""
+    return _ACTIVE.get()
+
+
 def carried(call: Callable[P, R]) -> Callable[P, R]:
     """``call``, run under the plan active in this thread (if any) wherever it is called: a driver that
     fans one operation out to worker threads wraps each piece, so the operation's faults follow it."""
