@@ -12,10 +12,10 @@ once
 * or it **always fails**: its calls failed transiently :data:`FAILURES_IN_A_ROW` times in a row, outside
   any fault plan, and no call of it ever answered on this target.
 
-From then on every call of that primitive, in this process or in a spawned race worker, raises
-:class:`PrimitiveBroken` at once with the first evidence; the plugin fails the calling clause with it (one
-clause pays for the hang, the others that depend on the primitive fail at once, and those that do not
-use it go on being checked). An answer of any kind (a value, ``NotFoundError``, a refused precondition)
+From then on a call of that primitive, in this process or in a spawned race worker, gets a second to
+answer (bad input is refused before any I/O) and is otherwise refused with :class:`PrimitiveBroken` and
+the first evidence; the plugin fails the calling clause with it (one clause pays for the hang, the others
+that depend on the primitive fail within a second, and those that do not use it go on being checked). An answer of any kind (a value, ``NotFoundError``, a refused precondition)
 counts as the server answering.
 
 The state lives in a directory, one file per event (``broken-<primitive>`` holding the evidence,
@@ -26,6 +26,7 @@ with its health and a worker's calls are watched too.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import itertools
 import os
 import threading
@@ -48,6 +49,8 @@ PRIMITIVES = frozenset(
     if callable(value) and not name.startswith("_") and name != "child"
 )
 FAILURES_IN_A_ROW = 3
+# How long a call of a broken primitive may take before it is refused (see PrimitiveHealth._graced).
+GRACE_S = 1.0
 
 
 class PrimitiveBroken(Violation):
@@ -101,14 +104,20 @@ class PrimitiveHealth:
             return None
 
     def broken_primitives(self) -> dict[str, str]:
-        """Every broken primitive and its evidence."""
+        """Every broken primitive and its evidence, in the order they were found."""
         found = {}
-        for name in sorted(self.events()):
+        for name in sorted(self.events(), key=self._found_at):
             if name.startswith("broken-"):
                 evidence = self.broken(name.removeprefix("broken-"))
                 if evidence is not None:
                     found[name.removeprefix("broken-")] = evidence
         return found
+
+    def _found_at(self, name: str) -> int:
+        try:
+            return self._path(name).stat().st_mtime_ns
+        except FileNotFoundError:
+            return 0
 
     def answered(self) -> frozenset[str]:
         """The primitives that answered at least once on this target."""
@@ -162,12 +171,12 @@ class PrimitiveHealth:
         return marked
 
     def call(self, primitive: str, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """Call ``function`` (the adapter's ``primitive``) watched: refused at once if the primitive is
-        broken; timed and judged otherwise (see the module docstring)."""
+        """Call ``function`` (the adapter's ``primitive``) watched: timed and judged (see the module
+        docstring); or, once the primitive is broken, given :data:`GRACE_S` to answer (see
+        :meth:`_graced`)."""
         evidence = self.broken(primitive)
         if evidence is not None:
-            self._touch(f"refused-{primitive}-{uuid.uuid4().hex[:12]}")
-            raise PrimitiveBroken(primitive, self.target, evidence)
+            return self._graced(primitive, evidence, function, *args, **kwargs)
         number = next(_NUMBERS)
         started = time.monotonic()
         with _LOCK:
@@ -185,6 +194,37 @@ class PrimitiveHealth:
                 _IN_FLIGHT.pop(number, None)
         self._answer(primitive)
         return result
+
+    def _graced(
+        self, primitive: str, evidence: str, function: Callable[..., Any], *args: Any, **kwargs: Any
+    ) -> Any:
+        """A call of a broken primitive. Not every call reaches the server: bad input is refused before
+        any I/O, an injected fault fires before it, so the call runs (in a thread of its own, with this
+        thread's context: its fault plan goes along) for at most ``GRACE_S``. What it does in that time
+        is its answer, except a transient failure outside a fault plan (the server still does not
+        answer); one that has not finished by then, or failed so, is refused with the evidence, and the
+        refusal is recorded for the plugin to fail the calling clause."""
+        outcome: list[tuple[bool, Any]] = []
+        context = contextvars.copy_context()
+
+        def run() -> None:
+            try:
+                outcome.append((True, context.run(function, *args, **kwargs)))
+            except BaseException as exc:  # handed back to the caller below
+                outcome.append((False, exc))
+
+        worker = threading.Thread(target=run, name=f"graced {primitive}", daemon=True)
+        worker.start()
+        worker.join(min(GRACE_S, self.stall_s))
+        if outcome:
+            returned, value = outcome[0]
+            if returned:
+                return value
+            injected = context.run(faults.active_plan) is not None
+            if injected or not isinstance(value, BackendUnavailableError):
+                raise value
+        self._touch(f"refused-{primitive}-{uuid.uuid4().hex[:12]}")
+        raise PrimitiveBroken(primitive, self.target, evidence)
 
     def _answer(self, primitive: str) -> None:
         key = (self.directory, primitive)

@@ -108,6 +108,8 @@ class NotReached(pytest.skip.Exception):  # type: ignore[name-defined,misc]
     """A clause the session's total budget (``--contract-budget``) did not reach: not run, never a pass."""
 
 
+# Primitives hung with no answer at all on a target, after which its other clauses are not run.
+SILENT_AFTER = 2
 _DEADLINE = pytest.StashKey[float]()  # monotonic end of the session's budget
 _HEALTH_ROOT = pytest.StashKey[str]()  # directory of every target's PrimitiveHealth
 _FIRST_SEEN = pytest.StashKey[dict[tuple[str, str], str]]()  # (target, primitive) -> clause that broke it
@@ -227,12 +229,23 @@ def _clause_target(item: pytest.Item) -> Target | None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    """Under a budget, a clause reached after it has run out is not run (no fixture touches storage)."""
+    """Under a budget, a clause is not run (no fixture touches storage) once the budget has run out, or
+    once its target has answered nothing since the preflight while :data:`SILENT_AFTER` primitives hung
+    (a server that stopped answering: running on would only pay each primitive's hang in turn)."""
     deadline = item.config.stash.get(_DEADLINE, None)
     if deadline is None or item.get_closest_marker("storage_contract") is None:
         return
     if time.monotonic() >= deadline:
         raise NotReached("not run: the total budget ran out before this clause")
+    target = _clause_target(item)
+    health = target_health(item.config, target) if target is not None else None
+    if health is not None and not health.answered():
+        broken = health.broken_primitives()
+        if len(broken) >= SILENT_AFTER:
+            raise NotReached(
+                f"not run: {health.target} has answered nothing since the preflight "
+                f"({', '.join(broken)} hung)"
+            )
 
 
 def _health_verdict(
@@ -244,7 +257,7 @@ def _health_verdict(
     new = health.events() - before
     found = sorted(n.removeprefix("broken-") for n in new if n.startswith("broken-"))
     for primitive in found:
-        first_seen.setdefault((target.name, primitive), item.name)
+        first_seen.setdefault((target.name, primitive), item.originalname.removeprefix("test_"))
     if found:
         evidence = [health.broken(p) or "" for p in found]
         return Violation(evidence[0], "\n".join(evidence[1:]))
