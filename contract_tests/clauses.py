@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 
 from contract_tests import race_tasks
-from contract_tests.bodies import make_body
+from contract_tests.bodies import describe, make_body
 from contract_tests.bulk_clauses import BulkClauses
 from contract_tests.concurrency_clauses import ConcurrencyClauses, require_processes
 from contract_tests.failure_clauses import FailureClauses
@@ -109,8 +109,14 @@ def _assert_replace_is_atomic(adapter: StorageAdapter, run: Runner, racers: int,
     tallies = run(racers, partial(race_tasks.replace_while_reading, adapter, "hot", writes))
     readers = tallies[1:]
     assert sum(t.reads for t in readers) > 0
-    torn = [(t.torn, t.sample) for t in readers if t.torn]
-    assert not torn, f"torn reads (count, first sample) per reader: {torn}"
+    torn = [(i, t) for i, t in enumerate(readers, 1) if t.torn]
+    if torn:
+        raise Violation(
+            f"torn reads by {len(torn)} of {len(readers)} readers",
+            "\n".join(
+                f"reader {i}: {t.torn} of {t.reads} reads torn, the first: {t.sample}" for i, t in torn
+            ),
+        )
 
 
 def _assert_one_winner(adapter: StorageAdapter, run: Runner, racers: int, rounds: int) -> None:
@@ -296,7 +302,7 @@ class AdapterContract(BulkClauses, ConcurrencyClauses, FailureClauses, Housekeep
         if (versioned.data, versioned.token, listed.get("d/k")) != (b"first", token, token):
             raise Violation(
                 "write_if_absent returned a token that is not the new object's",
-                f"write_if_absent -> {token!r}; then read_versioned -> ({versioned.data!r}, "
+                f"write_if_absent -> {token!r}; then read_versioned -> ({describe(versioned.data)}, "
                 f"{versioned.token!r}), list('d') token -> {listed.get('d/k')!r}",
             )
         if adapter.write_if_match("d/k", b"second", token) is None:

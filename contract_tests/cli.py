@@ -7,7 +7,8 @@ no permission, a failed preflight, ``--server`` with URLs), 3 when an S3 server 
 cannot run here (no Docker engine, no ``weed`` binary), 4 when nothing was violated but some clause was
 inconclusive (it could not decide within its bound). 2 and 3 are printed as one line without a
 traceback. With ``--allow-unavailable`` case 3 prints ``SKIPPED <server>: <reason>`` and exits 0. With
-``--report`` the Markdown and JSON reports are written in every case, a run that did not happen saying why.
+``--report`` the Markdown and JSON reports are written in every case, a run that did not happen saying why;
+so are ``--junit`` (JUnit XML) and the step summary (``--summary``, else ``$GITHUB_STEP_SUMMARY``).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from rich.progress import (
 )
 from rich.text import Text
 
+from contract_tests.ci_report import append_step_summary, write_junit
 from contract_tests.conformance import (
     DEFAULT_SIZES,
     PEER_SIZES,
@@ -57,11 +59,13 @@ from contract_tests.plugin import ContractSizes
 from contract_tests.report import (
     evidence,
     evidence_title,
+    fold,
     header_lines,
     matrix_table,
     notes,
     ordered_targets,
     overall,
+    report_paths,
     write_report,
 )
 from contract_tests.targets import DEFAULT_FACTORY, EMBEDDED, Target, load_factory, parse_target
@@ -452,7 +456,18 @@ def _progress(console: Console) -> tuple[contextlib.AbstractContextManager[Any],
     return progress, _RichProgress(progress)
 
 
-def _print_run(run: ConformanceRun, console: Console) -> None:
+def _whole_evidence_at(args: argparse.Namespace) -> str:
+    """Where a folded evidence is whole: the Markdown report, else the JUnit file, else how to get one."""
+    if args.report:
+        return f"see the report {report_paths(args.report)[0]}"
+    if args.junit:
+        return f"see the JUnit file {args.junit}"
+    return "rerun with --report PATH to keep it whole"
+
+
+def _print_run(run: ConformanceRun, console: Console, whole_at: str) -> None:
+    """The matrix, the reason notes, each failing or inconclusive clause's evidence (folded when long: a
+    log stays readable, the report files keep it whole, ``whole_at`` says where), the verdict lines."""
     for line in header_lines(run):
         console.print(line, style="yellow", highlight=False, markup=False)
     if run.not_run and not run.results:
@@ -464,7 +479,7 @@ def _print_run(run: ConformanceRun, console: Console) -> None:
     for result in evidence(run):
         console.print()
         console.print(evidence_title(result), style="bold", highlight=False, markup=False, soft_wrap=True)
-        console.print(Text(result.evidence), highlight=False, soft_wrap=True)
+        console.print(Text(fold(result.evidence, whole_at)), highlight=False, soft_wrap=True)
     console.print()
     for target in ordered_targets(run):
         verdict = run.verdict(target)
@@ -475,13 +490,23 @@ def _print_run(run: ConformanceRun, console: Console) -> None:
     )
 
 
-def _write_reports(run: ConformanceRun, args: argparse.Namespace, console: Console) -> None:
-    """Every report ``args`` asks for, of ``run``."""
+def _write_reports(
+    run: ConformanceRun, args: argparse.Namespace, console: Console, unavailable_allowed: bool = False
+) -> None:
+    """Every report ``args`` asks for, of ``run``: ``--report``, ``--junit``, and the step summary
+    (``--summary``, else ``$GITHUB_STEP_SUMMARY`` when the environment has it, as GitHub Actions does).
+    ``unavailable_allowed``: the run did not happen because a server cannot run here, and
+    ``--allow-unavailable`` accepts that (the JUnit file and the summary then say skipped, not error)."""
     if args.report:
         md_path, json_path = write_report(run, args.report)
         label = "report (not run)" if run.not_run and not run.results else "report"
         label = f"report (incomplete: {run.incomplete})" if run.incomplete else label
         console.print(f"{label}: {md_path} and {json_path}", highlight=False, markup=False)
+    if args.junit:
+        write_junit(run, args.junit, unavailable_allowed=unavailable_allowed)
+    summary = args.summary or os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary:
+        append_step_summary(run, summary, _whole_evidence_at(args), unavailable_allowed=unavailable_allowed)
 
 
 def _check(args: argparse.Namespace, console: Console) -> int:
@@ -565,10 +590,11 @@ def _check(args: argparse.Namespace, console: Console) -> int:
             )
             return 128 + stopper.signal
         except (InputError, ConfigurationError, ContractRunError, ServerCannotRun) as exc:
+            allowed = isinstance(exc, ServerCannotRun) and args.allow_unavailable
             with contextlib.suppress(OSError):  # an unwritable report path is itself the bad input
-                _write_reports(not_started(f"{type(exc).__name__}: {exc}"), args, console)
+                _write_reports(not_started(f"{type(exc).__name__}: {exc}"), args, console, allowed)
             raise
-    _print_run(run, console)
+    _print_run(run, console, _whole_evidence_at(args))
     _write_reports(run, args, console)
     return _EXIT_OF[run.status]
 
@@ -611,7 +637,8 @@ exit status:
      was not run (the total --budget ran out before it)
   128+N  stopped by signal N (143 SIGTERM, 130 SIGINT): the report, marked incomplete, lists the
      clauses done so far
-With --report, the reports are written in every case (a run that did not happen says why)."""
+With --report, the reports are written in every case (a run that did not happen says why), and so are
+--junit and the step summary (--summary, else $GITHUB_STEP_SUMMARY when it is set)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -652,6 +679,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="also run the peer adapters (fsspec local/memory, s3fs) for comparison",
     )
     check.add_argument("--report", metavar="PATH", help="write PATH.md and PATH.json (or into a directory)")
+    check.add_argument(
+        "--junit",
+        metavar="PATH",
+        help="write JUnit XML to PATH: a testcase per clause and target; fail is a failure, error an "
+        "error; skip, not run and inconclusive (never a violation) are skipped with their reason",
+    )
+    check.add_argument(
+        "--summary",
+        metavar="PATH",
+        help="append a short GitHub-flavoured Markdown summary to PATH (default: $GITHUB_STEP_SUMMARY, "
+        "when set, as in GitHub Actions)",
+    )
     check.add_argument(
         "--create-bucket",
         action="store_true",

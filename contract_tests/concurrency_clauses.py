@@ -36,7 +36,7 @@ from functools import partial
 import pytest
 
 from contract_tests import race_tasks
-from contract_tests.bodies import make_body
+from contract_tests.bodies import body_is_whole, describe, make_body
 from contract_tests.history import Outcome
 from contract_tests.plugin import ContractSizes
 from contract_tests.race_tasks import Call, Move, planned_race
@@ -283,7 +283,10 @@ def _unexplained(
 
 
 def _short(body: bytes | None) -> str:
-    return "absent" if body is None else repr(body.split(b"|", 1)[0].decode("latin-1"))
+    """A body left by a race: absent, its tag when it is one of the race's whole bodies, else described."""
+    if body is None:
+        return "absent"
+    return repr(body.split(b"|", 1)[0].decode()) if body_is_whole(body) else describe(body)
 
 
 def _body(tag: str) -> bytes:

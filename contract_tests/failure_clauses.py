@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from contract_tests.bodies import describe
 from contract_tests.verdicts import Violation
 from storage_adapter.errors import (
     BackendUnavailableError,
@@ -191,10 +192,17 @@ def _sweep(adapter: StorageAdapter, operation: FaultedOperation, kind: FaultKind
         recovered = bool(plan.recovered) and _answer(result) == expected and after == done
         why = _misreported(kind, error, recovered)
         if why is not None:
-            shown = f" {result!r} (unfailed: {expected!r}; state {after!r})" if error is None else ""
+            shown = (
+                f" {describe(result)} (unfailed: {describe(expected)}; state {describe(after)})"
+                if error is None
+                else ""
+            )
             problems.append(f"{where}: {why}{shown}")
         if not operation.partial and after not in _allowed(operation, adapter.capabilities, before, done):
-            problems.append(f"{where}: left a partial state {after!r} (before {before!r}, done {done!r})")
+            problems.append(
+                f"{where}: left a partial state {describe(after)} (before {describe(before)}, "
+                f"done {describe(done)})"
+            )
     return len(points), problems
 
 

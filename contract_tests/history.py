@@ -51,6 +51,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from contract_tests.bodies import describe
 from storage_adapter.derived import DerivedOperations
 from storage_adapter.errors import (
     BackendUnavailableError,
@@ -120,9 +121,9 @@ class Operation:
 
     def describe(self, origin_ns: int = 0) -> str:
         """One line: worker, call, answer and the real-time interval in ms from ``origin_ns``."""
-        args = ", ".join(_short(a) for a in (self.key, *self.args))
+        args = ", ".join(map(describe, (self.key, *self.args)))
         if self.outcome is Outcome.OK:
-            answer = _short(self.result)
+            answer = describe(self.result)
         elif self.outcome is Outcome.FAILED:
             answer = f"failed ({self.error})"
         elif self.outcome is Outcome.UNDECLARED:
@@ -132,15 +133,6 @@ class Operation:
         start = (self.invoke_ns - origin_ns) / 1e6
         end = "inf" if self.complete_ns is None else f"{(self.complete_ns - origin_ns) / 1e6:.3f}"
         return f"[{self.worker}] {self.op}({args}) -> {answer}   @ {start:.3f}..{end} ms"
-
-
-def _short(value: Any, limit: int = 40) -> str:
-    if isinstance(value, bytes):
-        text = value.decode("utf-8", "backslashreplace")
-        return repr(text if len(text) <= limit else text[:limit] + "...")
-    if isinstance(value, tuple):
-        return "(" + ", ".join(_short(v, limit) for v in value) + ")"
-    return repr(value)
 
 
 @dataclass(frozen=True)

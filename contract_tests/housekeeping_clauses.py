@@ -33,7 +33,7 @@ from typing import TypeVar
 
 import pytest
 
-from contract_tests.bodies import make_body
+from contract_tests.bodies import describe, make_body
 from contract_tests.concurrency_clauses import require_processes
 from contract_tests.plugin import ContractSizes
 from contract_tests.races import SPAWN, Sync, race_in_processes, race_in_threads
@@ -501,7 +501,9 @@ class HousekeepingClauses:
             "remove_orphans(0)": (emptied.remove_orphans(min_age_s=0), 0),
         }
         problems += [
-            f"{name} -> {got!r}, expected {want!r}" for name, (got, want) in answers.items() if got != want
+            f"{name} -> {describe(got)}, expected {describe(want)}"
+            for name, (got, want) in answers.items()
+            if got != want
         ]
         with contextlib.suppress(NotFoundError):
             emptied.rename("1", "2")

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
-from contract_tests.bodies import body_is_whole, make_body
+from contract_tests.bodies import body_is_whole, describe, make_body
 from contract_tests.history import Outcome, classify_error
 from contract_tests.races import Sync
 from storage_adapter.errors import NotFoundError
@@ -154,11 +154,12 @@ def cas_increments(
 
 @dataclass(frozen=True)
 class ReadTally:
-    """A reader's view of a key being replaced: reads made, torn reads seen, the first torn sample."""
+    """A reader's view of a key being replaced: reads made, torn reads seen, and the first torn read as
+    :func:`~contract_tests.bodies.describe` shows it (its size and head: the body itself is 256 KiB)."""
 
     reads: int
     torn: int
-    sample: bytes
+    sample: str
 
 
 REPLACE_BODY_SIZE = 256 * 1024
@@ -174,15 +175,15 @@ def replace_while_reading(
         for i in range(writes):
             adapter.write(key, make_body(f"v{i}", REPLACE_BODY_SIZE + (i % 3) * 1000))
         adapter.write(f"{key}.done", b"")
-        return ReadTally(0, 0, b"")
+        return ReadTally(0, 0, "")
     reads = torn = 0
-    sample = b""
+    sample = ""
     while True:
         data = adapter.read_bytes(key)
         reads += 1
         if not body_is_whole(data):
             torn += 1
-            sample = sample or data[:80]
+            sample = sample or describe(data)
         if reads % 8 == 0 and adapter.exists(f"{key}.done"):
             return ReadTally(reads, torn, sample)
 

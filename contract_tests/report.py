@@ -1,14 +1,17 @@
-"""Present a ConformanceRun: the clause x backend matrix (rich), and Markdown and JSON report files.
+"""Present a ConformanceRun: the clause x backend matrix (rich), and Markdown and JSON report files
+(JUnit XML and the CI step summary: :mod:`contract_tests.ci_report`).
 
-All three formats carry the same facts: the overall status (conforms, violations, inconclusive, or not
-run with the reason), each target's verdict line (PARTIAL when it relies on compatibility modes), every
-non-pass reason whole, and for every failing or inconclusive clause its evidence (the counterexample
-history, expected vs actual) as the clause stated it.
+All formats carry the same facts: the overall status (conforms, violations, inconclusive, or not run with
+the reason), each target's verdict line (PARTIAL when it relies on compatibility modes), every non-pass
+reason whole, and for every failing or inconclusive clause its evidence (the counterexample history,
+expected vs actual) as the clause stated it. The report files keep evidence whole; the console folds a
+long one (:func:`fold`) and says where it is whole.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -131,6 +134,32 @@ def evidence(run: ConformanceRun) -> list[ClauseResult]:
     return sorted(found, key=lambda r: order.get(r.target, len(order)))
 
 
+# Evidence longer than this is folded in the console (a CI log): its head, then where it is whole.
+FOLD_LINES = 30
+FOLD_CHARS = 4000
+
+
+def fold(text: str, whole_at: str) -> str:
+    """``text`` as a log shows it: whole when it has at most ``FOLD_LINES`` lines and ``FOLD_CHARS``
+    characters, else its head within both bounds (a line longer than the character bound is cut), then one
+    line saying how much is left and where it is whole (``whole_at``, e.g. ``see the report check.md``)."""
+    lines = text.splitlines()
+    if len(lines) <= FOLD_LINES and len(text) <= FOLD_CHARS:
+        return text
+    head: list[str] = []
+    size = 0
+    for line in lines[:FOLD_LINES]:
+        if size + len(line) > FOLD_CHARS:
+            break
+        head.append(line)
+        size += len(line) + 1
+    if not head:  # a first line longer than the bound: its start
+        head = [lines[0][:FOLD_CHARS]]
+    shown = "\n".join(head)
+    more_lines = len(lines) - len(head)
+    return f"{shown}\n... {more_lines} more lines ({len(text) - len(shown)} more characters): {whole_at}"
+
+
 def evidence_title(result: ClauseResult) -> str:
     return f"{result.clause.removeprefix('test_')} on {result.target} ({_CELL_TEXT[result.outcome]}): {result.reason}"
 
@@ -183,38 +212,57 @@ def to_json(run: ConformanceRun) -> dict[str, Any]:
     }
 
 
-def _md_escape(text: str) -> str:
+def md_escape(text: str) -> str:
+    """``text`` as one Markdown table cell or list item: pipes escaped, newlines joined."""
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def to_markdown(run: ConformanceRun) -> str:
+def fenced(text: str) -> list[str]:
+    """``text`` as a Markdown code block, its fence longer than any run of backticks inside it (evidence
+    may quote Markdown)."""
+    longest = max((len(ticks) for ticks in re.findall("`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return [fence, text, fence]
+
+
+def markdown_matrix(run: ConformanceRun) -> list[str]:
+    """The matrix as a Markdown table (rows clauses, columns targets, cells the outcome and the number of
+    its reason note, as :func:`notes` numbers them)."""
     targets = ordered_targets(run)
     note_of = {reason: n for n, reason in notes(run)}
     lines = [
-        "# storage-adapter check",
-        "",
-        f"Overall: **{_md_escape(overall(run))}** (peers are shown for comparison and never judged). "
-        f"Duration {run.duration_s:.1f} s.",
-        "",
-        *[f"> {_md_escape(line)}" for line in header_lines(run)],
-        "",
-        *[f"- {_md_escape(line)}" for line in verdict_lines(run)],
-        "",
         "| clause | " + " | ".join(t.name + (" (peer)" if t.peer else "") for t in targets) + " |",
         "|---|" + "---|" * len(targets),
     ]
     for clause in run.clauses:
         cells = [_cell(run, clause.name, target, note_of)[0] for target in targets]
         lines.append(f"| {clause.name.removeprefix('test_')} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def to_markdown(run: ConformanceRun) -> str:
+    targets = ordered_targets(run)
+    lines = [
+        "# storage-adapter check",
+        "",
+        f"Overall: **{md_escape(overall(run))}** (peers are shown for comparison and never judged). "
+        f"Duration {run.duration_s:.1f} s.",
+        "",
+        *[f"> {md_escape(line)}" for line in header_lines(run)],
+        "",
+        *[f"- {md_escape(line)}" for line in verdict_lines(run)],
+        "",
+        *markdown_matrix(run),
+    ]
     lines += ["", "## Notes", ""]
-    lines += [f"{n}. {_md_escape(reason)}" for reason, n in note_of.items()] or ["(none)"]
+    lines += [f"{n}. {md_escape(reason)}" for n, reason in notes(run)] or ["(none)"]
     lines += ["", "## Evidence", ""]
     for result in evidence(run):
-        lines += [f"### {_md_escape(evidence_title(result))}", "", "```", result.evidence, "```", ""]
+        lines += [f"### {md_escape(evidence_title(result))}", "", *fenced(result.evidence), ""]
     if not evidence(run):
         lines += ["(none)"]
     lines += ["", "## Clauses", ""]
-    lines += [f"- `{c.name}`: {_md_escape(c.summary)}" for c in run.clauses]
+    lines += [f"- `{c.name}`: {md_escape(c.summary)}" for c in run.clauses]
     lines += ["", "## Targets", ""]
     lines += [f"- {t.name}{' (peer)' if t.peer else ''}: `{t.url}` via `{t.factory}`" for t in targets]
     lines += ["", "## Sizes and versions", ""]

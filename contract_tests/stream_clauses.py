@@ -34,7 +34,7 @@ from typing import Any
 
 import pytest
 
-from contract_tests.bodies import make_body
+from contract_tests.bodies import describe, make_body
 from contract_tests.bulk_clauses import UNLIMITED_STEPS
 from contract_tests.verdicts import Violation
 from storage_adapter.errors import (
@@ -315,8 +315,8 @@ class StreamClauses:
                 except NotFoundError:
                     got = None
                 if got != body:
-                    seen = "absent" if got is None else f"{len(got)} bytes of {got[:1]!r}"
-                    wanted = "absent" if body is None else f"the bytes of {body[:1]!r}"
+                    seen = "absent" if got is None else describe(got)
+                    wanted = "absent" if body is None else describe(body)
                     problems.append(f"after {step}: {name} served {seen}, not {wanted}")
 
         adapter.write("k", _version("a"))

@@ -208,7 +208,7 @@ def test_clauses_the_budget_does_not_reach_are_not_run_never_passed(tmp_path: Pa
 
 def test_sigterm_mid_run_leaves_a_report_marked_incomplete(tmp_path: Path) -> None:
     """A CI job's timeout (SIGTERM) mid-run: the report, written at once, is marked incomplete and lists
-    the clauses done; the check exits 128 + 15."""
+    the clauses done (so do the JUnit file and the step summary); the check exits 128 + 15."""
     check = subprocess.Popen(
         [
             sys.executable,
@@ -219,11 +219,13 @@ def test_sigterm_mid_run_leaves_a_report_marked_incomplete(tmp_path: Path) -> No
             "--no-peers",
             "--report",
             str(tmp_path / "r"),
+            "--junit",
+            str(tmp_path / "junit.xml"),
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env={**os.environ, "PYTHONPATH": str(ROOT), "GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md")},
         cwd=tmp_path,
     )
     assert check.stdout is not None
@@ -241,6 +243,12 @@ def test_sigterm_mid_run_leaves_a_report_marked_incomplete(tmp_path: Path) -> No
     assert len(done) >= 5, report["results"][:8]
     assert any(r["outcome"] == "not-run" and "SIGTERM" in r["reason"] for r in report["results"])
     assert "INCOMPLETE" in (tmp_path / "r.md").read_text()
+    junit = (tmp_path / "junit.xml").read_text()
+    assert '<property name="incomplete" value="stopped by SIGTERM after ' in junit
+    assert '<skipped message="NOT RUN: stopped by SIGTERM after ' in junit
+    assert (
+        (tmp_path / "summary.md").read_text().startswith("### storage-adapter check: INCOMPLETE (stopped by")
+    )
 
 
 def test_a_watched_adapter_is_the_adapter_and_refuses_a_broken_primitive(tmp_path: Path) -> None:

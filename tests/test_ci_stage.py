@@ -145,3 +145,22 @@ def test_container_servers_report_their_image(monkeypatch: pytest.MonkeyPatch) -
     assert MinIO().version() == MINIO_IMAGE
     monkeypatch.setenv(RustFS.image_variable(), "rustfs/rustfs:1.0.0-rc.6")
     assert RustFS().version() == "rustfs/rustfs:1.0.0-rc.6"
+
+
+def test_stage_writes_junit_and_the_step_summary_even_when_the_server_cannot_run(tmp_path: Path) -> None:
+    """The stage hands CI its results in every case: JUnit XML at results/contract-junit.xml of the working
+    directory (or $CONTRACT_JUNIT), and the step summary appended to $GITHUB_STEP_SUMMARY. Here the server
+    cannot run and --allow-unavailable accepts it, so both say skipped (exit 0), never an error."""
+    no_docker = {"DOCKER_HOST": f"unix://{tmp_path}/no-docker.sock"}
+    summary = tmp_path / "step-summary.md"
+    result = run_stage(
+        "minio", "--allow-unavailable", env={**no_docker, "GITHUB_STEP_SUMMARY": str(summary)}, cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    junit = (tmp_path / "results" / "contract-junit.xml").read_text()
+    assert '<skipped message="SKIPPED: ServerCannotRun: minio: minio needs Docker: ' in junit
+    assert summary.read_text().startswith("### storage-adapter check: SKIPPED\n")
+    chosen = tmp_path / "elsewhere" / "junit.xml"
+    result = run_stage("minio", env={**no_docker, "CONTRACT_JUNIT": str(chosen)}, cwd=tmp_path)
+    assert result.returncode == 3
+    assert '<error type="not-run" message="NOT RUN: ServerCannotRun: minio: ' in chosen.read_text()
