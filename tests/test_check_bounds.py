@@ -12,12 +12,14 @@ import subprocess
 import sys
 import time
 import uuid
+import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import boto3
 import pytest
+import xmlschema
 
 from contract_tests.health import PrimitiveBroken, PrimitiveHealth, WatchedAdapter
 from servers.hanging_proxy import (
@@ -76,6 +78,13 @@ def _bucket_behind(
     return proxy, env, f"stage=s3://{bucket}/check"
 
 
+def _junit(path: Path, suite: str = "stage") -> ET.Element:
+    """The test suite of ``suite`` in the JUnit report at ``path``, validated against the schema CI
+    systems read."""
+    xmlschema.XMLSchema(ROOT / "tests" / "data" / "junit.xsd").validate(str(path))
+    return next(s for s in ET.parse(path).getroot().iter("testsuite") if s.get("name") == suite)
+
+
 def _report(path: Path) -> dict[str, Any]:
     return json.loads(path.with_suffix(".json").read_text())  # type: ignore[no-any-return]
 
@@ -101,6 +110,8 @@ def test_a_server_that_never_answers_conditional_puts_fails_within_the_budget(
             str(budget),
             "--clauses",
             clauses,
+            "--junit",
+            str(tmp_path / "r.xml"),
             "--report",
             str(tmp_path / "r"),
             env=env,
@@ -124,6 +135,8 @@ def test_a_server_that_never_answers_conditional_puts_fails_within_the_budget(
         (r["clause"], r["duration_s"]) for r in failed.values()
     ]
     assert (tmp_path / "r.md").read_text().count("hung on stage") >= 1
+    junit = _junit(tmp_path / "r.xml")
+    assert int(junit.get("failures", 0)) == len(failed) and "hung on stage" in ET.tostring(junit, "unicode")
 
 
 def test_a_server_that_stops_answering_after_the_preflight_could_not_be_run(
@@ -141,6 +154,8 @@ def test_a_server_that_stops_answering_after_the_preflight_could_not_be_run(
             str(budget),
             "--clauses",
             "round_trip or write_if_absent or list",
+            "--junit",
+            str(tmp_path / "r.xml"),
             "--report",
             str(tmp_path / "r"),
             env=env,
@@ -155,6 +170,9 @@ def test_a_server_that_stops_answering_after_the_preflight_could_not_be_run(
     )
     reasons = [r["reason"] for r in report["results"] if r["outcome"] in ("fail", "error")]
     assert any("hung on stage" in reason for reason in reasons), reasons
+    assert (tmp_path / "r.md").exists() and "hung on stage" in ET.tostring(
+        _junit(tmp_path / "r.xml"), "unicode"
+    )
 
 
 def test_a_cas_that_never_returns_costs_one_deadline_not_one_per_clause(tmp_path: Path) -> None:
