@@ -51,7 +51,7 @@ import threading
 import time
 import traceback
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -62,7 +62,7 @@ from contract_tests.health import PrimitiveHealth, watched
 from contract_tests.targets import DEFAULT_FACTORY, EMBEDDED, Target, parse_target
 from contract_tests.verdicts import Inconclusive, Violation
 from storage_adapter.protocol import StorageAdapter
-from storage_adapter.registry import backend_for_scheme, registered
+from storage_adapter.registry import Backend, backend_for_scheme, registered
 
 if TYPE_CHECKING:
     from servers.server import S3Endpoint
@@ -150,8 +150,18 @@ def storage_options(config: pytest.Config, target: Target, url: str) -> dict[str
         if not sep or not name.strip():
             raise pytest.UsageError(f"--storage-option {setting!r}: expected KEY=VALUE")
         given[name.strip()] = value.strip()
-    scheme = url.split("://", 1)[0].lower() if "://" in url else "file"
-    backend = backend_for_scheme(scheme)
+    return declared_options(url, given)
+
+
+def url_backend(url: str) -> Backend | None:
+    """The registered backend of ``url``'s scheme (a URL without one is a local path), or None."""
+    return backend_for_scheme(url.split("://", 1)[0].lower() if "://" in url else "file")
+
+
+def declared_options(url: str, given: Mapping[str, str]) -> dict[str, str]:
+    """The options of ``given`` that the backend of ``url`` declares: what a target's factory gets of the
+    ``--storage-option`` settings (the check's ``Bounds.storage_options``) for that URL."""
+    backend = url_backend(url)
     takes = backend.options if backend is not None else {}
     return {name: value for name, value in given.items() if name in takes}
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from contract_tests.remedies import QUIRKS
 from servers.ceph import ceph_binaries
 from servers.server import ServerUnavailable
 
@@ -91,6 +92,13 @@ def test_check_on_ceph_rgw_names_its_failures_with_evidence(tmp_path: Path) -> N
     assert all(r["evidence"] for r in failed)  # every failure says why, in every format
     for row in failed:
         assert row["evidence"] in markdown and row["evidence"].splitlines()[0] in result.stdout
+    # The failures of the quoted-If-Match quirk name its option (contract_tests/remedies.py), no other does.
+    (quoted_if_match,) = [q for q in QUIRKS if q.option == "unquoted_if_match"]
+    for row in failed:
+        named = (
+            "remedy:" in row["evidence"] and "STORAGE_ADAPTER_S3_UNQUOTED_IF_MATCH=true" in row["evidence"]
+        )
+        assert named == (row["clause"] in quoted_if_match.clauses), row
 
 
 def test_check_on_ceph_rgw_with_the_compatibility_mode_is_partial(tmp_path: Path) -> None:
@@ -102,6 +110,7 @@ def test_check_on_ceph_rgw_with_the_compatibility_mode_is_partial(tmp_path: Path
     (target,) = report["targets"]
     assert not target["conforms"] and target["verdict"].startswith("ceph: PARTIAL with compatibility mode")
     assert "cas_fresh_token_wins" not in " ".join(target["violations"])  # the mode fixes plain CAS
+    assert "remedy:" not in markdown  # the option is on: nothing to suggest
 
 
 def test_check_on_moto_conforms_at_default_sizes(tmp_path: Path) -> None:
