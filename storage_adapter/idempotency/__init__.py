@@ -11,6 +11,7 @@ from storage_adapter.idempotency.errors import (
 from storage_adapter.idempotency.fingerprint import payload_fingerprint
 from storage_adapter.idempotency.handler import (
     IdempotentRequest,
+    NoEffect,
     OwnerContext,
     Policy,
     commit_key,
@@ -47,6 +48,7 @@ __all__ = [
     "InvalidIdempotencyKeyError",
     "KeyFormat",
     "LostOwnership",
+    "NoEffect",
     "NotFound",
     "Owned",
     "OwnerContext",

@@ -103,6 +103,14 @@ class OwnerContext:
 Handler = Callable[[OwnerContext], HandlerResult]
 
 
+class NoEffect(Exception):
+    """Raised by a handler to say it stopped before any effect: the one documented "nothing happened".
+
+    Any other exception out of a handler may follow its effect (a connection reset after the write), so
+    the attempt is AMBIGUOUS until a reconciler answers; after ``NoEffect`` the reservation is cancelled
+    plainly and a retry runs the request again. Chain the cause: ``raise NoEffect("...") from exc``."""
+
+
 def commit_key(record: IdempotencyRecord) -> str:
     """The key an engine records with the effect of ``record``'s request: bound to the realm, so realms
     never match each other's, and to the reservation's creation time, which every retry, takeover and
@@ -131,7 +139,10 @@ def run_idempotent(
     and the exception propagates. So it is when ``handler`` returns a result the store could not keep
     (not a HandlerResult: TypeError; a non-int status, headers that are not (str, str) pairs, a
     non-str error subtype, a summary that is not bounded JSON: ValueError); the record is never left
-    in progress. Every other failure (of the store, of the reconciler) is a response from the outcomes
+    in progress. Such an attempt may have had its effect, so the record is cancelled as unsettled: a
+    retry asks the reconciler and, without one, answers the terminal AMBIGUOUS outcome (500
+    ``idempotency_reconcile_failed``), never running the handler again; only a handler that raises
+    :class:`NoEffect` (it stopped before any effect) leaves the key to a plain re-run. Every other failure (of the store, of the reconciler) is a response from the outcomes
     table in docs/idempotency.md, and a record this call owned is released first, never left in progress.
 
     A duplicate in progress waits through ``sleep`` and measures ``policy.total_wait_s`` on ``clock``
@@ -235,9 +246,9 @@ def _as_owner(
                     return _overtaken(keeper, replayer)
         try:
             result = _checked(handler(OwnerContext(request, keeper)), keeper.owned)
-        except BaseException:
+        except BaseException as exc:
             keeper.stop()
-            _best_effort(lambda: store.cancel(keeper.owned), policy)
+            _abandon(store, keeper.owned, exc, policy)
             raise
         keeper.stop()
     if keeper.loss is not None:
@@ -247,6 +258,14 @@ def _as_owner(
     else:
         _best_effort(lambda: store.cancel(keeper.owned), policy)
     return Response(result.status, result.summary, result.headers, False, result.error_subtype)
+
+
+def _abandon(store: IdempotencyStore, owned: Owned, exc: BaseException, policy: Policy) -> None:
+    """Cancel the reservation of a handler that raised ``exc``. An exception is not proof that nothing
+    happened (the effect may have landed before a connection reset): the record is marked unsettled, so
+    a retry reconciles (AMBIGUOUS without a reconciler), unless the handler said so with NoEffect."""
+    subtype = None if isinstance(exc, NoEffect) else OUTCOME_UNSETTLED
+    _best_effort(lambda: store.cancel(owned, error_subtype=subtype), policy)
 
 
 def _overtaken(keeper: LeaseKeeper, replayer: Replayer | None) -> Response:

@@ -338,7 +338,9 @@ class IdempotencyStore:
         """Give the key up (nothing to replay). Cancelled | Finalized | NotFound | LostOwnership.
 
         ``error_subtype`` is kept on the cancelled record: the request handler marks an attempt whose
-        effect may have happened (``idempotency_outcome_unsettled``) so no retry runs it unreconciled."""
+        effect may have happened (``idempotency_outcome_unsettled``: a failure after the reservation, a
+        handler that raised anything but NoEffect, an invalid or unstorable result) so no retry runs it
+        unreconciled."""
 
         def give_up(record: IdempotencyRecord) -> IdempotencyRecord:
             return record.next(
