@@ -147,6 +147,7 @@ def build(
     options: dict[str, Any] | None = None,
     lifetime: timedelta = timedelta(minutes=30),
     lease: timedelta = timedelta(seconds=30),
+    skew_grace: timedelta = timedelta(seconds=5),
     wait: Policy | None = None,
     engine_settings: EngineSettings | None = None,
     failpoints_route: bool = False,
@@ -155,10 +156,15 @@ def build(
     records under ``idempotency/``, the ``tables`` created if missing."""
     adapter = open_adapter(url, **(options or {}))
     engine = Engine.open(adapter.child("engine"), actor=f"catalog-{os.getpid()}", settings=engine_settings)
+    existing = engine.snapshot().tables
     for table in tables:
-        with contextlib.suppress(TableExistsError):
-            engine.create_table(table, SCHEMA)
-    catalog = Catalog(engine, IdempotencyStore(adapter.child("idempotency"), lifetime=lifetime, lease=lease))
+        if table not in existing:
+            with contextlib.suppress(TableExistsError):  # another server created it meanwhile
+                engine.create_table(table, SCHEMA)
+    store = IdempotencyStore(
+        adapter.child("idempotency"), lifetime=lifetime, lease=lease, skew_grace=skew_grace
+    )
+    catalog = Catalog(engine, store)
     routes = [
         Route("/v1/config", catalog.config, methods=["GET"]),
         Route(TABLE_PATH, catalog.commit, methods=["POST"]),
@@ -187,17 +193,23 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--option", action="append", default=[], metavar="NAME=VALUE", help="adapter option")
     parser.add_argument("--lifetime", type=float, default=1800.0, help="key lifetime, seconds")
     parser.add_argument("--lease", type=float, default=30.0, help="idempotency lease, seconds")
+    parser.add_argument("--skew-grace", type=float, default=5.0, help="clock skew tolerated, seconds")
     parser.add_argument("--wait", type=float, default=30.0, help="how long a duplicate waits, seconds")
     parser.add_argument("--retention", type=int, help="EngineSettings.retention (commit records kept)")
+    parser.add_argument(
+        "--engine-lease", type=float, help="EngineSettings.lease_s (a writer's sidecar lease)"
+    )
     parser.add_argument("--failpoints-route", action="store_true", help="PUT /_failpoints (tests only)")
     args = parser.parse_args(argv)
-    engine_settings = None if args.retention is None else EngineSettings(retention=args.retention)
+    engine_options = {"retention": args.retention, "lease_s": args.engine_lease}
+    engine_settings = EngineSettings(**{k: v for k, v in engine_options.items() if v is not None})
     app = build(
         args.url,
         tables=tuple(t for t in args.tables.split(",") if t),
         options=dict(option.split("=", 1) for option in args.option),
         lifetime=timedelta(seconds=args.lifetime),
         lease=timedelta(seconds=args.lease),
+        skew_grace=timedelta(seconds=args.skew_grace),
         wait=Policy(first_wait_s=min(0.2, args.wait), max_wait_s=min(2.0, args.wait), total_wait_s=args.wait),
         engine_settings=engine_settings,
         failpoints_route=args.failpoints_route,
