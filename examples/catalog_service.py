@@ -59,6 +59,7 @@ from storage_adapter.http import (
 )
 from storage_adapter.idempotency import HandlerResult, IdempotencyStore, Policy
 from storage_adapter.idempotency.engine_reconciler import EngineReconciler
+from storage_adapter.protocol import StorageAdapter
 
 SCHEMA = pa.schema([("request_id", pa.string()), ("payload", pa.string())])
 TABLE_PATH = "/v1/namespaces/{namespace}/tables/{table}"
@@ -141,7 +142,7 @@ class Catalog:
 
 
 def build(
-    url: str,
+    root: str | StorageAdapter,
     *,
     tables: tuple[str, ...] = ("default.rows",),
     options: dict[str, Any] | None = None,
@@ -152,9 +153,10 @@ def build(
     engine_settings: EngineSettings | None = None,
     failpoints_route: bool = False,
 ) -> IdempotencyMiddleware:
-    """The service's ASGI app over the storage root ``url``: its engine under ``engine/``, its idempotency
-    records under ``idempotency/``, the ``tables`` created if missing."""
-    adapter = open_adapter(url, **(options or {}))
+    """The service's ASGI app over the storage ``root`` (a URL, opened with ``options``, or an adapter):
+    its engine under ``engine/``, its idempotency records under ``idempotency/``, the ``tables`` created
+    if missing."""
+    adapter = open_adapter(root, **(options or {})) if isinstance(root, str) else root
     engine = Engine.open(adapter.child("engine"), actor=f"catalog-{os.getpid()}", settings=engine_settings)
     existing = engine.snapshot().tables
     for table in tables:
