@@ -6,6 +6,7 @@ list. Every answer is in docs/idempotency.md, "Over HTTP"."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
@@ -329,3 +330,38 @@ def test_a_bare_asgi_app_and_starlettes_middleware_list() -> None:
 
     asyncio.run(run())
     assert runs == [b'{"size":1}'] and catalog_config(store) == {"idempotency-key-lifetime": "PT30M"}
+
+
+def test_waiting_duplicates_hold_no_thread() -> None:
+    """Forty duplicates wait for one owner on the event loop: the process does not grow a thread per
+    waiting request (the store's requests share the middleware's bounded pool)."""
+
+    async def run() -> None:
+        service = Service()
+        release = asyncio.Event()
+
+        async def slow(request: Request) -> Response:
+            await release.wait()
+            return await service.created(request)
+
+        service.answer = slow
+        settings = HttpSettings(
+            wait=Policy(first_wait_s=0.05, max_wait_s=0.1, total_wait_s=20), store_threads=4
+        )
+        async with client(wrapped(service, memory_store(), settings=settings)) as http:
+            key = uuid7_key()
+            owner = asyncio.create_task(post(http, key))
+            await asyncio.sleep(0.1)
+            before = threading.active_count()
+            duplicates = [asyncio.create_task(post(http, key)) for _ in range(40)]
+            peak = before
+            for _ in range(20):
+                await asyncio.sleep(0.05)
+                peak = max(peak, threading.active_count())
+            release.set()
+            first, answers = await owner, await asyncio.gather(*duplicates)
+        assert peak - before <= 8, (before, peak)  # 4 pool threads, each store request's deadline thread
+        assert {a.status_code for a in answers} == {201} and {a.content for a in answers} == {first.content}
+        assert service.runs == 1
+
+    asyncio.run(run())
