@@ -339,7 +339,6 @@ class HttpCampaign:
         plan = log.plan
         url = f"{self.service.base}/v1/namespaces/{NAMESPACE}/tables/{plan.table.split('.', 1)[1]}"
         sent = time.monotonic() - self.started
-        self._count("attempts")
         try:
             with self.client.stream(
                 "POST",
@@ -383,7 +382,9 @@ class HttpCampaign:
         deadline = time.monotonic() + READY_TIMEOUT_S
         while True:
             try:
-                return self._send(log, n, attempt, phase)
+                answer = self._send(log, n, attempt, phase)
+                self._count("attempts")  # reached the server (a refused connection is sent again)
+                return answer
             except httpx.ConnectError as exc:
                 self._count("refused")
                 if time.monotonic() > deadline:
@@ -438,8 +439,7 @@ class HttpCampaign:
                 for future in [pool.submit(self._request, log) for log in self.logs]:
                     future.result()
             self._stop.set()
-            killer.join()
-            self._count("kills:time")  # the last generation, killed -9 wherever it was
+            killer.join()  # it killed the last generation -9, wherever it was
             if not self.service.start(None):
                 raise RuntimeError("the catalog service did not start for the settle phase")
             with ThreadPoolExecutor(self.config.workers, thread_name_prefix="chaos-http-settle") as pool:
