@@ -33,7 +33,8 @@ Fixtures, all prefixed so they cannot collide with a project's own: ``storage_co
 (session, one per target), ``storage_contract_servers`` (session: S3 servers started on demand),
 ``storage_contract_root`` (session adapter at the target's root), ``storage_contract_adapter``
 (function: a fresh random prefix, deleted afterwards), ``storage_contract_opener`` (session: opens a
-URL of the target as its root was opened) and ``storage_contract_sizes``.
+URL of the target as its root was opened), ``storage_contract_wire`` (function: signed raw S3 requests
+under the fresh prefix; skips for a target that is not S3) and ``storage_contract_sizes``.
 
 The plugin is silent in a session that did not ask for it: it prints its report header only when a
 target is configured (``--storage-url``, ``--storage-embedded`` or their ini settings), and its fixtures
@@ -61,6 +62,7 @@ import pytest
 from contract_tests.health import PrimitiveHealth, watched
 from contract_tests.targets import DEFAULT_FACTORY, EMBEDDED, Target, parse_target
 from contract_tests.verdicts import Inconclusive, Violation
+from contract_tests.wire import S3Wire, WireUnavailable, open_wire
 from storage_adapter.protocol import StorageAdapter
 from storage_adapter.registry import Backend, backend_for_scheme, registered
 
@@ -387,17 +389,27 @@ def _server(target: Target, request: pytest.FixtureRequest) -> S3Endpoint | None
     return servers.endpoint(target.name)
 
 
-def target_opener(target: Target, request: pytest.FixtureRequest) -> Callable[[str], StorageAdapter]:
-    """Opens an adapter at a URL of ``target`` the way its root is opened: by its factory, with the options
-    of its server (none for a URL target, whose credentials come from the environment, or a scratch one)
-    and the ``--storage-option`` settings its backend declares; watched under a budget."""
+def target_options(target: Target, request: pytest.FixtureRequest) -> Callable[[str], dict[str, Any]]:
+    """The options ``target``'s factory gets for a URL of it: those of its server (none for a URL target,
+    whose credentials come from the environment, or a scratch one) over the ``--storage-option`` settings
+    its backend declares."""
     endpoint = _server(target, request)
     server_options: dict[str, Any] = endpoint.adapter_options() if endpoint is not None else {}
+
+    def options(url: str) -> dict[str, Any]:
+        return {**storage_options(request.config, target, url), **server_options}
+
+    return options
+
+
+def target_opener(target: Target, request: pytest.FixtureRequest) -> Callable[[str], StorageAdapter]:
+    """Opens an adapter at a URL of ``target`` the way its root is opened: by its factory, with the
+    options of :func:`target_options`; watched under a budget."""
+    options = target_options(target, request)
     health = target_health(request.config, target)
 
     def open_url(url: str) -> StorageAdapter:
-        options = {**storage_options(request.config, target, url), **server_options}
-        return watched(target.open(url, **options), health)
+        return watched(target.open(url, **options(url)), health)
 
     return open_url
 
@@ -451,6 +463,22 @@ def storage_contract_opener(
     return target_opener(storage_contract_target, request)
 
 
+@pytest.fixture
+def storage_contract_wire(
+    storage_contract_target: Target, storage_contract_adapter: StorageAdapter, request: pytest.FixtureRequest
+) -> S3Wire:
+    """Signed raw S3 requests under the clause's fresh prefix (that of ``storage_contract_adapter``, whose
+    teardown deletes what they wrote), to the server, bucket and key prefix the adapter addresses, with the
+    credentials, region and client settings it resolves from the target's options
+    (:func:`target_options`) and the environment. Skips the clause, with the reason, for a target that is
+    not S3 (memory, local, another backend) or where botocore is not installed."""
+    url = storage_contract_adapter.url
+    try:
+        return open_wire(url, target_options(storage_contract_target, request)(url))
+    except WireUnavailable as exc:
+        pytest.skip(str(exc))
+
+
 def pytest_report_header(config: pytest.Config) -> str | None:
     if not _asked(config):
         return None
@@ -466,5 +494,6 @@ __all__ = [
     "embedded_choices",
     "fresh_prefix",
     "target_opener",
+    "target_options",
     "target_root",
 ]
