@@ -25,7 +25,9 @@ from servers.server import ServerUnavailable
 pytestmark = pytest.mark.servers
 
 ROOT = Path(__file__).resolve().parent.parent
-BOUND_S = 300
+# The check's own bound is its total budget (--budget, 900 s by default). These runs stay far below it:
+# 86 clauses took 224 s (moto) and 331 s (Ceph, the compatibility mode 305 s) on a busy 2-core machine.
+BOUND_S = 600
 WIRE_CLAUSES = "if_none_match or delete_if_match"
 WIRE_PUT = "test_put_if_none_match_with_the_current_etag_never_overwrites"
 WIRE_DELETE = "test_delete_if_match_with_a_stale_etag_never_deletes"
