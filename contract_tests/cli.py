@@ -66,7 +66,7 @@ from contract_tests.report import (
 )
 from contract_tests.targets import DEFAULT_FACTORY, EMBEDDED, Target, load_factory, parse_target
 from servers.registry import provider, provider_names
-from servers.server import S3Endpoint, ServerUnavailable, scoped_environment
+from servers.server import ServerEndpoint, ServerUnavailable, scoped_environment
 from storage_adapter.builtin_backends import UNQUOTED_IF_MATCH
 from storage_adapter.config import parse_url
 from storage_adapter.errors import ConfigurationError, PermissionDeniedError, StorageError
@@ -248,19 +248,20 @@ def _explain(target: Target, exc: BaseException) -> str:
 
 
 @contextlib.contextmanager
-def _started_server(name: str, console: Console) -> Iterator[tuple[S3Endpoint, str]]:
-    """Start the S3 server provider ``name`` (``servers.registry``) with a bucket, and point the ``AWS_*``
-    environment at it for the duration (spawned clause workers and s3fs read it). Yields the endpoint and
-    the server's version; stops the server at exit. Raises ServerCannotRun when it cannot run here."""
+def _started_server(name: str, console: Console) -> Iterator[tuple[ServerEndpoint, str]]:
+    """Start the server provider ``name`` (``servers.registry``) with a bucket (container), and point the
+    client environment (``AWS_*``, ``AZURE_*``) at it for the duration (spawned clause workers and s3fs read
+    it). Yields the endpoint and the server's version; stops the server at exit. Raises ServerCannotRun when
+    it cannot run here."""
     server = provider(name)(bucket="check")
     with contextlib.ExitStack() as stack:
         try:
-            with console.status(f"starting the {name} S3 server ..."):
+            with console.status(f"starting the {name} server ..."):
                 endpoint = stack.enter_context(server)
             version = server.version()
         except ServerUnavailable as exc:
             raise ServerCannotRun(name, str(exc)) from None
-        console.print(f"{name} S3 server ({version}) at {endpoint.endpoint}", highlight=False, markup=False)
+        console.print(f"{name} server ({version}) at {endpoint.endpoint}", highlight=False, markup=False)
         stack.enter_context(endpoint.scoped())
         yield endpoint, version
 
@@ -629,7 +630,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--server",
         choices=provider_names(),
         metavar="NAME",
-        help=f"start this S3 server ({', '.join(provider_names())}), create its bucket and "
+        help=f"start this server ({', '.join(provider_names())}), create its bucket and "
         "check only it (no URL with it; minio and rustfs need Docker)",
     )
     check.add_argument(

@@ -65,7 +65,7 @@ from storage_adapter.protocol import StorageAdapter
 from storage_adapter.registry import backend_for_scheme, registered
 
 if TYPE_CHECKING:
-    from servers.server import S3Endpoint
+    from servers.server import ServerEndpoint
 
 _OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
     ("storage-url", "append", None, "storage URL to run the contract against (NAME=URL or URL)"),
@@ -332,18 +332,18 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
 
 
 class ServerPool:
-    """S3 servers of ``servers.registry`` started on first use and stopped when the session ends. A
+    """Servers of ``servers.registry`` (S3 servers, Azurite) started on first use and stopped when the session ends. A
     provider that cannot run here (no Docker for MinIO, no ``weed`` binary) skips the requesting test with
     its reason; one that was started and did not come up fails it (a crashed server is no reason to skip:
     a run that skipped the server's clauses would look green)."""
 
     def __init__(self, stack: ExitStack) -> None:
         self._stack = stack
-        self._endpoints: dict[str, S3Endpoint] = {}
+        self._endpoints: dict[str, ServerEndpoint] = {}
         self._unavailable: dict[str, str] = {}
         self._failed: dict[str, str] = {}
 
-    def endpoint(self, name: str) -> S3Endpoint:
+    def endpoint(self, name: str) -> ServerEndpoint:
         from servers.registry import provider
         from servers.server import ServerStartFailed, ServerUnavailable
 
@@ -369,8 +369,8 @@ def storage_contract_servers() -> Iterator[ServerPool]:
         yield ServerPool(stack)
 
 
-def _server(target: Target, request: pytest.FixtureRequest) -> S3Endpoint | None:
-    """The S3 server of an embedded server target (started on first use); None for any other target."""
+def _server(target: Target, request: pytest.FixtureRequest) -> ServerEndpoint | None:
+    """The server of an embedded server target (started on first use); None for any other target."""
     if target.url is not None or target.name in {b.name for b in registered() if b.scratch is not None}:
         return None
     servers: ServerPool = request.getfixturevalue("storage_contract_servers")
