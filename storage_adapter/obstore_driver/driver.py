@@ -651,11 +651,14 @@ class ObstoreDriver:
         ).close()
 
     def rename(self, src: str, dst: str) -> None:
-        """A copy then a delete (as object_store's own rename), the delete through :meth:`_delete_path`."""
+        """A copy then a delete (as object_store's own rename), the delete through :meth:`_delete_path`.
+        A source deleted by someone else between the two is renamed all the same (the copy read it): S3
+        deletes a missing key silently, Azure answers 404, which is no failure of the rename."""
         with self.translated(src, f"rename to {dst!r}"):
             fault_point("copy")
             obstore.copy(self._store, self.path(src), self.path(dst))
-            self._delete_path(self.path(src))
+            with suppress(FileNotFoundError):
+                self._delete_path(self.path(src))
 
     def remove_orphans(self, min_age_s: float) -> int:
         """Crash leftovers to reclaim: none here (S3 multipart leftovers belong to bucket lifecycle rules)."""
@@ -850,7 +853,8 @@ class ObstoreAsyncDriver(ThreadedAsyncDriver):
         with self._translated(src, f"rename to {dst!r}"):
             fault_point("copy")
             await obstore.copy_async(self._store, self._sync.path(src), self._sync.path(dst))
-            await self._delete_path(self._sync.path(src))
+            with suppress(FileNotFoundError):  # deleted meanwhile: renamed all the same (as the sync driver)
+                await self._delete_path(self._sync.path(src))
 
     async def remove_orphans(self, min_age_s: float) -> int:
         return self._sync.remove_orphans(min_age_s)
