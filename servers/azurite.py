@@ -168,7 +168,7 @@ class AzureEndpoint(ServerEndpoint):
         }
 
 
-class Azurite(Server):
+class Azurite(Server[AzureEndpoint]):
     """``with Azurite() as endpoint:`` an Azurite blob service with one container, ready to use."""
 
     name = "azurite"

@@ -7,6 +7,8 @@ Providers that need Docker are marked so callers can say so before trying (``nee
 
 from __future__ import annotations
 
+from typing import Any
+
 from servers.azurite import Azurite
 from servers.ceph import CephRGW
 from servers.containers import ContainerS3Server, MinIO, RustFS
@@ -15,7 +17,7 @@ from servers.seaweedfs import SeaweedFS
 from servers.server import Server
 from storage_adapter.errors import ConfigurationError
 
-PROVIDERS: dict[str, type[Server]] = {
+PROVIDERS: dict[str, type[Server[Any]]] = {
     SeaweedFS.name: SeaweedFS,
     MinIO.name: MinIO,
     RustFS.name: RustFS,
@@ -29,7 +31,7 @@ def provider_names() -> tuple[str, ...]:
     return tuple(PROVIDERS)
 
 
-def provider(name: str) -> type[Server]:
+def provider(name: str) -> type[Server[Any]]:
     """The provider class called ``name``. Raises ConfigurationError listing the known names."""
     try:
         return PROVIDERS[name]

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any, TypeVar
+from typing import IO, Any, Generic, TypeVar
 
 # The environment variables through which a user's shell configures storage clients and servers: the whole
 # AWS_ family (object_store, botocore, boto3 and s3fs read it, and SeaweedFS takes AWS_ACCESS_KEY_ID /
@@ -197,15 +197,19 @@ class S3Endpoint(ServerEndpoint):
             )
 
 
-class Server(abc.ABC):
-    """A server provider: ``with Provider() as endpoint: ...`` starts it, yields the endpoint, stops it."""
+E = TypeVar("E", bound=ServerEndpoint)
+
+
+class Server(abc.ABC, Generic[E]):
+    """A server provider: ``with Provider() as endpoint: ...`` starts it, yields the endpoint (an ``E``),
+    stops it."""
 
     name: str
 
     def __init__(self, bucket: str = "contract") -> None:
         self.bucket = bucket
 
-    def start(self) -> ServerEndpoint:
+    def start(self) -> E:
         """Start the server, create the bucket (container) and wait until it answers. Raise
         ServerUnavailable.
 
@@ -219,7 +223,7 @@ class Server(abc.ABC):
             raise
 
     @abc.abstractmethod
-    def _launch(self) -> ServerEndpoint:
+    def _launch(self) -> E:
         """The provider's start-up (see ``start``); it may leave things running when it raises."""
 
     @abc.abstractmethod
@@ -230,7 +234,7 @@ class Server(abc.ABC):
     def version(self) -> str:
         """Which server build this is, for reports (one line). Raises ServerUnavailable like ``start``."""
 
-    def __enter__(self) -> ServerEndpoint:
+    def __enter__(self) -> E:
         return self.start()
 
     def __exit__(
@@ -239,26 +243,13 @@ class Server(abc.ABC):
         self.stop()
 
 
-class S3Server(Server):
+class S3Server(Server[S3Endpoint]):
     """A provider of an S3 server: its endpoint is an :class:`S3Endpoint`."""
-
-    def start(self) -> S3Endpoint:
-        endpoint = super().start()
-        assert isinstance(endpoint, S3Endpoint)
-        return endpoint
-
-    @abc.abstractmethod
-    def _launch(self) -> S3Endpoint:
-        """The provider's start-up (see ``start``); it may leave things running when it raises."""
-
-    def __enter__(self) -> S3Endpoint:
-        return self.start()
 
 
 # A port found free may be taken by another process before the server binds it (two test workers start
 # servers at once): a start that died of that is retried with fresh ports, this many times in all.
 START_ATTEMPTS = 3
-E = TypeVar("E", bound=ServerEndpoint)
 
 
 def retrying_lost_ports(
