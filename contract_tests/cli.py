@@ -238,12 +238,12 @@ def _explain(target: Target, exc: BaseException) -> str:
             hint = " (no credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)"
         else:
             hint = " (check the credentials and the bucket's permissions)"
-    elif (
-        "endpoint" in takes
-        and not os.environ.get("AWS_ENDPOINT_URL")
-        and not isinstance(exc, ConfigurationError)
-    ):
-        hint = " (no AWS_ENDPOINT_URL set: talking to AWS S3)"
+    else:
+        variables, endpoint = _endpoint_setting(backend)
+        if variables and endpoint is None and not isinstance(exc, ConfigurationError):
+            hint = (
+                f" (no {variables[-1]} set: talking to the {backend.name if backend else ''} service itself)"
+            )
     return redact_environment(f"{target.name} ({target.url}): {type(exc).__name__}: {first}{hint}")
 
 
@@ -395,15 +395,25 @@ class _SignalReport:
 
 
 # -- commands -------------------------------------------------------------------------------------------------
+def _endpoint_setting(backend: Backend | None) -> tuple[tuple[str, ...], str | None]:
+    """The environment variables the ``endpoint`` option of ``backend`` reads (none where it has no
+    such option), and the value of the first one set (None: the service's own endpoint)."""
+    option = backend.options.get("endpoint") if backend is not None else None
+    variables = option.env if option is not None else ()
+    return variables, next((os.environ[name] for name in variables if os.environ.get(name)), None)
+
+
 def _user_server_version(targets: Sequence[Target]) -> list[tuple[str, str]]:
-    """What can be learned of the server behind user URLs: the ``Server`` header the S3 endpoint answers
-    a plain HEAD with (obstore does not expose response headers), else an honest "unknown"."""
+    """What can be learned of the server behind user URLs: the ``Server`` header the endpoint (from the
+    judged backend's environment variables) answers a plain HEAD with (obstore does not expose response
+    headers), else an honest "unknown"."""
     judged = [_backend_of(t.address) for t in targets if not t.peer]
-    if not any(backend is not None and "endpoint" in backend.options for backend in judged):
-        return [("server", "none (no S3 URL)")]
-    endpoint = os.environ.get("AWS_ENDPOINT_URL")
+    backend = next((b for b in judged if _endpoint_setting(b)[0]), None)
+    if backend is None:
+        return [("server", "none (no URL of a service with an endpoint)")]
+    variables, endpoint = _endpoint_setting(backend)
     if not endpoint:
-        return [("server", "AWS S3 (no AWS_ENDPOINT_URL set)")]
+        return [("server", f"the {backend.name} service itself (no {variables[-1]} set)")]
     header = None
     with contextlib.suppress(OSError, ValueError):
         request = urllib.request.Request(endpoint, method="HEAD")

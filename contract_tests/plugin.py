@@ -5,9 +5,9 @@ Options (each mirrored as an ini setting of the same name with dashes as undersc
 ``--storage-url URL``            a target (repeatable), ``NAME=URL`` or ``URL``; credentials from env.
 ``--storage-factory MOD:FUNC``   open targets with this factory instead of ``open_adapter``.
 ``--storage-embedded LIST``      embedded targets when no URL is given (default memory,local,seaweedfs):
-                                 any registered backend that makes throwaway instances, or any S3 server
-                                 provider of ``servers.registry`` (minio, rustfs run through Docker and
-                                 skip with the reason without it).
+                                 any registered backend that makes throwaway instances, or any server
+                                 provider of ``servers.registry`` (azurite for Azure Blob Storage; minio,
+                                 rustfs run through Docker and skip with the reason without it).
 ``--contract-threads N``         threads in the thread races (default 8).
 ``--contract-processes N``       processes in the process races (default 4).
 ``--contract-increments N``      CAS increments per worker (default 25).
@@ -30,7 +30,7 @@ interrupted from Python, so the clause body runs in a daemon thread that is aban
 passes (it may go on running until the process exits); fixtures run in the main thread as usual.
 
 Fixtures, all prefixed so they cannot collide with a project's own: ``storage_contract_target``
-(session, one per target), ``storage_contract_servers`` (session: S3 servers started on demand),
+(session, one per target), ``storage_contract_servers`` (session: servers started on demand),
 ``storage_contract_root`` (session adapter at the target's root), ``storage_contract_adapter``
 (function: a fresh random prefix, deleted afterwards), ``storage_contract_opener`` (session: opens a
 URL of the target as its root was opened) and ``storage_contract_sizes``.
@@ -176,8 +176,8 @@ def _server_names() -> tuple[str, ...]:
 
 
 def embedded_choices() -> tuple[str, ...]:
-    """Registered backends that make throwaway instances (memory, local, ...), then every S3 server
-    provider of ``servers.registry`` (seaweedfs, minio, rustfs, ...)."""
+    """Registered backends that make throwaway instances (memory, local, ...), then every server provider
+    of ``servers.registry`` (seaweedfs, minio, rustfs, azurite, ...)."""
     scratch = tuple(b.name for b in registered() if b.scratch is not None)
     return scratch + tuple(n for n in _server_names() if n not in scratch)
 

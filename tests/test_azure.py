@@ -275,11 +275,27 @@ def test_without_node_azurite_cannot_run_and_says_why(
         Azurite().version()
 
 
-def test_the_stage_starts_azurite_and_checks_it(tmp_path: Path) -> None:
-    """``ci/contract-stage azurite`` = ``storage-adapter check --server azurite --no-peers``: the clauses
-    that open the URL in the check's process and in spawned ones (every clause runs on Azurite in
-    tests/test_contract_embedded.py), a report naming the emulator and its version."""
+# A user's Azure environment, all of it wrong for the Azurite the stage starts.
+HOSTILE = {
+    "AZURE_STORAGE_ACCOUNT_NAME": "hostile",
+    "AZURE_STORAGE_ACCOUNT_KEY": KEY,
+    "AZURE_STORAGE_TOKEN": "bearer-token-of-the-shell",
+    "AZURE_STORAGE_SAS_TOKEN": "sv=2023-11-03&sig=hostile",
+    "AZURE_STORAGE_ENDPOINT": "http://127.0.0.1:9/hostile",
+    "AZURE_STORAGE_USE_EMULATOR": "true",
+    "AZURITE_BLOB_STORAGE_URL": "http://127.0.0.1:9",
+    "AZURE_SKIP_SIGNATURE": "true",
+    "AZURE_ALLOW_HTTP": "false",
+}
+
+
+def test_the_stage_starts_azurite_and_checks_it_whatever_the_users_azure_environment(tmp_path: Path) -> None:
+    """``ci/contract-stage azurite`` = ``storage-adapter check --server azurite --no-peers``, under a
+    user's Azure environment that is wrong in every variable: the clauses that open the URL in the
+    check's process and in spawned ones (every clause runs on Azurite in tests/test_contract_embedded.py)
+    pass, and the report names the emulator and its version."""
     base = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "AZURE_", "PYTEST_"))}
+    base.update(HOSTILE)
     result = subprocess.run(
         [
             str(REPO / "ci" / "contract-stage"),

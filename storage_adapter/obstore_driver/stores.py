@@ -190,6 +190,8 @@ def azure_store(config: AdapterConfig) -> Any:
         # The emulator's URL and key are settled above: object_store's switch would read them from its
         # own environment (AZURITE_BLOB_STORAGE_URL).
         "use_emulator": False,
+        # Else AZURE_SKIP_SIGNATURE in the environment would send every request unsigned (seen: 403).
+        "skip_signature": False,
         **azure_credentials(opts),
     }
     return AzureStore(
