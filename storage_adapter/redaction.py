@@ -1,8 +1,9 @@
 """Secrets are never printed: the one mechanism that keeps credentials out of reprs, messages, logs and reports.
 
 A secret is the value of an option its backend declares ``Option(secret=True)`` (S3:
-``secret_access_key``, ``session_token``), whether passed as an option or read from the option's
-environment variable, and the userinfo (``user:password@``) of a URL. The rules, each enforced once:
+``secret_access_key``, ``session_token``; Azure: ``account_key``, ``sas_token``, ``token``,
+``client_secret``), whether passed as an option or read from the option's environment variable, and the
+userinfo (``user:password@``) of a URL. The rules, each enforced once:
 
 * **URLs carry no credentials.** :func:`reject_userinfo` refuses userinfo in any URL, whatever its scheme,
   naming the URL with the userinfo masked (:func:`redact_url`). ``config.parse_url`` calls it first, and
