@@ -262,6 +262,23 @@ def test_azurites_declared_deviation_a_conditional_read_of_a_missing_blob_is_412
             reader.read(2)
 
 
+def test_azurites_declared_deviation_a_listings_start_is_ignored(azurite: AzureEndpoint) -> None:
+    """Azurite ignores the ``startFrom`` object_store sends for a listing's offset (DEVIATIONS): raw
+    obstore lists from the start again, the adapter from after the key asked for."""
+    assert any("startFrom" in deviation for deviation in DEVIATIONS)
+    keys = [f"r/{i:02d}" for i in range(6)] + ["r/a.txt", "r/a/x"]
+    adapter = open_adapter(azurite.url("deviation-offset"), **azurite.adapter_options())
+    for key in keys:
+        adapter.write(key, b"v")
+    raw = [
+        m["path"]
+        for page in obstore.list(_raw(azurite), "deviation-offset/r", offset="deviation-offset/r/03")
+        for m in page
+    ]
+    assert "deviation-offset/r/00" in raw  # not skipped by the server
+    assert [i.key for i in adapter.iter_list("r", start_after="r/03")] == ["r/04", "r/05", "r/a.txt", "r/a/x"]
+
+
 # -- the server and the stage ---------------------------------------------------------------------------------
 def test_without_node_azurite_cannot_run_and_says_why(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -322,5 +339,6 @@ def test_the_stage_starts_azurite_and_checks_it_whatever_the_users_azure_environ
     rows = {r["clause"]: r["outcome"] for r in report["results"] if r["target"] == "azurite"}
     assert rows and set(rows.values()) == {"pass"}, rows
     assert "test_cas_increments_processes" in rows and "test_write_if_absent_one_winner_processes" in rows
-    assert "Azurite 3.35.0" in json.dumps(report["versions"])
+    versions = json.dumps(report["versions"])
+    assert "Azurite 3.35.0" in versions and "declared deviations from Azure" in versions and "412" in versions
     assert "azurite: conforms - " in result.stdout
