@@ -5,9 +5,9 @@ Options (each mirrored as an ini setting of the same name with dashes as undersc
 ``--storage-url URL``            a target (repeatable), ``NAME=URL`` or ``URL``; credentials from env.
 ``--storage-factory MOD:FUNC``   open targets with this factory instead of ``open_adapter``.
 ``--storage-embedded LIST``      embedded targets when no URL is given (default memory,local,seaweedfs):
-                                 any registered backend that makes throwaway instances, or any S3 server
-                                 provider of ``servers.registry`` (minio, rustfs run through Docker and
-                                 skip with the reason without it).
+                                 any registered backend that makes throwaway instances, or any server
+                                 provider of ``servers.registry`` (azurite for Azure Blob Storage; minio,
+                                 rustfs run through Docker and skip with the reason without it).
 ``--contract-threads N``         threads in the thread races (default 8).
 ``--contract-processes N``       processes in the process races (default 4).
 ``--contract-increments N``      CAS increments per worker (default 25).
@@ -30,7 +30,7 @@ interrupted from Python, so the clause body runs in a daemon thread that is aban
 passes (it may go on running until the process exits); fixtures run in the main thread as usual.
 
 Fixtures, all prefixed so they cannot collide with a project's own: ``storage_contract_target``
-(session, one per target), ``storage_contract_servers`` (session: S3 servers started on demand),
+(session, one per target), ``storage_contract_servers`` (session: servers started on demand),
 ``storage_contract_root`` (session adapter at the target's root), ``storage_contract_adapter``
 (function: a fresh random prefix, deleted afterwards), ``storage_contract_opener`` (session: opens a
 URL of the target as its root was opened), ``storage_contract_wire`` (function: signed raw S3 requests
@@ -67,7 +67,7 @@ from storage_adapter.protocol import StorageAdapter
 from storage_adapter.registry import Backend, backend_for_scheme, registered
 
 if TYPE_CHECKING:
-    from servers.server import S3Endpoint
+    from servers.server import ServerEndpoint
 
 _OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
     ("storage-url", "append", None, "storage URL to run the contract against (NAME=URL or URL)"),
@@ -188,8 +188,8 @@ def _server_names() -> tuple[str, ...]:
 
 
 def embedded_choices() -> tuple[str, ...]:
-    """Registered backends that make throwaway instances (memory, local, ...), then every S3 server
-    provider of ``servers.registry`` (seaweedfs, minio, rustfs, ...)."""
+    """Registered backends that make throwaway instances (memory, local, ...), then every server provider
+    of ``servers.registry`` (seaweedfs, minio, rustfs, azurite, ...)."""
     scratch = tuple(b.name for b in registered() if b.scratch is not None)
     return scratch + tuple(n for n in _server_names() if n not in scratch)
 
@@ -344,18 +344,18 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
 
 
 class ServerPool:
-    """S3 servers of ``servers.registry`` started on first use and stopped when the session ends. A
+    """Servers of ``servers.registry`` (S3 servers, Azurite) started on first use and stopped when the session ends. A
     provider that cannot run here (no Docker for MinIO, no ``weed`` binary) skips the requesting test with
     its reason; one that was started and did not come up fails it (a crashed server is no reason to skip:
     a run that skipped the server's clauses would look green)."""
 
     def __init__(self, stack: ExitStack) -> None:
         self._stack = stack
-        self._endpoints: dict[str, S3Endpoint] = {}
+        self._endpoints: dict[str, ServerEndpoint] = {}
         self._unavailable: dict[str, str] = {}
         self._failed: dict[str, str] = {}
 
-    def endpoint(self, name: str) -> S3Endpoint:
+    def endpoint(self, name: str) -> ServerEndpoint:
         from servers.registry import provider
         from servers.server import ServerStartFailed, ServerUnavailable
 
@@ -381,8 +381,8 @@ def storage_contract_servers() -> Iterator[ServerPool]:
         yield ServerPool(stack)
 
 
-def _server(target: Target, request: pytest.FixtureRequest) -> S3Endpoint | None:
-    """The S3 server of an embedded server target (started on first use); None for any other target."""
+def _server(target: Target, request: pytest.FixtureRequest) -> ServerEndpoint | None:
+    """The server of an embedded server target (started on first use); None for any other target."""
     if target.url is not None or target.name in {b.name for b in registered() if b.scratch is not None}:
         return None
     servers: ServerPool = request.getfixturevalue("storage_contract_servers")
