@@ -1,5 +1,6 @@
-"""Subprocess for the streaming test: a file-source query writing ``format("storage_adapter")``, one
-input file per micro-batch, run until the input is drained (``availableNow``).
+"""Subprocess for the streaming test: a named file-source query writing ``format("storage_adapter")``,
+one input file per micro-batch, run until the input is drained (``availableNow``). Named, as production
+queries are: Spark then hands the sink ``queryName`` among its options.
 
 Usage: python spark_stream_worker.py URL OPTIONS_JSON TABLE SOURCE_DIR CHECKPOINT_DIR. Prints one JSON line:
 the table's row count and the query's application watermark.
@@ -14,9 +15,11 @@ from typing import Any
 from storage_adapter.engine import Engine
 from storage_adapter.spark import spark_session
 
+QUERY_NAME = "events_to_storage_adapter"
+
 
 def run_query(spark: Any, url: str, options: dict[str, str], table: str, source: str, checkpoint: str) -> str:
-    """Run the query until its input is drained; returns its id (stable across restarts)."""
+    """Run the query (named QUERY_NAME) until its input is drained; returns its id (stable across restarts)."""
     stream = (
         spark.readStream.schema("id LONG, day STRING, score DOUBLE")
         .option("maxFilesPerTrigger", 1)
@@ -27,6 +30,7 @@ def run_query(spark: Any, url: str, options: dict[str, str], table: str, source:
         .options(**options)
         .option("table", table)
         .option("checkpointLocation", checkpoint)
+        .queryName(QUERY_NAME)
         .trigger(availableNow=True)
         .start(url)
     )

@@ -238,6 +238,34 @@ def test_missing_or_bad_options_are_typed_errors(engine: Engine, spark: Any) -> 
     assert data_files(engine) == set()
 
 
+def test_every_option_spark_injects_is_accepted_and_a_misspelt_one_is_refused_by_name(
+    engine: Engine, spark: Any, tmp_path: Path
+) -> None:
+    """Spark adds options of its own to the ones a user gives: ``path`` (save/load/start with a path),
+    ``paths`` (load of several paths), ``queryName`` and ``checkpointLocation`` (writeStream). Each is
+    recognized (used, or refused for what it says), never an "unknown option"; a user's misspelt option is
+    still refused, by its name, before any task runs."""
+    from pyspark.sql.types import StructType
+
+    schema = StructType.fromDDL("id LONG, day STRING, score DOUBLE")
+    checkpoint = tmp_path / "checkpoint"
+    checkpoint.mkdir()
+    (checkpoint / "metadata").write_text('{"id":"5d1a2b3c-0000-4000-8000-000000000001"}\n')
+    injected = {"path": engine.adapter.url, "queryname": "q", "checkpointlocation": str(checkpoint)}
+    source = StorageAdapterDataSource({"table": "events", **options_of(engine), **injected})
+    assert source.streamWriter(schema, False) is not None
+    assert source.writer(schema, False) is not None
+    assert source.reader(schema) is not None
+    with pytest.raises(ConfigurationError, match="one storage root"):
+        StorageAdapterDataSource({"paths": json.dumps(["/a", "/b"]), "table": "events"}).reader(schema)
+    for misspelt in ("tabel_name", "appVerison", "querynmae", "checkpointLocaton"):
+        with pytest.raises(ConfigurationError, match=misspelt.lower()):
+            StorageAdapterDataSource(
+                {"table": "events", misspelt: "1", **options_of(engine), **injected}
+            ).writer(schema, False)
+    assert data_files(engine) == set()
+
+
 def test_streaming_writes_need_a_stable_query_identity(engine: Engine, spark: Any, tmp_path: Path) -> None:
     from pyspark.sql.types import StructType
 
@@ -419,6 +447,7 @@ def test_a_complete_mode_stream_replaces_the_table_in_each_micro_batch(
         .count()
         .withColumnRenamed("count", "n")
         .writeStream.format("storage_adapter")
+        .queryName(f"daily_{uuid.uuid4().hex[:8]}")  # named: Spark hands the sink queryName as an option
         .outputMode("complete")
         .options(**options_of(engine))
         .option("table", "daily")

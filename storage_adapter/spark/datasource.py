@@ -259,7 +259,8 @@ class _StreamWriter(DataSourceStreamArrowWriter):
         self._plan = plan
 
     def __repr__(self) -> str:
-        return f"_StreamWriter({self._plan.options!r}, app id {self._plan.app_id!r})"
+        options = self._plan.options
+        return f"_StreamWriter({options!r}, query {options.query_name!r}, app id {self._plan.app_id!r})"
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         return _Written(self._plan.task.run(iterator))
@@ -269,8 +270,9 @@ class _StreamWriter(DataSourceStreamArrowWriter):
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         log.warning(
-            "storage_adapter micro-batch %d into %r aborted: nothing published",
+            "storage_adapter micro-batch %d of query %r into %r aborted: nothing published",
             batchId,
+            self._plan.options.query_name,
             self._plan.options.table,
         )
 

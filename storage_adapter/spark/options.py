@@ -1,9 +1,11 @@
 """The options of the ``storage_adapter`` Spark data source, parsed once, before any task runs.
 
 Spark hands a data source its options as a case-insensitive map of strings: the data source's own
-(``table``, ``version``, ``replaceWhere``, ...; see docs/spark.md) and, under their own names, every option
-``open_adapter`` takes for the URL in ``path`` (credentials included). Anything wrong is a
-ConfigurationError naming the option; no message, log line or repr ever shows an adapter option's value.
+(``table``, ``version``, ``replaceWhere``, ...; see docs/spark.md), the ones Spark adds itself (``path``,
+``paths``, ``queryName``, ``checkpointLocation``) and, under their own names, every option ``open_adapter``
+takes for the URL in ``path`` (credentials included). :meth:`SourceOptions.parse` alone sorts them; any
+other option, and anything ill-formed, is a ConfigurationError naming the option; no message, log line
+or repr ever shows an adapter option's value.
 """
 
 from __future__ import annotations
@@ -13,28 +15,37 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from storage_adapter.adapter import open_adapter
 from storage_adapter.errors import ConfigurationError
 from storage_adapter.protocol import StorageAdapter
+from storage_adapter.registry import backend_for_scheme
 from storage_adapter.spark.load import DEFAULT_MAX_ROWS_PER_FRAGMENT
 
-# The data source's own options, lowercased as Spark hands them over; every other option goes to the URL.
-_OWN = (
-    "path",
-    "table",
-    "version",
-    "replacewhere",
-    "idempotencykey",
-    "appid",
-    "appversion",
-    "createtable",
-    "partitionby",
-    "byposition",
-    "allowlossycasts",
-    "maxrowsperfragment",
-    "checkpointlocation",
-)
+# The data source's own options (docs/spark.md, "Options"), lowercased as Spark hands them over, with the
+# spelling the docs and error messages use.
+OWN_OPTIONS = {
+    name.lower(): name
+    for name in (
+        "table",
+        "version",
+        "replaceWhere",
+        "idempotencyKey",
+        "appId",
+        "appVersion",
+        "createTable",
+        "partitionBy",
+        "byPosition",
+        "allowLossyCasts",
+        "maxRowsPerFragment",
+    )
+}
+# The options Spark itself adds to the ones a user gives (docs/spark.md, "Options Spark adds"): ``path``
+# (DataFrameWriter.save(path), DataFrameReader.load(path), DataStreamWriter.start(path)), ``paths``
+# (DataFrameReader.load of several paths, a JSON list), ``queryName`` and ``checkpointLocation``
+# (DataStreamWriter passes every option of the query to its sink, these included).
+SPARK_OPTIONS = {name.lower(): name for name in ("path", "paths", "queryName", "checkpointLocation")}
 
 
 @dataclass(frozen=True)
@@ -56,6 +67,7 @@ class SourceOptions:
     allow_lossy: bool = False
     max_rows_per_fragment: int = DEFAULT_MAX_ROWS_PER_FRAGMENT
     checkpoint_location: str | None = None
+    query_name: str | None = None
 
     def __repr__(self) -> str:
         names = ", ".join(name for name, _ in self.adapter_options)
@@ -63,9 +75,16 @@ class SourceOptions:
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
-        """ConfigurationError for a missing ``path`` or ``table``, or an ill-formed value of the data
-        source's own options. Unknown options are left to ``open_adapter`` (which refuses them)."""
+        """The one place that decides what each option is: the data source's own (``OWN_OPTIONS``), one
+        Spark adds itself (``SPARK_OPTIONS``), or an adapter option of the URL's backend. ConfigurationError,
+        naming the option, for any other (a misspelling), and for a missing ``path`` or ``table``, several
+        ``paths`` or an ill-formed value of the data source's own options."""
         given = {k.lower(): v for k, v in options.items() if v is not None}
+        if "paths" in given:
+            raise ConfigurationError(
+                f"the storage_adapter data source reads one storage root: load(url) takes one URL, not the "
+                f"paths {given['paths']}"
+            )
         url = given.get("path")
         if not url:
             raise ConfigurationError(
@@ -77,12 +96,14 @@ class SourceOptions:
             raise ConfigurationError(
                 f"the storage_adapter data source needs option('table', name) for {url}", key=url
             )
+        adapter_options = {k: v for k, v in given.items() if k not in OWN_OPTIONS and k not in SPARK_OPTIONS}
+        _refuse_unknown(url, adapter_options)
         app_id, app_version = given.get("appid"), _integer(given, "appversion", url)
         replace_where = given.get("replacewhere")
         return cls(
             url=url,
             table=table,
-            adapter_options=tuple(sorted((k, v) for k, v in given.items() if k not in _OWN)),
+            adapter_options=tuple(sorted(adapter_options.items())),
             version=_integer(given, "version", url),
             replace_where=None if replace_where is None else parse_replace_where(replace_where, url),
             idempotency_key=given.get("idempotencykey"),
@@ -94,11 +115,28 @@ class SourceOptions:
             allow_lossy=_boolean(given, "allowlossycasts", url),
             max_rows_per_fragment=_integer(given, "maxrowsperfragment", url) or DEFAULT_MAX_ROWS_PER_FRAGMENT,
             checkpoint_location=given.get("checkpointlocation"),
+            query_name=given.get("queryname"),
         )
 
     def open(self) -> StorageAdapter:
         """The adapter for ``url`` and the adapter options (ConfigurationError for an unknown one)."""
         return open_adapter(self.url, **dict(self.adapter_options))
+
+
+def _refuse_unknown(url: str, adapter_options: Mapping[str, str]) -> None:
+    """ConfigurationError naming every option that is neither the data source's, nor Spark's, nor one the
+    URL's backend takes (an unsupported scheme is left to ``open_adapter``, which says so)."""
+    backend = backend_for_scheme("file" if url.startswith("/") else urlsplit(url).scheme.lower())
+    if backend is None:
+        return
+    unknown = sorted(set(adapter_options) - set(backend.options))
+    if unknown:
+        raise ConfigurationError(
+            f"unknown option(s) {', '.join(unknown)} for the storage_adapter data source at {url!r}: its own "
+            f"options are {', '.join(OWN_OPTIONS.values())}; Spark adds {', '.join(SPARK_OPTIONS.values())}; "
+            f"{backend.name} storage takes {', '.join(sorted(backend.options)) or 'none'}",
+            key=url,
+        )
 
 
 def _integer(given: Mapping[str, str], name: str, url: str) -> int | None:
