@@ -233,14 +233,27 @@ class Service:
             env[failpoints.ENV_VAR] = generation.spec
         log = self.workdir / f"server-{len(self.logs)}.log"
         self.logs.append(log)
-        # fmt: off
         args = [
-            sys.executable, str(SERVICE), self.url, "--port", str(self.port), "--tables", ",".join(TABLES),
-            "--lease", str(c.lease_s), "--skew-grace", str(c.skew_grace_s), "--wait", str(c.wait_s),
-            "--lifetime", str(c.lifetime_s), "--retention", str(c.retention),
-            "--engine-lease", str(c.engine_lease_s),
+            sys.executable,
+            str(SERVICE),
+            self.url,
+            "--port",
+            str(self.port),
+            "--tables",
+            ",".join(TABLES),
+            "--lease",
+            str(c.lease_s),
+            "--skew-grace",
+            str(c.skew_grace_s),
+            "--wait",
+            str(c.wait_s),
+            "--lifetime",
+            str(c.lifetime_s),
+            "--retention",
+            str(c.retention),
+            "--engine-lease",
+            str(c.engine_lease_s),
         ]
-        # fmt: on
         with log.open("wb") as stderr:
             self.process = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
         deadline = time.monotonic() + READY_TIMEOUT_S
