@@ -119,8 +119,6 @@ def _is_stress(config: pytest.Config) -> bool:
 # One target's run of a test that is over the budget goes to the stress tier, with why the default tier's
 # other targets prove the same promise.
 STRESS_ONLY = {
-    "test_streaming_lands_every_micro_batch_once_across_a_kill[seaweedfs]": "84 s (two Spark drivers, one killed); the data source's code is the same on the local target, "
-    "which keeps the kill in the default tier",
     "test_retried_task_attempts_leave_only_invisible_reclaimable_fragments[seaweedfs-datasource]": "36 s; the same retry path runs on the local target, SeaweedFS's fragments in the other bulk tests",
     "test_retried_task_attempts_leave_only_invisible_reclaimable_fragments[seaweedfs-bulk_load]": "30 s; as above",
     "test_retried_task_attempts_leave_only_invisible_reclaimable_fragments[local-bulk_load]": "46-69 s (a Spark "
