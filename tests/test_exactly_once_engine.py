@@ -8,6 +8,7 @@ a roll-forward re-audited as completed).
 from __future__ import annotations
 
 import dataclasses
+import threading
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -268,3 +269,28 @@ def test_a_key_issued_before_the_window_is_refused_before_any_io(adapter) -> Non
     assert not engine.commit(
         {"a": rows(1)}, CommitRequest(idempotency_key="realm/ok", key_issued_at=fresh)
     ).replayed
+
+
+def test_a_publish_from_a_claim_the_entry_moved_past_reads_the_entry_again() -> None:
+    """The holder publishes its key from its claim's token; when the entry changed since (recovery
+    published it meanwhile: a heal rolling the operation forward), the CAS fails and publish reads the
+    entry again and returns it, in two requests more. It retried the stale token forever (a chaos campaign
+    on SeaweedFS hung in it for 80 minutes)."""
+    from contract_tests.counting import CountingAdapter
+    from storage_adapter import open_adapter
+    from storage_adapter.engine.history import CommitRecord
+    from storage_adapter.engine.key_ledger import KeyLedger, KeyState
+
+    counting = CountingAdapter(open_adapter(f"memory://ledger-{uuid.uuid4().hex[:8]}/p"))
+    ledger = KeyLedger(counting)
+    claimed = ledger.claim("key", "op-1")
+    record = CommitRecord(1, "2026-11-28T00:00:00+00:00", None, "op-1", "key", "append", True, ())
+    assert ledger.publish("key", record).state is KeyState.PUBLISHED  # the heal's publish
+    counting.reset()
+    outcome: list[object] = []
+    publisher = threading.Thread(target=lambda: outcome.append(ledger.publish("key", record, claimed)))
+    publisher.daemon = True  # a publish that never returns must not hang the run
+    publisher.start()
+    publisher.join(10)
+    assert outcome and outcome[0].state is KeyState.PUBLISHED, dict(counting.counts)
+    assert dict(counting.counts) == {"write_if_match": 1, "read_versioned": 1}

@@ -165,6 +165,7 @@ class KeyLedger:
             )
             if self._adapter.write_if_match(entry_key(key), published.encode(), stored.token) is not None:
                 return published
+            stored = None  # the entry moved past our token (recovery published it, say): read it again
 
     def enter_published(self, key: str, record: CommitRecord) -> None:
         """Create the entry of ``key`` already published with ``record``, unless the key has an entry (one
