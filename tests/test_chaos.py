@@ -1,8 +1,8 @@
 """The seeded chaos campaign (contract_tests.chaos, ``storage-adapter chaos``; docs/idempotency.md).
 
 Default run: 700 requests on memory and 300 on local (kill -9 of worker processes included), asserting
-zero violations: a smoke of every injection (the schedule test below checks a schedule of 300 has each). ``-m stress``: 6,000 on memory, 2,500 on local and 1,500 on
-SeaweedFS. ``CHAOS_SEED`` replaces the fixed seeds (the failure message prints the replay command line).
+zero violations: a smoke of every injection (the schedule test below checks a schedule of 300 has each).
+``-m stress``: 6,000 on memory, 2,500 on local and 1,000 on SeaweedFS. ``CHAOS_SEED`` replaces the fixed seeds (the failure message prints the replay command line).
 """
 
 from __future__ import annotations
@@ -26,7 +26,9 @@ SEEDS = {"memory": 11, "local": 12, "seaweedfs": 13}
 # proof-sized campaigns are the stress tier's. The memory campaign is two halves with their own seeds: two
 # schedules, each within the default tier's 60 s budget on a busy worker.
 DEFAULT_SIZES = {"memory": (350, 32), "local": (300, 16)}
-STRESS_SIZES = {"memory": (6000, 32), "local": (2500, 16), "seaweedfs": (500, 16)}
+# SeaweedFS: 1,000 requests in 455 s under a load of 10-19 on 2 cores. Its 1,500 never finished: the
+# campaign hung in KeyLedger.publish (a CAS retried on a stale token forever), since fixed.
+STRESS_SIZES = {"memory": (6000, 32), "local": (2500, 16), "seaweedfs": (1000, 16)}
 
 
 def _seed(target: str) -> int:
