@@ -50,9 +50,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from storage_adapter import open_adapter
 from storage_adapter.engine import Engine
-from storage_adapter.protocol import StorageAdapter
 from storage_adapter.spark import spark_session
 
 SCHEMA = pa.schema([("id", pa.int64()), ("label", pa.string()), ("score", pa.float64())])
@@ -62,13 +60,18 @@ PUBLISH_PARTITIONS = (1, 4, 16)
 
 @dataclass(frozen=True)
 class Backend:
-    """Where a round writes: the adapter root, the Spark options that reopen it, and a local folder
-    for plain Spark Parquet (None where Spark has no filesystem for the backend)."""
+    """Where a round writes: the engine (one warehouse root per backend, a fresh table per write), the
+    Spark options that reopen it, and a local folder for plain Spark Parquet (None where Spark has no
+    filesystem for the backend)."""
 
     name: str
-    adapter: StorageAdapter
+    engine: Engine
     options: dict[str, str]
     parquet_root: Path | None
+
+    @property
+    def url(self) -> str:
+        return self.engine.adapter.url
 
 
 @dataclass(frozen=True)
@@ -120,10 +123,12 @@ def spark_rows(spark: Any, rows: int, partitions: int) -> Any:
     )
 
 
-def fresh_engine(backend: Backend) -> Engine:
-    engine = Engine.open(backend.adapter.child(f"spark-io-{uuid.uuid4().hex[:10]}"))
-    engine.create_table("events", SCHEMA)
-    return engine
+def fresh_table(backend: Backend) -> str:
+    """A new empty table in the backend's warehouse (as a job writes a new table or partition, and as
+    ``df.write.parquet`` writes a fresh folder each round)."""
+    table = f"events_{uuid.uuid4().hex[:10]}"
+    backend.engine.create_table(table, SCHEMA)
+    return table
 
 
 IDLE_FORMAT = "bench_idle_sink"
@@ -157,10 +162,10 @@ def idle_write(frame: Any) -> None:
     frame.write.format(IDLE_FORMAT).mode("append").save()
 
 
-def datasource_write(frame: Any, engine: Engine, backend: Backend) -> None:
+def datasource_write(frame: Any, backend: Backend, table: str) -> None:
     frame.write.format("storage_adapter").mode("append").options(**backend.options).option(
-        "table", "events"
-    ).save(engine.adapter.url)
+        "table", table
+    ).save(backend.url)
 
 
 def full_scan(frame: Any) -> None:
@@ -183,7 +188,7 @@ def local_path(engine: Engine, key: str) -> str:
 def measure(spark: Any, backend: Backend, rows: int, rounds: int, partitions: int) -> SparkIoResult:
     expected_sum = sum(i * 0.5 for i in range(rows))
     # Warm-up: every write path once at full size (the JVM compiles each path's code on its first runs).
-    datasource_write(spark_rows(spark, rows, partitions), fresh_engine(backend), backend)
+    datasource_write(spark_rows(spark, rows, partitions), backend, fresh_table(backend))
     idle_write(spark_rows(spark, rows, partitions))
     if backend.parquet_root is not None:
         warm = backend.parquet_root / uuid.uuid4().hex[:10]
@@ -191,20 +196,20 @@ def measure(spark: Any, backend: Backend, rows: int, rounds: int, partitions: in
         shutil.rmtree(warm)
     ds_write, pq_write, idle, ds_read, pq_read, ds_narrow, pq_narrow = [], [], [], [], [], [], []
     for _ in range(rounds):
-        engine = fresh_engine(backend)
+        table = fresh_table(backend)
         started = time.perf_counter()
-        datasource_write(spark_rows(spark, rows, partitions), engine, backend)
+        datasource_write(spark_rows(spark, rows, partitions), backend, table)
         ds_write.append(time.perf_counter() - started)
         started = time.perf_counter()
         idle_write(spark_rows(spark, rows, partitions))
         idle.append(time.perf_counter() - started)
 
-        reader = spark.read.format("storage_adapter").options(**backend.options).option("table", "events")
+        reader = spark.read.format("storage_adapter").options(**backend.options).option("table", table)
         started = time.perf_counter()
-        full_scan(reader.load(engine.adapter.url))
+        full_scan(reader.load(backend.url))
         ds_read.append(time.perf_counter() - started)
         started = time.perf_counter()
-        count, total = narrow_scan(reader.load(engine.adapter.url))
+        count, total = narrow_scan(reader.load(backend.url))
         ds_narrow.append(time.perf_counter() - started)
         if (count, total) != (rows, expected_sum):
             raise AssertionError(f"data source read {count} rows summing {total}, wrote {rows}")
@@ -215,7 +220,7 @@ def measure(spark: Any, backend: Backend, rows: int, rounds: int, partitions: in
             spark_rows(spark, rows, partitions).write.parquet(str(folder))
             pq_write.append(time.perf_counter() - started)
             shutil.rmtree(folder)
-            files = [local_path(engine, f.key) for f in engine.files("events")]
+            files = [local_path(backend.engine, f.key) for f in backend.engine.files(table)]
             started = time.perf_counter()
             full_scan(spark.read.parquet(*files))
             pq_read.append(time.perf_counter() - started)
@@ -226,10 +231,10 @@ def measure(spark: Any, backend: Backend, rows: int, rounds: int, partitions: in
                 raise AssertionError(f"spark.read.parquet of the snapshot's files read {count} rows")
     publishes = {}
     for parts in PUBLISH_PARTITIONS:
-        engine = fresh_engine(backend)
-        before = engine.snapshot().version
-        datasource_write(spark_rows(spark, 10_000, parts), engine, backend)
-        publishes[f"{parts} partitions"] = engine.snapshot().version - before
+        table = fresh_table(backend)
+        before = backend.engine.snapshot().version
+        datasource_write(spark_rows(spark, 10_000, parts), backend, table)
+        publishes[f"{parts} partitions"] = backend.engine.snapshot().version - before
     return SparkIoResult(
         backend=backend.name,
         rows=rows,
@@ -253,16 +258,16 @@ def backends(names: list[str]) -> Iterator[list[Backend]]:
             if name == "local":
                 root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-spark-io-")))
                 (root / "parquet").mkdir()
-                adapter = open_adapter(f"file://{root}/tables")
-                found.append(Backend("local", adapter, {}, root / "parquet"))
+                engine = Engine.open(f"file://{root}/warehouse")
+                found.append(Backend("local", engine, {}, root / "parquet"))
             elif name == "seaweedfs":
                 from servers.seaweedfs import SeaweedFS
 
                 endpoint = stack.enter_context(SeaweedFS(bucket="bench"))
                 stack.enter_context(endpoint.scoped())
                 options = endpoint.adapter_options()
-                adapter = open_adapter(endpoint.url(f"spark-io-{uuid.uuid4().hex[:8]}"), **options)
-                found.append(Backend("seaweedfs", adapter, {k: str(v) for k, v in options.items()}, None))
+                engine = Engine.open(endpoint.url(f"spark-io-{uuid.uuid4().hex[:8]}"), options=options)
+                found.append(Backend("seaweedfs", engine, {k: str(v) for k, v in options.items()}, None))
             else:
                 raise SystemExit(f"bench.spark_io: unknown backend {name!r} (local, seaweedfs)")
         yield found

@@ -478,7 +478,7 @@ class Engine:
         bodies = [encode_fragment(data) for _, data, _ in planned]
         return map_bounded(
             lambda i: store_fragment(
-                self._adapter, table, planned[i][1], bodies[i], planned[i][2], planned[i][0]
+                self._adapter, table, planned[i][1].schema, bodies[i], planned[i][2], planned[i][0]
             ),
             range(len(planned)),
         )
