@@ -11,7 +11,7 @@ CAS under contention (1, 2, 4 processes) against a raw
 flock + temp file + rename floor. Writes ``bench.md``, ``bench.json`` and ``bench.png`` to the results
 directory and prints the table. Numbers are reported against the issue's targets, never asserted.
 
-    python -m bench.storage_bench [--quick] [--results DIR] [--backends memory,local,seaweedfs[,ceph]]
+    python -m bench.storage_bench [--quick] [--results DIR] [--backends memory,local,seaweedfs[,ceph][,azurite]]
 """
 
 from __future__ import annotations
@@ -45,8 +45,9 @@ from bench.timing import measure, measure_async_gets, measure_concurrency
 SIZES = {"1KiB": 1024, "4MiB": 4 * 1024 * 1024}
 BACKENDS = ("memory", "local", "seaweedfs")
 # Where asked for (``--backends ...,ceph``): Ceph RGW from the Debian packages (scripts/install-ceph.sh), an
-# S3 server that reports no emptied prefix, so its list_dir is one delimited list.
-OPTIONAL_BACKENDS = ("ceph",)
+# S3 server that reports no emptied prefix, so its list_dir is one delimited list; Azurite (Azure Blob
+# Storage, servers/azurite.py), the adapter against raw obstore AzureStore on the same container.
+OPTIONAL_BACKENDS = ("ceph", "azurite")
 
 
 @dataclass(frozen=True)
@@ -119,6 +120,10 @@ def backend_clients(backend: str, run: str) -> Iterator[list[Client]]:
                 *pyarrow_client(Path(root, "pyarrow")),
             ]
         return
+    if backend == "azurite":
+        with _azurite_clients(run) as clients:
+            yield clients
+        return
     from botocore.config import Config
 
     from servers.ceph import CephRGW
@@ -169,6 +174,32 @@ def _versions() -> dict[str, str]:
         with contextlib.suppress(importlib.metadata.PackageNotFoundError):
             found[dist] = importlib.metadata.version(dist)
     return found
+
+
+@contextlib.contextmanager
+def _azurite_clients(run: str) -> Iterator[list[Client]]:
+    """Azure Blob Storage on an Azurite started here: the adapter (and its no-copy read) against raw
+    obstore ``AzureStore`` on the same container, each under its own prefix."""
+    import obstore.store
+
+    from servers.azurite import Azurite
+    from storage_adapter import open_adapter, open_async_adapter
+
+    with Azurite(bucket="bench") as endpoint, endpoint.scoped():
+        options = endpoint.adapter_options()
+        raw = obstore.store.AzureStore(
+            endpoint.container,
+            endpoint=endpoint.endpoint,
+            account_name=endpoint.account_name,
+            account_key=endpoint.account_key,
+            client_options={"allow_http": True},
+        )
+        adapter = open_adapter(endpoint.url(f"adapter-{run}"), **options)
+        yield [
+            adapter_client("adapter", adapter, open_async_adapter(endpoint.url(f"adapter-{run}"), **options)),
+            *buffer_client(adapter),
+            obstore_client(raw, f"obstore-{run}", supports_update=True),
+        ]
 
 
 def run(plan: Plan, backends: tuple[str, ...], seed: int) -> BenchResults:

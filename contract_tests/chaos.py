@@ -44,7 +44,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 import pyarrow as pa
 
@@ -230,7 +230,11 @@ def schedule(seed: int, config: ChaosConfig) -> list[RequestPlan]:
     return [plan_request(seed, index, config) for index in range(config.requests)]
 
 
-def schedule_digest(plans: Sequence[RequestPlan]) -> str:
+class Described(Protocol):
+    def describe(self) -> list[str]: ...
+
+
+def schedule_digest(plans: Sequence[Described]) -> str:
     """SHA-256 (16 hex digits) of the printed schedule: equal digests, equal schedules."""
     text = "\n".join(line for plan in plans for line in plan.describe())
     return hashlib.sha256(text.encode()).hexdigest()[:16]
@@ -275,9 +279,24 @@ class Violation:
     detail: str
 
 
+class Plan(Protocol):
+    """What the oracle and the report need of a logical request's plan (RequestPlan, HttpRequestPlan)."""
+
+    @property
+    def index(self) -> int: ...
+    @property
+    def key(self) -> str: ...
+    @property
+    def request_id(self) -> str: ...
+    def describe(self) -> list[str]: ...
+
+
+PlanT = TypeVar("PlanT", bound=Plan)
+
+
 @dataclass
-class RequestLog:
-    plan: RequestPlan
+class RequestLog(Generic[PlanT]):
+    plan: PlanT
     answers: list[Answer] = field(default_factory=list)
     events: list[str] = field(default_factory=list)
     raw: list[str] = field(default_factory=list)
@@ -289,13 +308,14 @@ class CampaignResult:
     seed: int
     target: str
     url: str
-    config: ChaosConfig
+    config: Any  # ChaosConfig, or HttpChaosConfig in the HTTP mode
     digest: str
     duration_s: float
     stats: dict[str, int]
     violations: list[Violation]
-    logs: list[RequestLog]
+    logs: list[Any]  # RequestLog of either mode
     global_events: list[str]
+    mode: str = ""  # "" in process; "--http" against the example service
 
     @property
     def ok(self) -> bool:
@@ -307,8 +327,8 @@ class CampaignResult:
     def replay_command(self) -> str:
         c = self.config
         return (
-            f"storage-adapter chaos --seed {self.seed} --requests {c.requests} --target {self.target} "
-            f"--workers {c.workers}"
+            f"storage-adapter chaos {self.mode + ' ' if self.mode else ''}--seed {self.seed} "
+            f"--requests {c.requests} --target {self.target} --workers {c.workers}"
         )
 
     def render(self, max_violations: int = 20) -> str:
@@ -555,7 +575,7 @@ class Campaign:
         self.workdir = workdir
         self.adapter = open_adapter(url, **options)
         self.plans = schedule(seed, config)
-        self.logs = [RequestLog(plan) for plan in self.plans]
+        self.logs: list[RequestLog[RequestPlan]] = [RequestLog(plan) for plan in self.plans]
         self.stats: Counter[str] = Counter()
         self.global_events: list[str] = []
         self.heal_violations: list[Violation] = []
@@ -624,7 +644,7 @@ class Campaign:
                 self.global_events.append(f"{self._t()} purge: {type(exc).__name__}: {exc}")
 
     # -- one attempt --------------------------------------------------------------------------------------
-    def _owner_hooks(self, log: RequestLog) -> tuple[Callable[[], None], Callable[[], None]]:
+    def _owner_hooks(self, log: RequestLog[RequestPlan]) -> tuple[Callable[[], None], Callable[[], None]]:
         key = log.plan.key
 
         def start() -> None:
@@ -641,7 +661,9 @@ class Campaign:
 
         return start, end
 
-    def _attempt(self, engine: Engine, log: RequestLog, n: int, attempt: Attempt, phase: str) -> Answer:
+    def _attempt(
+        self, engine: Engine, log: RequestLog[RequestPlan], n: int, attempt: Attempt, phase: str
+    ) -> Answer:
         plan = log.plan
         if attempt.crash_mode == "kill9" and attempt.crash is not None:
             return self._attempt_kill9(log, n, attempt)
@@ -697,7 +719,7 @@ class Campaign:
             self._count(f"crash:{owner.crashed_at}")
         return answer
 
-    def _attempt_kill9(self, log: RequestLog, n: int, attempt: Attempt) -> Answer:
+    def _attempt_kill9(self, log: RequestLog[RequestPlan], n: int, attempt: Attempt) -> Answer:
         plan = log.plan
         marker = self.workdir / f"kill9-{plan.index}-{n}"
         spec = {
@@ -758,7 +780,7 @@ class Campaign:
             "chaos", n, result["status"], result["summary"], result["replayed"], result["problem_type"]
         )
 
-    def _clean(self, engine: Engine, log: RequestLog, n: int, phase: str) -> Answer:
+    def _clean(self, engine: Engine, log: RequestLog[RequestPlan], n: int, phase: str) -> Answer:
         """An attempt with nothing injected and a patient client (settle, replay, hedge)."""
         plan = log.plan
         owner = _Owner(Attempt(0.0, 0.0), lambda point: None)  # injects nothing; sees the handler's errors
@@ -782,17 +804,11 @@ class Campaign:
             return Answer(phase, n, None, note=f"RAW EXCEPTION {text}")
 
     # -- one logical request ------------------------------------------------------------------------------
-    def _record(self, log: RequestLog, answer: Answer) -> None:
-        log.answers.append(answer)
-        shown = answer.note or f"{answer.status} {json.dumps(answer.summary)} replayed={answer.replayed}"
-        if answer.status is not None and answer.note == "":
-            shown = f"{answer.status} {answer.problem_type or ''} {json.dumps(answer.summary)} replayed={answer.replayed}"
-        log.events.append(
-            f"{self._t()} {answer.phase} attempt {answer.attempt} (sent {answer.sent_s:.3f}s): {shown}"
-        )
+    def _record(self, log: RequestLog[RequestPlan], answer: Answer) -> None:
+        record_answer(log, answer, self._t())
         self._count(f"answers:{answer.phase}:{answer.status if answer.status is not None else 'none'}")
 
-    def _request(self, engine: Engine, log: RequestLog) -> None:
+    def _request(self, engine: Engine, log: RequestLog[RequestPlan]) -> None:
         first_sent = time.monotonic()
         guard = self.config.lifetime_s - 4 * self.config.lease_window_s  # never retry past the lifetime
         definite = False
@@ -833,7 +849,7 @@ class Campaign:
         else:
             log.gave_up = True
 
-    def _hedge(self, engine: Engine, log: RequestLog, n: int, delay_s: float) -> None:
+    def _hedge(self, engine: Engine, log: RequestLog[RequestPlan], n: int, delay_s: float) -> None:
         time.sleep(delay_s)
         self._count("hedges")
         sent = time.monotonic() - self.started
@@ -880,77 +896,112 @@ class Campaign:
 
     def judge(self, engine: Engine) -> list[Violation]:
         """The oracle: effects per key from the table, against every answer and the final records."""
-        snapshot = engine.snapshot()
-        rows: Counter[str] = Counter()
-        for i in range(TABLES):
-            rows.update(engine.read(f"{TABLE}{i}", snapshot).column("request_id").to_pylist())
-        key_of_version = {record.version: record.idempotency_key for record in engine.history()}
+        rows, key_of_version = effects_of(engine, [f"{TABLE}{i}" for i in range(TABLES)])
         store = make_store(self.adapter, self.config, 0.0, None, "oracle")
-        now = datetime.now(UTC)
-        violations: list[Violation] = list(self.heal_violations)
-        for log in self.logs:
-            plan = log.plan
+        grace = timedelta(seconds=self.config.skew_grace_s)
+        return self.heal_violations + judge(self.logs, rows, key_of_version, store, REALM, grace)
 
-            def bad(kind: str, detail: str, plan: RequestPlan = plan) -> None:
-                violations.append(Violation(kind, plan.index, plan.key, detail))
 
-            effects = rows.get(plan.request_id, 0)
-            acks = [a for a in log.answers if a.acknowledged]
-            if effects > 1:
-                bad("double_effect", f"request id {plan.request_id} is in the table {effects} times")
-            if acks and effects == 0:
-                bad("lost_ack", f"answered {acks[0].status} {acks[0].summary} but no row was committed")
-            if len({json.dumps([a.status, a.summary], sort_keys=True) for a in acks}) > 1:
-                shown = [f"{a.phase}#{a.attempt}:{a.status} {a.summary}" for a in acks]
-                bad("answer_mismatch", f"2xx answers differ: {shown}")
-            for answer in acks:
-                version = answer.summary.get("version") if isinstance(answer.summary, dict) else None
-                if not isinstance(version, int) or version not in key_of_version:
-                    continue
-                carried = key_of_version[version]  # ctx.commit_key: "realm/key@<reservation's creation time>"
-                if carried is None or carried.rsplit("@", 1)[0] != f"{REALM}/{plan.key}":
-                    bad(
-                        "answer_mismatch", f"answered version {version}, whose commit carries key {carried!r}"
-                    )
-            for answer in log.answers:
-                if answer.status in (400, 422):
-                    bad(
-                        "bad_4xx",
-                        f"{answer.phase} attempt {answer.attempt} answered {answer.status} "
-                        f"{answer.problem_type} to a well-formed retry",
-                    )
-            for raw in log.raw:
-                bad("raw_exception", raw)
-            try:
-                stored = store.load(REALM, plan.key)
-            except Exception as exc:
-                bad("stuck", f"record unreadable at the end: {type(exc).__name__}: {exc}")
+def record_answer(log: RequestLog[Any], answer: Answer, when: str) -> None:
+    """Add ``answer`` to the request's log and its timeline (``when``: the time into the campaign)."""
+    log.answers.append(answer)
+    shown = answer.note or f"{answer.status} {json.dumps(answer.summary)} replayed={answer.replayed}"
+    if answer.status is not None and answer.note == "":
+        shown = f"{answer.status} {answer.problem_type or ''} {json.dumps(answer.summary)} replayed={answer.replayed}"
+    log.events.append(f"{when} {answer.phase} attempt {answer.attempt} (sent {answer.sent_s:.3f}s): {shown}")
+
+
+def effects_of(engine: Engine, tables: Sequence[str]) -> tuple[Counter[str], dict[int, str | None]]:
+    """What happened, read once at the end: rows per request id in ``tables``, and the idempotency key
+    each retained commit carries, by manifest version."""
+    snapshot = engine.snapshot()
+    rows: Counter[str] = Counter()
+    for table in tables:
+        rows.update(engine.read(table, snapshot).column("request_id").to_pylist())
+    return rows, {record.version: record.idempotency_key for record in engine.history()}
+
+
+def judge(
+    logs: Sequence[RequestLog[Any]],
+    rows: Counter[str],
+    key_of_version: dict[int, str | None],
+    store: IdempotencyStore,
+    realm: str,
+    grace: timedelta,
+) -> list[Violation]:
+    """The oracle, for the in-process campaign and its HTTP mode alike: every logical request's answers
+    against its effects (``rows``: rows per request id), the commits' keys (``key_of_version``) and its
+    final record in ``store`` (a record is stale ``grace`` after its lease)."""
+    now = datetime.now(UTC)
+    violations: list[Violation] = []
+    for log in logs:
+        plan = log.plan
+
+        def bad(kind: str, detail: str, plan: Plan = plan) -> None:
+            violations.append(Violation(kind, plan.index, plan.key, detail))
+
+        effects = rows.get(plan.request_id, 0)
+        acks = [a for a in log.answers if a.acknowledged]
+        if effects > 1:
+            bad("double_effect", f"request id {plan.request_id} is in the table {effects} times")
+        if acks and effects == 0:
+            bad("lost_ack", f"answered {acks[0].status} {acks[0].summary} but no row was committed")
+        if len({json.dumps([a.status, a.summary], sort_keys=True) for a in acks}) > 1:
+            shown = [f"{a.phase}#{a.attempt}:{a.status} {a.summary}" for a in acks]
+            bad("answer_mismatch", f"2xx answers differ: {shown}")
+        for answer in acks:
+            version = answer.summary.get("version") if isinstance(answer.summary, dict) else None
+            if not isinstance(version, int) or version not in key_of_version:
                 continue
-            if stored is not None:
-                record = stored.record
-                grace = timedelta(seconds=self.config.skew_grace_s)
-                # A client that gave up may leave a dead owner's record behind: the next duplicate would
-                # take it over. Stuck is a record still in progress after the client's clean last word.
-                expired = now > record.lease_expires_at + grace
-                if record.status is RecordStatus.IN_PROGRESS and expired and not log.gave_up:
-                    bad(
-                        "stuck",
-                        f"IN_PROGRESS at the end, lease expired at {record.lease_expires_at.isoformat()}",
-                    )
-                finalized_2xx = (
-                    record.status is RecordStatus.FINALIZED
-                    and record.http_status is not None
-                    and 200 <= record.http_status < 300
+            carried = key_of_version[version]  # ctx.commit_key: "realm/key@<reservation's creation time>"
+            if carried is None or carried.rsplit("@", 1)[0] != f"{realm}/{plan.key}":
+                bad("answer_mismatch", f"answered version {version}, whose commit carries key {carried!r}")
+        for answer in log.answers:
+            if answer.status in (400, 422):
+                bad(
+                    "bad_4xx",
+                    f"{answer.phase} attempt {answer.attempt} answered {answer.status} "
+                    f"{answer.problem_type} to a well-formed retry",
                 )
-                if finalized_2xx and acks and record.summary != acks[0].summary:
-                    bad(
-                        "answer_mismatch",
-                        f"stored outcome {record.http_status} {record.summary} differs "
-                        f"from the answer {acks[0].summary}",
-                    )
-            if not any(a.definite for a in log.answers) and log.answers and log.answers[-1].phase == "settle":
-                bad("stuck", "no definite answer even from clean retries after the lease expired")
-        return violations
+        for raw in log.raw:
+            bad("raw_exception", raw)
+        try:
+            stored = store.load(realm, plan.key)
+        except Exception as exc:
+            bad("stuck", f"record unreadable at the end: {type(exc).__name__}: {exc}")
+            continue
+        if stored is not None:
+            record = stored.record
+            # A client that gave up may leave a dead owner's record behind: the next duplicate would
+            # take it over. Stuck is a record still in progress after the client's clean last word.
+            expired = now > record.lease_expires_at + grace
+            if record.status is RecordStatus.IN_PROGRESS and expired and not log.gave_up:
+                bad(
+                    "stuck", f"IN_PROGRESS at the end, lease expired at {record.lease_expires_at.isoformat()}"
+                )
+            finalized_2xx = (
+                record.status is RecordStatus.FINALIZED
+                and record.http_status is not None
+                and 200 <= record.http_status < 300
+            )
+            if finalized_2xx and acks and stored_answer(record) != acks[0].summary:
+                bad(
+                    "answer_mismatch",
+                    f"stored outcome {record.http_status} {record.summary} differs from the answer {acks[0].summary}",
+                )
+        if not any(a.definite for a in log.answers) and log.answers and log.answers[-1].phase == "settle":
+            bad("stuck", "no definite answer even from clean retries after the lease expired")
+    return violations
+
+
+def stored_answer(record: IdempotencyRecord) -> Any:
+    """The answer a finalized record replays, as the client reads it: the summary, or the JSON body of
+    an HTTP response stored by the middleware (``{"body": ...}``)."""
+    summary = record.summary
+    if isinstance(summary, dict) and set(summary) == {"body"} and isinstance(summary["body"], str):
+        with contextlib.suppress(ValueError):
+            return json.loads(summary["body"])
+    return summary
 
 
 # -- targets --------------------------------------------------------------------------------------------------
@@ -1038,9 +1089,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--requests", type=int, default=defaults.requests, help="logical requests")
     parser.add_argument("--target", choices=TARGETS, default=TARGETS[0])
     parser.add_argument("--workers", type=int, default=defaults.workers, help="concurrent clients")
-    parser.add_argument("--retries", type=int, default=defaults.retries, help="attempts per request")
-    parser.add_argument("--retention", type=int, default=defaults.retention, help="EngineSettings.retention")
-    parser.add_argument("--lease", type=float, default=defaults.lease_s, help="idempotency lease, seconds")
+    parser.add_argument("--retries", type=int, help=f"attempts per request ({defaults.retries}; --http: 8)")
+    parser.add_argument("--retention", type=int, help=f"EngineSettings.retention ({defaults.retention})")
+    parser.add_argument(
+        "--lease", type=float, help=f"idempotency lease, seconds ({defaults.lease_s}; --http: 0.5)"
+    )
+    parser.add_argument(
+        "--http",
+        action="store_true",
+        help="real HTTP: clients retry requests to the example catalog service (examples/catalog_service.py) "
+        "in its own process, killed -9 and restarted; targets local and seaweedfs",
+    )
     parser.add_argument(
         "--kill9-rate",
         type=float,
@@ -1058,17 +1117,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         worker_main(json.loads(sys.stdin.read()))
         return 0
     args = build_parser().parse_args(argv)
-    if args.requests < 1 or args.workers < 1 or args.retries < 1 or args.retention < 1 or args.lease <= 0:
+    sizes = (args.requests, args.workers, args.retries or 1, args.retention or 1, args.lease or 1)
+    if min(sizes) <= 0:
         print("storage-adapter chaos: error: sizes must be positive", file=sys.stderr)
         return EXIT_BAD_INPUT
+    given = {"retries": args.retries, "retention": args.retention, "lease_s": args.lease}
+    given = {name: value for name, value in given.items() if value is not None}
+    if args.http:
+        return _main_http(args, given)
     config = replace(
-        ChaosConfig(),
-        requests=args.requests,
-        workers=args.workers,
-        retries=args.retries,
-        retention=args.retention,
-        lease_s=args.lease,
-        kill9_rate=args.kill9_rate,
+        ChaosConfig(), requests=args.requests, workers=args.workers, kill9_rate=args.kill9_rate, **given
     )
     if args.print_schedule:
         plans = schedule(args.seed, for_target(config, args.target))
@@ -1078,11 +1136,38 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_OK
     with target_url(args.target, f"{args.seed}-{uuid.uuid4().hex[:8]}") as url:
         result = run_campaign(args.seed, config, url, args.target)
+    return _report(result, args.report)
+
+
+def _report(result: CampaignResult, path: str | None) -> int:
     print(result.render())
-    if args.report:
-        Path(args.report).write_text(json.dumps(result.to_json(), indent=2, default=str))
-        print(f"report: {args.report}")
+    if path:
+        Path(path).write_text(json.dumps(result.to_json(), indent=2, default=str))
+        print(f"report: {path}")
     return EXIT_OK if result.ok else EXIT_VIOLATIONS
+
+
+def _main_http(args: argparse.Namespace, given: dict[str, Any]) -> int:
+    from contract_tests import http_chaos  # needs httpx and a clone's examples/ (the [http] extra)
+
+    if args.target not in http_chaos.HTTP_TARGETS:
+        print(
+            f"storage-adapter chaos: error: --http needs a store that outlives the server process: "
+            f"--target {' or '.join(http_chaos.HTTP_TARGETS)}",
+            file=sys.stderr,
+        )
+        return EXIT_BAD_INPUT
+    config = replace(http_chaos.HttpChaosConfig(), requests=args.requests, workers=args.workers, **given)
+    if args.print_schedule:
+        plans, generations = http_chaos.http_schedule(args.seed, config)
+        described: list[Described] = [*plans, *generations]
+        for item in described:
+            print("\n".join(item.describe()))
+        print(f"schedule digest {http_chaos.http_digest(plans, generations)}")
+        return EXIT_OK
+    with target_url(args.target, f"{args.seed}-{uuid.uuid4().hex[:8]}") as url:
+        result = http_chaos.run_http_campaign(args.seed, config, url, args.target)
+    return _report(result, args.report)
 
 
 if __name__ == "__main__":

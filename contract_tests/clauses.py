@@ -40,6 +40,7 @@ from contract_tests.plugin import ContractSizes
 from contract_tests.races import Sync, race_in_processes, race_in_threads
 from contract_tests.stream_clauses import StreamClauses
 from contract_tests.verdicts import Inconclusive, Violation
+from contract_tests.wire_clauses import WireClauses
 from contract_tests.workloads import WorkloadSpec, run_processes, run_threads
 from storage_adapter.errors import InvalidKeyError, NotFoundError, StorageError, UnsupportedOperationError
 from storage_adapter.keys import MAX_KEY_BYTES, MAX_SEGMENT_BYTES
@@ -186,7 +187,9 @@ def _assert_linearizable(history: History, budget_s: float) -> None:
 
 
 @pytest.mark.storage_contract
-class AdapterContract(BulkClauses, ConcurrencyClauses, FailureClauses, HousekeepingClauses, StreamClauses):
+class AdapterContract(
+    BulkClauses, ConcurrencyClauses, FailureClauses, HousekeepingClauses, StreamClauses, WireClauses
+):
     """The contract clauses. Subclass and override the ``adapter`` fixture to run them on your adapter."""
 
     @pytest.fixture

@@ -70,7 +70,7 @@ from contract_tests.report import (
 )
 from contract_tests.targets import DEFAULT_FACTORY, EMBEDDED, Target, load_factory, parse_target
 from servers.registry import provider, provider_names
-from servers.server import S3Endpoint, ServerUnavailable, scoped_environment
+from servers.server import ServerEndpoint, ServerUnavailable, scoped_environment
 from storage_adapter.builtin_backends import UNQUOTED_IF_MATCH
 from storage_adapter.config import parse_url
 from storage_adapter.errors import ConfigurationError, PermissionDeniedError, StorageError
@@ -242,29 +242,30 @@ def _explain(target: Target, exc: BaseException) -> str:
             hint = " (no credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)"
         else:
             hint = " (check the credentials and the bucket's permissions)"
-    elif (
-        "endpoint" in takes
-        and not os.environ.get("AWS_ENDPOINT_URL")
-        and not isinstance(exc, ConfigurationError)
-    ):
-        hint = " (no AWS_ENDPOINT_URL set: talking to AWS S3)"
+    else:
+        variables, endpoint = _endpoint_setting(backend)
+        if variables and endpoint is None and not isinstance(exc, ConfigurationError):
+            hint = (
+                f" (no {variables[-1]} set: talking to the {backend.name if backend else ''} service itself)"
+            )
     return redact_environment(f"{target.name} ({target.url}): {type(exc).__name__}: {first}{hint}")
 
 
 @contextlib.contextmanager
-def _started_server(name: str, console: Console) -> Iterator[tuple[S3Endpoint, str]]:
-    """Start the S3 server provider ``name`` (``servers.registry``) with a bucket, and point the ``AWS_*``
-    environment at it for the duration (spawned clause workers and s3fs read it). Yields the endpoint and
-    the server's version; stops the server at exit. Raises ServerCannotRun when it cannot run here."""
+def _started_server(name: str, console: Console) -> Iterator[tuple[ServerEndpoint, str]]:
+    """Start the server provider ``name`` (``servers.registry``) with a bucket (container), and point the
+    client environment (``AWS_*``, ``AZURE_*``) at it for the duration (spawned clause workers and s3fs read
+    it). Yields the endpoint and the server's version; stops the server at exit. Raises ServerCannotRun when
+    it cannot run here."""
     server = provider(name)(bucket="check")
     with contextlib.ExitStack() as stack:
         try:
-            with console.status(f"starting the {name} S3 server ..."):
+            with console.status(f"starting the {name} server ..."):
                 endpoint = stack.enter_context(server)
             version = server.version()
         except ServerUnavailable as exc:
             raise ServerCannotRun(name, str(exc)) from None
-        console.print(f"{name} S3 server ({version}) at {endpoint.endpoint}", highlight=False, markup=False)
+        console.print(f"{name} server ({version}) at {endpoint.endpoint}", highlight=False, markup=False)
         stack.enter_context(endpoint.scoped())
         yield endpoint, version
 
@@ -398,15 +399,25 @@ class _SignalReport:
 
 
 # -- commands -------------------------------------------------------------------------------------------------
+def _endpoint_setting(backend: Backend | None) -> tuple[tuple[str, ...], str | None]:
+    """The environment variables the ``endpoint`` option of ``backend`` reads (none where it has no
+    such option), and the value of the first one set (None: the service's own endpoint)."""
+    option = backend.options.get("endpoint") if backend is not None else None
+    variables = option.env if option is not None else ()
+    return variables, next((os.environ[name] for name in variables if os.environ.get(name)), None)
+
+
 def _user_server_version(targets: Sequence[Target]) -> list[tuple[str, str]]:
-    """What can be learned of the server behind user URLs: the ``Server`` header the S3 endpoint answers
-    a plain HEAD with (obstore does not expose response headers), else an honest "unknown"."""
+    """What can be learned of the server behind user URLs: the ``Server`` header the endpoint (from the
+    judged backend's environment variables) answers a plain HEAD with (obstore does not expose response
+    headers), else an honest "unknown"."""
     judged = [_backend_of(t.address) for t in targets if not t.peer]
-    if not any(backend is not None and "endpoint" in backend.options for backend in judged):
-        return [("server", "none (no S3 URL)")]
-    endpoint = os.environ.get("AWS_ENDPOINT_URL")
+    backend = next((b for b in judged if _endpoint_setting(b)[0]), None)
+    if backend is None:
+        return [("server", "none (no URL of a service with an endpoint)")]
+    variables, endpoint = _endpoint_setting(backend)
     if not endpoint:
-        return [("server", "AWS S3 (no AWS_ENDPOINT_URL set)")]
+        return [("server", f"the {backend.name} service itself (no {variables[-1]} set)")]
     header = None
     with contextlib.suppress(OSError, ValueError):
         request = urllib.request.Request(endpoint, method="HEAD")
@@ -656,7 +667,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--server",
         choices=provider_names(),
         metavar="NAME",
-        help=f"start this S3 server ({', '.join(provider_names())}), create its bucket and "
+        help=f"start this server ({', '.join(provider_names())}), create its bucket and "
         "check only it (no URL with it; minio and rustfs need Docker)",
     )
     check.add_argument(

@@ -19,7 +19,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import Generator, Iterable, Sequence
+from collections.abc import Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -27,6 +27,7 @@ from typing import Any, Protocol
 import pytest
 
 from contract_tests.plugin import ContractSizes, NotReached, target_health
+from contract_tests.remedies import remedies
 from contract_tests.targets import Target, load_factory
 from contract_tests.verdicts import Inconclusive, split_message
 from storage_adapter.errors import StorageError
@@ -548,10 +549,11 @@ def _assemble(progress: RunInProgress, incomplete: str = "") -> ConformanceRun:
             clauses.setdefault(name, clause)
     unanswered = {name: why for c in collectors for name, why in c.unanswered.items()}
     settings = progress.settings
+    results = [r for c in collectors for r in c.results(interrupted=incomplete)]
     return ConformanceRun(
         clauses=tuple(clauses.values()),
         targets=progress.targets,
-        results=tuple(r for c in collectors for r in c.results(interrupted=incomplete)),
+        results=tuple(_with_remedy(r, settings["remedies"]) for r in results),
         duration_s=time.monotonic() - progress.started,
         sizes=settings["sizes"],
         peer_sizes=settings["peer_sizes"],
@@ -564,6 +566,16 @@ def _assemble(progress: RunInProgress, incomplete: str = "") -> ConformanceRun:
         incomplete=incomplete,
         budget_s=settings["bounds"].budget_s,
     )
+
+
+def _with_remedy(result: ClauseResult, remedies: Mapping[str, Mapping[str, str]]) -> ClauseResult:
+    """``result`` with the remedy of a known server quirk (:mod:`contract_tests.remedies`) as the last
+    lines of its evidence, when it failed and its target has one for its clause. The one place remedies
+    join the results, so every report format shows them."""
+    remedy = remedies.get(result.target, {}).get(result.clause)
+    if result.outcome is not ClauseOutcome.FAILED or remedy is None:
+        return result
+    return dataclasses.replace(result, evidence="\n".join(filter(None, (result.evidence, remedy))))
 
 
 def run_contract(
@@ -602,6 +614,10 @@ def run_contract(
         ),
         "selection": selection,
         "bounds": bounds,
+        # Resolved now, in the environment the targets are opened in (a started server's, --compat).
+        "remedies": {
+            t.name: remedies(t.url, dict(bounds.storage_options)) for t in targets if not t.peer and t.url
+        },
     }
     for peer in (False, True):
         by_factory: dict[str, list[Target]] = {}

@@ -355,7 +355,9 @@ CATALOGUE: tuple[Mutant, ...] = (
         "obstore-rename-keeps-source",
         _OBSTORE,
         "ObstoreDriver.rename",
-        "            obstore.copy(self._store, self.path(src), self.path(dst))\n            self._delete_path(self.path(src))",
+        "            obstore.copy(self._store, self.path(src), self.path(dst))\n"
+        "            with suppress(FileNotFoundError):\n"
+        "                self._delete_path(self.path(src))",
         "            obstore.copy(self._store, self.path(src), self.path(dst))",
         "rename copies without deleting the source",
         targets=OBSTORE,
@@ -365,9 +367,12 @@ CATALOGUE: tuple[Mutant, ...] = (
         "obstore-rename-deletes-first",
         _OBSTORE,
         "ObstoreDriver.rename",
-        "            obstore.copy(self._store, self.path(src), self.path(dst))\n            self._delete_path(self.path(src))",
+        "            obstore.copy(self._store, self.path(src), self.path(dst))\n"
+        "            with suppress(FileNotFoundError):\n"
+        "                self._delete_path(self.path(src))",
         "            data = obstore.get(self._store, self.path(src)).bytes()\n"
-        "            self._delete_path(self.path(src))\n"
+        "            with suppress(FileNotFoundError):\n"
+        "                self._delete_path(self.path(src))\n"
         "            obstore.put(self._store, self.path(dst), bytes(data))",
         "rename deletes the source before the copy lands: for a moment neither key holds the object (and "
         "a crash or failure between loses it)",

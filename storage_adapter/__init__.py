@@ -5,6 +5,7 @@ The core (this package's top-level modules) needs obstore only. Above it: ``stor
 ``storage_adapter.spark``. The contract and its tooling live in the ``contract_tests`` package.
 """
 
+from storage_adapter import azure_backend as _azure_backend  # registers azure (az://)
 from storage_adapter import builtin_backends as _builtin_backends  # registers memory, local, s3
 from storage_adapter.adapter import ObjectStorageAdapter, open_adapter
 from storage_adapter.async_adapter import AsyncObjectStorageAdapter, open_async_adapter
@@ -25,7 +26,7 @@ from storage_adapter.registry import Backend, backend_named, register_backend
 from storage_adapter.streams import Body, ObjectReader
 from storage_adapter.types import Capabilities, DirListing, ObjectInfo, Support, Versioned
 
-del _builtin_backends
+del _azure_backend, _builtin_backends
 
 __all__ = [
     "AsyncObjectStorageAdapter",

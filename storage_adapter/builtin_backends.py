@@ -45,7 +45,7 @@ _CHECK_THEN_ACT = "check-then-act (read the token, then write): not atomic"
 S3_CONDITIONAL_STREAM_LIMIT = 64 * 1024 * 1024
 
 
-def _bucket_and_prefix(what: str, name: re.Pattern[str] | None = None) -> Any:
+def bucket_and_prefix(what: str, name: re.Pattern[str] | None = None) -> Any:
     """``locate`` for ``scheme://NAME/prefix`` URLs: NAME is required (and must match ``name`` when given),
     the prefix must be a valid key."""
 
@@ -146,6 +146,28 @@ LOCAL = register_backend(
 # With no keys, the standard AWS chain signs the requests (storage_adapter.aws_profile); unsigned requests
 # only with anonymous=True. Every option is checked here, before obstore sees it: obstore panics on a
 # malformed endpoint and overflows on an out-of-range number.
+# The HTTP client's options, shared by every backend over an object_store HTTP client (S3, Azure): its
+# timeouts, retries, proxy, TLS verification and connection pool. Bounded by default: an unreachable
+# endpoint must fail in seconds, not after object_store's 3 minutes.
+CLIENT_OPTIONS: Mapping[str, Option] = MappingProxyType(
+    {
+        "connect_timeout_s": Option(float, default=5.0),
+        "request_timeout_s": Option(float, default=60.0),
+        "max_retries": Option(int, default=3),
+        "retry_timeout_s": Option(float, default=15.0),
+        "init_backoff_s": Option(float, default=0.1),
+        "max_backoff_s": Option(float, default=15.0),
+        # A forward proxy (and hosts that bypass it), TLS verification, the connection pool.
+        "proxy_url": Option(str),
+        "proxy_excludes": Option(str),
+        "allow_invalid_certificates": Option(bool, default=False),
+        "pool_max_idle_per_host": Option(int, default=None),
+        "pool_idle_timeout_s": Option(float, default=None),
+    }
+)
+# With no keys, the standard AWS chain signs the requests (storage_adapter.aws_profile); unsigned requests
+# only with anonymous=True. Every option is checked here, before obstore sees it: obstore panics on a
+# malformed endpoint and overflows on an out-of-range number.
 S3_OPTIONS: Mapping[str, Option] = MappingProxyType(
     {
         "endpoint": Option(
@@ -162,18 +184,7 @@ S3_OPTIONS: Mapping[str, Option] = MappingProxyType(
         "virtual_hosted_style": Option(bool, env=("AWS_VIRTUAL_HOSTED_STYLE_REQUEST",), default=False),
         "conditional_put": Option(str, env=("AWS_CONDITIONAL_PUT",), default="etag"),
         "allow_http": Option(bool, env=("AWS_ALLOW_HTTP",), default=False),
-        "connect_timeout_s": Option(float, default=5.0),
-        "request_timeout_s": Option(float, default=60.0),
-        "max_retries": Option(int, default=3),
-        "retry_timeout_s": Option(float, default=15.0),
-        "init_backoff_s": Option(float, default=0.1),
-        "max_backoff_s": Option(float, default=15.0),
-        # HTTP client: a forward proxy (and hosts that bypass it), TLS verification, the connection pool.
-        "proxy_url": Option(str),
-        "proxy_excludes": Option(str),
-        "allow_invalid_certificates": Option(bool, default=False),
-        "pool_max_idle_per_host": Option(int, default=None),
-        "pool_idle_timeout_s": Option(float, default=None),
+        **CLIENT_OPTIONS,
         # Compatibility mode for Ceph RGW before its 2025 fix, which answers 412 to an If-Match carrying
         # the quoted ETag it returned itself: send the ETag unquoted. CAS against CAS is then exact, but a
         # CAS racing a plain write or delete is still not atomic there (docs/ceph.md).
@@ -191,7 +202,7 @@ CONDITIONAL_PUT_MODES = ("etag", "disabled")
 
 
 # What object_store can represent (its durations and retry count), with room to spare.
-_S3_LIMITS = {
+_CLIENT_LIMITS = {
     "max_retries": 100,
     "connect_timeout_s": 86400.0,
     "request_timeout_s": 86400.0,
@@ -253,13 +264,46 @@ def _endpoint_problem(endpoint: str) -> str:
     return ""
 
 
-def _check_s3_options(options: Mapping[str, Any], url: str) -> None:
-    endpoint = options.get("endpoint")
-    if endpoint is not None:
-        reject_userinfo(endpoint)  # credentials belong in their options
-        problem = _endpoint_problem(endpoint)
+def check_endpoint(endpoint: str | None, url: str, service: str) -> None:
+    """Raise ConfigurationError unless ``endpoint`` (None: not set) is a well-formed
+    ``http(s)://host[:port][/path]`` URL without credentials (they belong in their options)."""
+    if endpoint is None:
+        return
+    reject_userinfo(endpoint)
+    problem = _endpoint_problem(endpoint)
+    if problem:
+        raise ConfigurationError(f"{service} endpoint {endpoint!r} for {url} {problem}", key=url)
+
+
+def check_client_options(options: Mapping[str, Any], url: str, service: str) -> None:
+    """Validate the HTTP client's options (:data:`CLIENT_OPTIONS`) of a resolved configuration: a proxy
+    URL without credentials, host names to bypass it, durations and counts object_store can represent."""
+    proxy = options.get("proxy_url")
+    if proxy is not None:
+        if redact_url(proxy) != proxy:  # proxy credentials are not supported: never carried in a URL
+            raise ConfigurationError(
+                f"{service} proxy_url {redact_url(proxy)!r} for {url} carries credentials "
+                "(user:password@), which are not supported",
+                key=url,
+            )
+        problem = _endpoint_problem(proxy)
         if problem:
-            raise ConfigurationError(f"S3 endpoint {endpoint!r} for {url} {problem}", key=url)
+            raise ConfigurationError(f"{service} proxy_url {proxy!r} for {url} {problem}", key=url)
+    excludes = options.get("proxy_excludes")
+    if excludes is not None and not all(_HOST.fullmatch(h.strip().lstrip(".")) for h in excludes.split(",")):
+        raise ConfigurationError(
+            f"option proxy_excludes={excludes!r} for {url} must be comma-separated host names", key=url
+        )
+    for name in _POSITIVE:
+        if options.get(name) is not None and options[name] <= 0:
+            raise ConfigurationError(f"option {name}={options[name]!r} for {url} must be positive", key=url)
+    for name, limit in _CLIENT_LIMITS.items():
+        if options.get(name) is not None and options[name] > limit:
+            raise ConfigurationError(f"option {name}={options[name]!r} for {url} is over {limit}", key=url)
+
+
+def _check_s3_options(options: Mapping[str, Any], url: str) -> None:
+    check_endpoint(options.get("endpoint"), url, "S3")
     if bool(options.get("access_key_id")) != bool(options.get("secret_access_key")):
         raise ConfigurationError(f"S3 options for {url}: access_key_id and secret_access_key go together")
     if options.get("session_token") and not options.get("access_key_id"):
@@ -270,28 +314,7 @@ def _check_s3_options(options: Mapping[str, Any], url: str) -> None:
             + ", ".join(CONDITIONAL_PUT_MODES),
             key=url,
         )
-    proxy = options.get("proxy_url")
-    if proxy is not None:
-        if redact_url(proxy) != proxy:  # proxy credentials are not supported: never carried in a URL
-            raise ConfigurationError(
-                f"S3 proxy_url {redact_url(proxy)!r} for {url} carries credentials (user:password@), "
-                "which are not supported",
-                key=url,
-            )
-        problem = _endpoint_problem(proxy)
-        if problem:
-            raise ConfigurationError(f"S3 proxy_url {proxy!r} for {url} {problem}", key=url)
-    excludes = options.get("proxy_excludes")
-    if excludes is not None and not all(_HOST.fullmatch(h.strip().lstrip(".")) for h in excludes.split(",")):
-        raise ConfigurationError(
-            f"option proxy_excludes={excludes!r} for {url} must be comma-separated host names", key=url
-        )
-    for name in _POSITIVE:
-        if options.get(name) is not None and options[name] <= 0:
-            raise ConfigurationError(f"option {name}={options[name]!r} for {url} must be positive", key=url)
-    for name, limit in _S3_LIMITS.items():
-        if options.get(name) is not None and options[name] > limit:
-            raise ConfigurationError(f"option {name}={options[name]!r} for {url} is over {limit}", key=url)
+    check_client_options(options, url, "S3")
 
 
 class _UnquotedIfMatch(ObstoreDriver):
@@ -419,7 +442,7 @@ S3 = register_backend(
             streamed_conditional_write=Support.NATIVE,
             streamed_conditional_limit=S3_CONDITIONAL_STREAM_LIMIT,
         ),
-        locate=_bucket_and_prefix("bucket", _BUCKET),
+        locate=bucket_and_prefix("bucket", _BUCKET),
         driver=_s3_driver,
         options=S3_OPTIONS,
         check_options=_check_s3_options,
@@ -476,7 +499,7 @@ MEMORY = register_backend(
             reclaims_orphans=False,
             streamed_conditional_write=Support.NATIVE,  # buffered into one put: the store is memory anyway
         ),
-        locate=_bucket_and_prefix("store name"),
+        locate=bucket_and_prefix("store name"),
         driver=lambda config: ObstoreDriver(config, memory_store),
         scratch=_memory_scratch,
         fsspec_peer=FsspecPeer(

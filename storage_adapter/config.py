@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import SplitResult, unquote, urlsplit
@@ -23,7 +24,10 @@ from storage_adapter.keys import is_plain_text
 from storage_adapter.redaction import MASK, Redactor, SecretText, reject_userinfo
 from storage_adapter.registry import AdapterConfig, Option, backend_for_scheme, schemes
 
-__all__ = ["AdapterConfig", "parse_url", "resolve_options", "url_path"]
+# A URL scheme (RFC 3986), lower-cased.
+_SCHEME = re.compile(r"[a-z][a-z0-9+.-]*")
+
+__all__ = ["AdapterConfig", "parse_url", "reject_credentials_in_url", "resolve_options", "url_path"]
 
 
 def url_path(parts: SplitResult, url: str) -> str:
@@ -108,6 +112,15 @@ def resolve_options(
     return resolved
 
 
+def reject_credentials_in_url(url: str) -> None:
+    """Raise ConfigurationError, quoting no credential, when ``url`` carries userinfo: any userinfo, except
+    where the URL's backend says its userinfo names the location (``abfs://container@account...``), which
+    must then hold no password."""
+    scheme = url.partition("://")[0].lower() if "://" in url else ""
+    spec = backend_for_scheme(scheme) if _SCHEME.fullmatch(scheme) else None
+    reject_userinfo(url, names_location=spec is not None and spec.userinfo_names_location)
+
+
 def parse_url(
     url: str, options: Mapping[str, Any], environ: Mapping[str, str] | None = None
 ) -> AdapterConfig:
@@ -122,7 +135,7 @@ def parse_url(
         raise ConfigurationError(f"storage URL must be a non-empty string, got {type(url).__name__}")
     if url.startswith("/"):
         url = "file://" + url
-    reject_userinfo(url)
+    reject_credentials_in_url(url)
     if not is_plain_text(url):
         # urlsplit silently drops tabs and newlines (WHATWG), so "file:///d/a\nb" would open /d/ab: a
         # URL with a control character or a lone surrogate names nothing that can be opened as written.
@@ -155,7 +168,13 @@ def parse_url(
             key=url,
         )
     location, prefix = spec.locate(parts, url)
-    resolved = resolve_options(spec.options, options, env, url)
+    named = dict(spec.url_options(parts, url)) if spec.url_options is not None else {}
+    clash = sorted(name for name, value in named.items() if options.get(name) not in (None, value))
+    if clash:
+        raise ConfigurationError(
+            f"option(s) {', '.join(clash)} for {url} differ from what the URL names", key=url
+        )
+    resolved = resolve_options(spec.options, {**options, **named}, env, url)
     if spec.check_options is not None:
         with Redactor(resolved[name] for name in spec.secret_options if name in resolved):
             spec.check_options(resolved, url)

@@ -1,8 +1,9 @@
 """Secrets are never printed: the one mechanism that keeps credentials out of reprs, messages, logs and reports.
 
 A secret is the value of an option its backend declares ``Option(secret=True)`` (S3:
-``secret_access_key``, ``session_token``), whether passed as an option or read from the option's
-environment variable, and the userinfo (``user:password@``) of a URL. The rules, each enforced once:
+``secret_access_key``, ``session_token``; Azure: ``account_key``, ``sas_token``, ``token``,
+``client_secret``), whether passed as an option or read from the option's environment variable, and the
+userinfo (``user:password@``) of a URL. The rules, each enforced once:
 
 * **URLs carry no credentials.** :func:`reject_userinfo` refuses userinfo in any URL, whatever its scheme,
   naming the URL with the userinfo masked (:func:`redact_url`). ``config.parse_url`` calls it first, and
@@ -73,9 +74,14 @@ def redact_url(url: str) -> str:
     return url[: match.start(1)] + MASK + url[end:]
 
 
-def reject_userinfo(url: str) -> None:
-    """Raise ConfigurationError, naming the URL with the userinfo masked, if ``url`` carries userinfo."""
-    if _userinfo_end(_as_split(url)) is not None:
+def reject_userinfo(url: str, *, names_location: bool = False) -> None:
+    """Raise ConfigurationError, naming the URL with the userinfo masked, if ``url`` carries userinfo.
+    With ``names_location`` (a scheme whose userinfo names a location, Azure's
+    ``abfs://container@account.dfs.core.windows.net``) a userinfo without a ``:`` passes: a password
+    never does."""
+    split = _as_split(url)
+    end = _userinfo_end(split)
+    if end is not None and not (names_location and ":" not in split[:end].rpartition("//")[2]):
         shown = redact_url(url)
         raise ConfigurationError(
             f"URL {shown!r} carries credentials (user:password@): give them as options or through the "

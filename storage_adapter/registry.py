@@ -87,6 +87,14 @@ class Backend:
     # Creates the container a config addresses (an S3 bucket) if missing, one its credentials already own
     # counting as created; None where the backend has no container to create (``check --create-bucket``).
     create_container: Callable[[AdapterConfig], None] | None = None
+    aliases: tuple[str, ...] = ()
+    url_options: Callable[[SplitResult, str], Mapping[str, Any]] | None = None
+    userinfo_names_location: bool = False
+
+    @property
+    def schemes(self) -> tuple[str, ...]:
+        """Every scheme this backend serves: its own first, then its aliases."""
+        return (self.scheme, *self.aliases)
 
     def capabilities_for(self, config: AdapterConfig) -> Capabilities:
         """The capabilities of an adapter opened with ``config``: the declared ones, adjusted by
@@ -159,17 +167,18 @@ _entry_points_loaded = False
 
 
 def register_backend(backend: Backend, *, replace: bool = False) -> Backend:
-    """Register ``backend`` under its name and scheme; return it. Registering a different backend under a
-    taken name or scheme raises ConfigurationError unless ``replace``."""
+    """Register ``backend`` under its name and schemes (its own and its aliases); return it. Registering a
+    different backend under a taken name or scheme raises ConfigurationError unless ``replace``."""
     with _LOCK:
-        for table, key in ((_BY_NAME, backend.name), (_BY_SCHEME, backend.scheme)):
+        keys = [(_BY_NAME, backend.name), *((_BY_SCHEME, scheme) for scheme in backend.schemes)]
+        for table, key in keys:
             taken = table.get(key)
             if taken is not None and taken is not backend and not replace:
                 raise ConfigurationError(
                     f"backend {backend.name!r}: {key!r} is already registered by backend {taken.name!r}"
                 )
-        _BY_NAME[backend.name] = backend
-        _BY_SCHEME[backend.scheme] = backend
+        for table, key in keys:
+            table[key] = backend
     return backend
 
 
@@ -177,8 +186,9 @@ def unregister_backend(name: str) -> None:
     """Remove the backend registered as ``name`` (tests of third-party registration use this)."""
     with _LOCK:
         backend = _BY_NAME.pop(name, None)
-        if backend is not None and _BY_SCHEME.get(backend.scheme) is backend:
-            del _BY_SCHEME[backend.scheme]
+        for scheme in backend.schemes if backend is not None else ():
+            if _BY_SCHEME.get(scheme) is backend:
+                del _BY_SCHEME[scheme]
 
 
 def _load_entry_points() -> None:

@@ -2,7 +2,8 @@
 
 The storage-contract plugin (contract_tests.plugin) is active here; ``adapter`` and ``embedded_seaweedfs``
 name its prefixed fixtures for this project's tests: a test taking ``adapter`` runs once per embedded
-backend (memory, local, SeaweedFS) under a fresh prefix. ``spark`` is one SparkSession for
+backend (memory, local, SeaweedFS and Azurite: pyproject.toml's ``storage_embedded``) under a fresh
+prefix. ``spark`` is one SparkSession for
 the whole run.
 """
 
@@ -18,7 +19,7 @@ from typing import Any
 import pytest
 
 from contract_tests.plugin import ServerPool
-from servers.server import S3Endpoint
+from servers.server import S3Endpoint, ServerEndpoint
 from storage_adapter.protocol import StorageAdapter
 
 # `storage-adapter check` appends its summary to $GITHUB_STEP_SUMMARY when that is set: in GitHub Actions,
@@ -45,7 +46,15 @@ def adapter(storage_contract_adapter: StorageAdapter) -> StorageAdapter:
 @pytest.fixture(scope="session")
 def embedded_seaweedfs(storage_contract_servers: ServerPool) -> S3Endpoint:
     """One SeaweedFS S3 server for the whole run (shared with the contract's seaweedfs target)."""
-    return storage_contract_servers.endpoint("seaweedfs")
+    endpoint = storage_contract_servers.endpoint("seaweedfs")
+    assert isinstance(endpoint, S3Endpoint)
+    return endpoint
+
+
+@pytest.fixture(scope="session")
+def embedded_azurite(storage_contract_servers: ServerPool) -> ServerEndpoint:
+    """One Azurite for the whole run (shared with the contract's azurite target)."""
+    return storage_contract_servers.endpoint("azurite")
 
 
 # -- the default tier's budget (docs/ci.md) ------------------------------------------------------------------
@@ -110,8 +119,6 @@ def _is_stress(config: pytest.Config) -> bool:
 # One target's run of a test that is over the budget goes to the stress tier, with why the default tier's
 # other targets prove the same promise.
 STRESS_ONLY = {
-    "test_streaming_lands_every_micro_batch_once_across_a_kill[seaweedfs]": "84 s (two Spark drivers, one killed); the data source's code is the same on the local target, "
-    "which keeps the kill in the default tier",
     "test_retried_task_attempts_leave_only_invisible_reclaimable_fragments[seaweedfs-datasource]": "36 s; the same retry path runs on the local target, SeaweedFS's fragments in the other bulk tests",
     "test_retried_task_attempts_leave_only_invisible_reclaimable_fragments[seaweedfs-bulk_load]": "30 s; as above",
     "test_retried_task_attempts_leave_only_invisible_reclaimable_fragments[local-bulk_load]": "46-69 s (a Spark "
@@ -121,14 +128,57 @@ STRESS_ONLY = {
 }
 
 
+# The modules whose tests run on Azurite (the embedded targets' fourth, pyproject.toml) in the default tier
+# (issue 33): the contract (sync, async, a wrapped AzureStore), the engine's commits, crashes and recovery,
+# idempotency, and the cheap ones beside them. Azurite's runs of the others (the Spark data source and
+# loads, the stress campaigns) are stress: Azure needs nothing of the data source that the engine's tests
+# here do not exercise, and the default tier has 15 minutes (docs/ci.md).
+AZURITE_DEFAULT_TIER = frozenset(
+    {
+        "test_contract_embedded.py",
+        "test_contract_async.py",
+        "test_contract_wrapped_store.py",
+        "test_engine_core.py",
+        "test_engine_app_watermark.py",
+        "test_engine_processes.py",
+        "test_engine_streams.py",
+        "test_exactly_once_engine.py",
+        "test_table_log.py",
+        "test_recovery_matrix.py",
+        "test_recovery_kill9.py",
+        "test_idempotency_store.py",
+        "test_idempotency_ownership.py",
+        "test_idempotency_handler.py",
+        "test_idempotency_crash.py",
+        "test_idempotency_concurrency.py",
+        "test_linearizability_history.py",
+        "test_adapter_read_memory.py",
+        "test_streams.py",
+        "test_fsspec_filesystem.py",
+        "test_hypothesis_state_machine.py",
+    }
+)
+
+
+def _target_name(item: pytest.Item) -> str | None:
+    callspec = getattr(item, "callspec", None)
+    target = callspec.params.get("storage_contract_target") if callspec is not None else None
+    return getattr(target, "name", None)
+
+
 @pytest.hookimpl(tryfirst=True)  # before -m selects by marker
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark ``STRESS_ONLY`` items, and the clauses a module leaves out of its ``DEFAULT_TIER_CLAUSES``
-    (when it names some), as stress."""
+    """Mark ``STRESS_ONLY`` items, the clauses a module leaves out of its ``DEFAULT_TIER_CLAUSES`` (when it
+    names some), and Azurite's items outside ``AZURITE_DEFAULT_TIER``, as stress."""
     for item in items:
         default_tier = getattr(getattr(item, "module", None), "DEFAULT_TIER_CLAUSES", None)
         clause = getattr(item, "originalname", item.name)
-        if item.name in STRESS_ONLY or (default_tier is not None and clause not in default_tier):
+        azurite_elsewhere = _target_name(item) == "azurite" and item.path.name not in AZURITE_DEFAULT_TIER
+        if (
+            item.name in STRESS_ONLY
+            or (default_tier is not None and clause not in default_tier)
+            or azurite_elsewhere
+        ):
             item.add_marker(pytest.mark.stress)
 
 

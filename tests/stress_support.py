@@ -4,8 +4,10 @@ Default run: WORKERS=4 workers (threads, processes or Spark tasks) x DEFAULT_SPE
 6 random ops and 6 polling reads per round): about 370 recorded operations per history, per backend.
 ``-m stress``: STRESS_WORKERS=8 threads/processes (Spark: 4 tasks, the local[4] slots) x STRESS_SPEC
 (4 keys, 30 rounds, 30 random ops): about 8,900 operations per thread/process history, 4,400 per Spark
-history. Planted-bug runs: bug_spec() (2 keys, 4 rounds): each round is a barrier-synchronized burst that
-lands inside the bug's sleep window, so every run has several chances to trip on it.
+history. Planted-bug runs: bug_spec() (1 key, 8 rounds): each contention phase is a barrier-synchronized
+burst that lands inside the bug's sleep window, and the one key makes rounds 0, 3, 6 create bursts and at
+least three of the others CAS bursts (every worker holding one token), so a run has several chances to
+trip on each bug: one burst missed by a descheduled task must not hide it.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ CHECK_BUDGET_S = 120.0
 
 
 def bug_spec() -> WorkloadSpec:
-    return WorkloadSpec(keys=2, rounds=4, random_ops=2, reads_per_round=8)
+    return WorkloadSpec(keys=1, rounds=8, random_ops=2, reads_per_round=8)
 
 
 def skip_unless_shared(adapter: Any) -> None:

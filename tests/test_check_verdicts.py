@@ -151,7 +151,7 @@ def test_cli_exit_4_for_inconclusive_only_with_plain_progress_and_reports(tmp_pa
     assert "INCONCLUSIVE" in result.stdout
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["status"] == "inconclusive" and report["targets"][0]["violations"] == []
-    assert report["versions"]["server"] == "none (no S3 URL)"
+    assert report["versions"]["server"] == "none (no URL of a service with an endpoint)"
     assert "## Evidence" in (tmp_path / "r.md").read_text()
 
 

@@ -135,7 +135,7 @@ def test_image_override_from_the_environment(monkeypatch: pytest.MonkeyPatch) ->
 
 # -- registry ---------------------------------------------------------------------------------------------
 def test_registry_names_every_provider() -> None:
-    assert provider_names() == ("seaweedfs", "minio", "rustfs", "ceph", "moto")
+    assert provider_names() == ("seaweedfs", "minio", "rustfs", "ceph", "moto", "azurite")
     assert provider("seaweedfs") is SeaweedFS
     assert provider("minio") is MinIO
     assert provider("rustfs") is RustFS

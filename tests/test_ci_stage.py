@@ -125,18 +125,19 @@ def test_unknown_server_is_a_usage_error() -> None:
     result = run_stage("no-such-server")
     assert result.returncode == 2
     assert (
-        "invalid choice: 'no-such-server' (choose from 'seaweedfs', 'minio', 'rustfs', 'ceph', 'moto')"
+        "invalid choice: 'no-such-server' (choose from 'seaweedfs', 'minio', 'rustfs', 'ceph', 'moto', 'azurite')"
         in result.stderr
     )
 
 
 @pytest.mark.parametrize("args", [[], ["--threads", "4"], ["/some/dir"]], ids=["none", "option", "path"])
-def test_a_target_that_is_neither_a_server_nor_an_s3_url_gets_the_usage_line(args: list[str]) -> None:
+def test_a_target_that_is_neither_a_server_nor_a_storage_url_gets_the_usage_line(args: list[str]) -> None:
     result = run_stage(*args)
     assert result.returncode == 2
     assert result.stdout == ""
     assert result.stderr.strip() == (
-        "usage: ci/contract-stage seaweedfs|minio|rustfs|s3://bucket[/prefix] [storage-adapter check options]"
+        "usage: ci/contract-stage seaweedfs|minio|rustfs|azurite|s3://bucket[/prefix]|az://container[/prefix] "
+        "[storage-adapter check options]"
     )
 
 

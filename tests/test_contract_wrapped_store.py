@@ -51,7 +51,7 @@ DEFAULT_TIER_CLAUSES = frozenset(
     }
 )
 assert set(dir(AdapterContract)) >= DEFAULT_TIER_CLAUSES, DEFAULT_TIER_CLAUSES - set(dir(AdapterContract))
-WRAPPED_TARGETS = ("memory", "local", "seaweedfs")
+WRAPPED_TARGETS = ("memory", "local", "seaweedfs", "azurite")
 
 
 # The async twin over a wrapped store runs in the stress tier: its drivers are the URL backends' own
@@ -60,7 +60,7 @@ WRAPPED_TARGETS = ("memory", "local", "seaweedfs")
 @pytest.fixture(scope="module", params=["sync", pytest.param("async", marks=pytest.mark.stress)])
 def wrapped_root(storage_contract_target: Target, request: pytest.FixtureRequest) -> Iterator[StorageAdapter]:
     """The target's root as a wrapped user store (a fresh MemoryStore, a LocalStore of a fresh directory,
-    or an S3Store of a fresh bucket prefix on SeaweedFS), sync or async."""
+    an S3Store of a fresh bucket prefix on SeaweedFS, an AzureStore of one on Azurite), sync or async."""
     if storage_contract_target.name not in WRAPPED_TARGETS:
         pytest.skip(
             f"no user-supplied obstore store is wrapped for the {storage_contract_target.name} target"
@@ -71,7 +71,8 @@ def wrapped_root(storage_contract_target: Target, request: pytest.FixtureRequest
 
 
 class TestWrappedStoreContract(AdapterContract):
-    """Every clause on a wrapped MemoryStore, LocalStore and S3Store (SeaweedFS), sync and async."""
+    """Every clause on a wrapped MemoryStore, LocalStore, S3Store (SeaweedFS) and AzureStore (Azurite), sync
+    and async."""
 
     @pytest.fixture
     def adapter(self, wrapped_root: StorageAdapter) -> Iterator[StorageAdapter]:

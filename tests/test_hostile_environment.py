@@ -195,10 +195,13 @@ def test_peers_and_clients_of_a_started_server_ignore_the_users_environment(
 # clause does so the same way: the round trips stand for them), in spawned processes that open their own
 # (every process race), through the options an adapter variable sets (confirm_prefixes: the listings and
 # delete_prefix; the declared capabilities) and across both kinds of history the linearizability checks
-# record. The rest of the contract runs on this server at default sizes in scripts/test.sh's stage and in
-# tests/test_contract_embedded.py; a whole check here cost 65 s (docs/ci.md), this selection about 20 s.
+# record, and the wire clauses' raw requests (endpoint and keys resolved from the environment, signed by
+# botocore, which reads AWS_PROFILE and the like). The rest of the contract runs on this server at default
+# sizes in scripts/test.sh's stage and in tests/test_contract_embedded.py; a whole check here cost 65 s
+# (docs/ci.md), this selection about 20 s.
 ENVIRONMENT_SENSITIVE_CLAUSES = (
     "round_trip or processes or list or delete_prefix or capabilities or linearizable"
+    " or if_none_match or delete_if_match"
 )
 
 
@@ -244,6 +247,8 @@ def test_the_check_stage_of_a_started_seaweedfs_conforms(tmp_path: Path) -> None
         "test_mixed_history_is_linearizable_threads",
         "test_mixed_history_is_linearizable_processes",
         "test_delete_prefix_takes_whole_segments_and_leaves_no_trace",
+        "test_put_if_none_match_with_the_current_etag_never_overwrites",
+        "test_delete_if_match_with_a_stale_etag_never_deletes",
     ):
         assert rows.get(clause) == "pass", clause
     assert set(rows.values()) == {"pass"} and len(rows) >= 25

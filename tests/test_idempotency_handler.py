@@ -30,6 +30,7 @@ from storage_adapter.idempotency import (
     IdempotencyStore,
     IdempotentRequest,
     KeyFormat,
+    NoEffect,
     Owned,
     Policy,
     ReconcileVerdict,
@@ -147,6 +148,100 @@ def test_handler_exception_cancels_and_propagates(adapter: Any) -> None:
         run_idempotent(store, request(key), explode)
     loaded = store.load("tenant-a", key)
     assert loaded is not None and loaded.record.status is RecordStatus.CANCELLED
+    assert loaded.record.error_subtype == "idempotency_outcome_unsettled"  # issue 32: maybe applied
+
+
+class Effects:
+    """A handler's effect, counted in storage: one object per run that got as far as applying it."""
+
+    def __init__(self, adapter: Any, key: str) -> None:
+        self.adapter = adapter
+        self.prefix = f"effects/{key}"
+
+    def apply(self) -> None:
+        self.adapter.write(f"{self.prefix}/{uuid.uuid4().hex}", b"applied")
+
+    @property
+    def count(self) -> int:
+        return len(self.adapter.list(self.prefix))
+
+
+def test_a_handler_that_raises_after_its_effect_is_never_run_again(adapter: Any) -> None:
+    """Issue 32: an exception is not proof that nothing happened. A handler that applies its effect and
+    then raises (a connection reset after the write) used to leave the record CANCELLED, and without a
+    reconciler the retry ran the handler again: the effect was stored twice. Now the retry answers the
+    terminal AMBIGUOUS outcome (500 ``idempotency_reconcile_failed``, replayed to every later retry)."""
+    store = IdempotencyStore(adapter)
+    key = new_key()
+    effects = Effects(adapter, key)
+
+    def apply_then_reset(ctx: Any) -> HandlerResult:
+        effects.apply()
+        raise ConnectionResetError("connection reset after the write")
+
+    with pytest.raises(ConnectionResetError):
+        run_idempotent(store, request(key), apply_then_reset)
+
+    def apply(ctx: Any) -> HandlerResult:
+        effects.apply()
+        return HandlerResult(201, {"applied": True})
+
+    for _ in range(2):
+        retry = run_idempotent(store, request(key), apply)
+        assert (retry.status, retry.problem_type, retry.replayed) == (
+            500,
+            "idempotency_reconcile_failed",
+            True,
+        )
+    assert effects.count == 1
+
+
+def test_a_handler_that_raised_is_reconciled_before_any_rerun(adapter: Any) -> None:
+    """With a reconciler, the attempt that raised is asked about: APPLIED replays its outcome (the handler
+    does not run again), NOT_APPLIED runs it."""
+    store = IdempotencyStore(adapter)
+    for verdict, runs in ((ReconcileVerdict.APPLIED, 0), (ReconcileVerdict.NOT_APPLIED, 1)):
+        key = new_key()
+
+        def reset(ctx: Any) -> HandlerResult:
+            raise ConnectionResetError("reset")
+
+        with pytest.raises(ConnectionResetError):
+            run_idempotent(store, request(key), reset)
+        outcome = HandlerResult(201, {"version": 4}) if verdict is ReconcileVerdict.APPLIED else None
+        reconciler = Answer(Reconciliation(verdict, outcome))
+        handler = Calls(HandlerResult(201, {"version": 5}))
+        retry = run_idempotent(store, request(key), handler, reconciler=reconciler)
+        assert (retry.status, handler.runs, len(reconciler.asked)) == (201, runs, 1), verdict
+        assert retry.summary == {"version": 4 if runs == 0 else 5}
+
+
+def test_no_effect_says_nothing_happened_and_the_retry_runs(adapter: Any) -> None:
+    """The documented "nothing happened": a handler that raises NoEffect (its cause chained) before any
+    effect leaves a plain CANCELLED record, and a retry without a reconciler runs the request."""
+    store = IdempotencyStore(adapter)
+    key = new_key()
+    effects = Effects(adapter, key)
+
+    def refuse(ctx: Any) -> HandlerResult:
+        try:
+            raise TimeoutError("the catalog's lock was not granted")
+        except TimeoutError as exc:
+            raise NoEffect("gave up before writing") from exc
+
+    with pytest.raises(NoEffect, match="gave up before writing"):
+        run_idempotent(store, request(key), refuse)
+    loaded = store.load("tenant-a", key)
+    assert loaded is not None and loaded.record.status is RecordStatus.CANCELLED
+    assert loaded.record.error_subtype is None
+
+    def apply(ctx: Any) -> HandlerResult:
+        effects.apply()
+        return HandlerResult(201, {"applied": True})
+
+    retry = run_idempotent(store, request(key), apply)
+    assert (retry.status, retry.replayed, effects.count) == (201, False, 1)
+    assert run_idempotent(store, request(key), apply).replayed and effects.count == 1
 
 
 @pytest.mark.parametrize(
@@ -163,15 +258,20 @@ def test_handler_exception_cancels_and_propagates(adapter: Any) -> None:
 )
 def test_invalid_handler_result_cancels_and_raises_never_a_stuck_record(adapter: Any, result: Any) -> None:
     """Issue 12 finding 7: a result the store could not keep is the handler's failure, like an exception:
-    the reservation is cancelled (never left in progress) and the error names the handler's result."""
+    the reservation is cancelled (never left in progress) and the error names the handler's result. The
+    handler ran to its end, so its effect may have happened (issue 32): the record is unsettled, and a
+    retry reconciles first (NOT_APPLIED here: it runs)."""
     store = IdempotencyStore(adapter)
     key = new_key()
     with pytest.raises((TypeError, ValueError), match="handler returned"):
         run_idempotent(store, request(key), Calls(result))
     loaded = store.load("tenant-a", key)
     assert loaded is not None and loaded.record.status is RecordStatus.CANCELLED
+    assert loaded.record.error_subtype == "idempotency_outcome_unsettled"
     retry = Calls(HandlerResult(200, {"ok": True}))
-    assert run_idempotent(store, request(key), retry).status == 200 and retry.runs == 1
+    not_applied = Answer(Reconciliation(ReconcileVerdict.NOT_APPLIED))
+    response = run_idempotent(store, request(key), retry, reconciler=not_applied)
+    assert response.status == 200 and retry.runs == 1 and len(not_applied.asked) == 1
 
 
 def test_in_flight_duplicate_waits_with_bounded_backoff_then_409(adapter: Any) -> None:

@@ -318,13 +318,14 @@ def test_cli_output_and_reports_are_secret_free(guarded: S3Endpoint, tmp_path: P
     for case, output in bad_input_cases.items():
         assert output.startswith("exit 2"), f"{case}: {output[-2000:]}"
         assert_clean(output, f"the CLI's output for {case}")
-    # The clauses that open adapters here and in spawned processes, report errors and capabilities: what
-    # could carry a secret into the output (every clause's output is checked at default sizes by the
-    # stage of scripts/test.sh; a whole run here cost 55-66 s).
+    # The clauses that open adapters here and in spawned processes, report errors and capabilities, or
+    # sign raw requests with the secret (the wire clauses): what could carry a secret into the output
+    # (every clause's output is checked at default sizes by the stage of scripts/test.sh; a whole run
+    # here cost 55-66 s).
     full_run = run_check(
         tmp_path,
         "--clauses",
-        "round_trip or processes or errors_name or capabilities or pickle",
+        "round_trip or processes or errors_name or capabilities or pickle or if_none_match or delete_if_match",
         guarded.url("cli-run"),
         "memory://sweep",
         AWS_ACCESS_KEY_ID=ADMIN.access_key_id,

@@ -10,13 +10,20 @@ from storage_adapter.idempotency.errors import (
 )
 from storage_adapter.idempotency.fingerprint import payload_fingerprint
 from storage_adapter.idempotency.handler import (
+    Backoff,
     IdempotentRequest,
+    NoEffect,
     OwnerContext,
+    Ownership,
     Policy,
+    claim_once,
     commit_key,
+    in_progress,
+    replay,
     run_idempotent,
+    store_failure,
 )
-from storage_adapter.idempotency.keyformat import UUID_KEYS, UUIDV7_KEYS, KeyFormat
+from storage_adapter.idempotency.keyformat import UUID_KEYS, UUIDV7_KEYS, KeyFormat, uuid7_key
 from storage_adapter.idempotency.reconcile import ByOperation, Reconciler, ReconcileVerdict, Reconciliation
 from storage_adapter.idempotency.records import IdempotencyRecord, RecordStatus
 from storage_adapter.idempotency.responses import HandlerResult, Response, is_replayable
@@ -35,6 +42,7 @@ from storage_adapter.idempotency.store import (
 __all__ = [
     "UUIDV7_KEYS",
     "UUID_KEYS",
+    "Backoff",
     "ByOperation",
     "Cancelled",
     "CorruptRecordError",
@@ -47,9 +55,11 @@ __all__ = [
     "InvalidIdempotencyKeyError",
     "KeyFormat",
     "LostOwnership",
+    "NoEffect",
     "NotFound",
     "Owned",
     "OwnerContext",
+    "Ownership",
     "Policy",
     "ReconcileVerdict",
     "Reconciler",
@@ -61,8 +71,13 @@ __all__ = [
     "Stored",
     "SummaryTooLargeError",
     "Updated",
+    "claim_once",
     "commit_key",
+    "in_progress",
     "is_replayable",
     "payload_fingerprint",
+    "replay",
     "run_idempotent",
+    "store_failure",
+    "uuid7_key",
 ]

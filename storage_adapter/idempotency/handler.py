@@ -103,6 +103,14 @@ class OwnerContext:
 Handler = Callable[[OwnerContext], HandlerResult]
 
 
+class NoEffect(Exception):
+    """Raised by a handler to say it stopped before any effect: the one documented "nothing happened".
+
+    Any other exception out of a handler may follow its effect (a connection reset after the write), so
+    the attempt is AMBIGUOUS until a reconciler answers; after ``NoEffect`` the reservation is cancelled
+    plainly and a retry runs the request again. Chain the cause: ``raise NoEffect("...") from exc``."""
+
+
 def commit_key(record: IdempotencyRecord) -> str:
     """The key an engine records with the effect of ``record``'s request: bound to the realm, so realms
     never match each other's, and to the reservation's creation time, which every retry, takeover and
@@ -131,7 +139,10 @@ def run_idempotent(
     and the exception propagates. So it is when ``handler`` returns a result the store could not keep
     (not a HandlerResult: TypeError; a non-int status, headers that are not (str, str) pairs, a
     non-str error subtype, a summary that is not bounded JSON: ValueError); the record is never left
-    in progress. Every other failure (of the store, of the reconciler) is a response from the outcomes
+    in progress. Such an attempt may have had its effect, so the record is cancelled as unsettled: a
+    retry asks the reconciler and, without one, answers the terminal AMBIGUOUS outcome (500
+    ``idempotency_reconcile_failed``), never running the handler again; only a handler that raises
+    :class:`NoEffect` (it stopped before any effect) leaves the key to a plain re-run. Every other failure (of the store, of the reconciler) is a response from the outcomes
     table in docs/idempotency.md, and a record this call owned is released first, never left in progress.
 
     A duplicate in progress waits through ``sleep`` and measures ``policy.total_wait_s`` on ``clock``
@@ -147,28 +158,50 @@ def run_idempotent(
     except Exception as exc:
         if not isinstance(exc, StorageError):
             raise  # invalid arguments (TypeError/ValueError before any request)
-        return _failure(exc, STORE_FAILED)
+        return store_failure(exc)
     if isinstance(claim, Response):
         return claim
     if isinstance(claim, IdempotencyRecord):
-        return _replay(claim, replayer)
-    return _as_owner(store, claim, request, handler, reconciler, replayer, policy)
+        return replay(claim, replayer)
+    ownership = Ownership(store, claim, request, reconciler, replayer, policy)
+    answer = ownership.start()
+    if answer is not None:
+        return answer
+    try:
+        result = handler(ownership.context)
+    except BaseException as exc:
+        ownership.abandon(exc)
+        raise
+    return ownership.finish(result)
 
 
-def _claim(
-    store: IdempotencyStore,
-    request: IdempotentRequest,
-    key: str,
-    policy: Policy,
-    sleep: Callable[[float], None],
-    clock: Callable[[], float],
-) -> Owned | IdempotencyRecord | Response:
-    """Own the key (reserve, or take a stale lease over), or the finalized record to replay, or the
-    answer (422, 409) when neither is possible. Raises the store's errors."""
-    fingerprint = payload_fingerprint(request.payload)
+class Backoff:
+    """The waits of a duplicate while another owner works: ``policy.first_wait_s``, doubling up to
+    ``max_wait_s``; ``next()`` is None once the next wait would pass ``total_wait_s`` from the creation
+    of this object, measured on ``clock`` (seconds, monotonic). The sleeping is the caller's: a thread
+    sleeps, a coroutine awaits."""
+
+    def __init__(self, policy: Policy, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self.give_up_at = clock() + policy.total_wait_s
+        self.delay = policy.first_wait_s
+        self.max_wait_s = policy.max_wait_s
+
+    def next(self) -> float | None:
+        if self.clock() + self.delay > self.give_up_at:
+            return None
+        delay, self.delay = self.delay, min(self.delay * 2, self.max_wait_s)
+        return delay
+
+
+def claim_once(
+    store: IdempotencyStore, request: IdempotentRequest, key: str, fingerprint: str
+) -> Owned | IdempotencyRecord | Response | None:
+    """One look at the key: Owned (reserved, or a stale lease taken over), the finalized record to
+    replay, the 422 answer when the key is bound to another request, or None while another owner holds
+    it (wait, then look again). ``fingerprint`` is ``payload_fingerprint(request.payload)``, computed
+    once per request. Raises the store's errors (a StorageError: answer it with ``store_failure``)."""
     binding = (request.operation, request.resource, fingerprint)
-    give_up_at = clock() + policy.total_wait_s
-    delay = policy.first_wait_s
     while True:
         claim = store.reserve(
             request.realm,
@@ -185,68 +218,149 @@ def _claim(
             return problem(422, KEY_CONFLICT, detail)
         if record.status is RecordStatus.FINALIZED:
             return record
-        if store.is_lease_stale(record):
-            successor = store.takeover(claim)
-            if successor is not None:
-                return successor
-            continue  # someone else changed it first: look again without waiting
-        if clock() + delay > give_up_at:
-            return problem(409, IN_PROGRESS, f"key {key!r} is being processed; retry later")
-        sleep(delay)
-        delay = min(delay * 2, policy.max_wait_s)
+        if not store.is_lease_stale(record):
+            return None
+        successor = store.takeover(claim)
+        if successor is not None:
+            return successor
+        # someone else changed it first: look again without waiting
 
 
-def _as_owner(
+def in_progress(key: str) -> Response:
+    """The answer of a duplicate that waited its bound while another owner held the key (409 here; an
+    HTTP server may answer 503 with Retry-After instead)."""
+    return problem(409, IN_PROGRESS, f"key {key!r} is being processed; retry later")
+
+
+def _claim(
     store: IdempotencyStore,
-    owned: Owned,
     request: IdempotentRequest,
-    handler: Handler,
-    reconciler: Reconciler | None,
-    replayer: Replayer | None,
+    key: str,
     policy: Policy,
-) -> Response:
-    """Everything an owner does, under its lease (heartbeats run from the reservation on, reconciliation
-    included). After asking a reconciler, which can take long, ownership is proven again by a fenced
-    heartbeat CAS before the handler runs; a handler never runs for a record this call no longer owns."""
-    interval = policy.heartbeat_s if policy.heartbeat_s is not None else store.lease.total_seconds() / 3
-    with LeaseKeeper(store, owned, interval, policy.lease_margin_s) as keeper:
-        if owned.previous is not None:
-            # A former attempt may have had its effect: ask the engine before running again.
-            try:
-                answer = _reconcile(owned.previous, reconciler)
-            except BaseException as exc:
-                return _release(store, keeper, policy, exc, RECONCILE_ERROR)
-            if answer is not None:
-                outcome = answer.outcome
-                if outcome is None:
-                    outcome = HandlerResult(500, {"reason": answer.reason}, error_subtype=RECONCILE_FAILED)
-                keeper.stop()
-                settled = _settle(store, keeper.owned, outcome, policy)
-                record = settled if settled is not None else _record_of(keeper.owned, outcome)
-                return _replay(record, replayer)
-            if reconciler is not None:
-                try:
-                    owns = keeper.confirm()
-                except BaseException as exc:
-                    return _release(store, keeper, policy, exc, STORE_FAILED)
-                if not owns:
-                    if keeper.loss is None and keeper.error is not None:
-                        return _release(store, keeper, policy, keeper.error, STORE_FAILED)
-                    return _overtaken(keeper, replayer)
+    sleep: Callable[[float], None],
+    clock: Callable[[], float],
+) -> Owned | IdempotencyRecord | Response:
+    """Own the key, or the finalized record to replay, or the answer (422, 409) when neither is
+    possible. Raises the store's errors."""
+    fingerprint = payload_fingerprint(request.payload)
+    backoff = Backoff(policy, clock)
+    while True:
+        claim = claim_once(store, request, key, fingerprint)
+        if claim is not None:
+            return claim
+        delay = backoff.next()
+        if delay is None:
+            return in_progress(key)
+        sleep(delay)
+
+
+class Ownership:
+    """Everything an owner does, from its reservation to the settlement of its outcome, in steps a caller
+    drives (``run_idempotent`` in one thread; an async server from its event loop, each step in a worker
+    thread): ``start()``, then, when it returns None, the handler under ``context``, then exactly one of
+    ``finish(result)`` or ``abandon(exc)``.
+
+    Heartbeats run on a daemon thread from ``start()`` until the settlement, reconciliation included.
+    After asking a reconciler, which can take long, ownership is proven again by a fenced heartbeat CAS
+    before ``start()`` lets the handler run: a handler never runs for a record this owner no longer owns.
+    """
+
+    def __init__(
+        self,
+        store: IdempotencyStore,
+        owned: Owned,
+        request: IdempotentRequest,
+        reconciler: Reconciler | None = None,
+        replayer: Replayer | None = None,
+        policy: Policy = Policy(),
+    ) -> None:
+        self.store = store
+        self.request = request
+        self.reconciler = reconciler
+        self.replayer = replayer
+        self.policy = policy
+        interval = policy.heartbeat_s if policy.heartbeat_s is not None else store.lease.total_seconds() / 3
+        self.keeper = LeaseKeeper(store, owned, interval, policy.lease_margin_s)
+
+    @property
+    def context(self) -> OwnerContext:
+        """What the handler gets while it owns the key (``commit_key``, ``lost``...)."""
+        return OwnerContext(self.request, self.keeper)
+
+    def start(self) -> Response | None:
+        """Start heartbeating; reconcile the attempt this reservation replaced, if any. None: run the
+        handler now. A Response: the answer (replayed, the terminal AMBIGUOUS 500, 409 after losing the
+        record, or a failure's 503/500 with the reservation released); heartbeats are stopped then."""
+        self.keeper.__enter__()
         try:
-            result = _checked(handler(OwnerContext(request, keeper)), keeper.owned)
+            answer = self._reconciled()
         except BaseException:
-            keeper.stop()
-            _best_effort(lambda: store.cancel(keeper.owned), policy)
+            self.keeper.stop()
             raise
+        if answer is not None:
+            self.keeper.stop()
+        return answer
+
+    def _reconciled(self) -> Response | None:
+        store, keeper, policy = self.store, self.keeper, self.policy
+        previous = keeper.owned.previous
+        if previous is None:
+            return None
+        # A former attempt may have had its effect: ask the engine before running again.
+        try:
+            answer = _reconcile(previous, self.reconciler)
+        except BaseException as exc:
+            return _release(store, keeper, policy, exc, RECONCILE_ERROR)
+        if answer is not None:
+            outcome = answer.outcome
+            if outcome is None:
+                outcome = HandlerResult(500, {"reason": answer.reason}, error_subtype=RECONCILE_FAILED)
+            keeper.stop()
+            settled = _settle(store, keeper.owned, outcome, policy)
+            record = settled if settled is not None else _record_of(keeper.owned, outcome)
+            return replay(record, self.replayer)
+        if self.reconciler is not None:
+            try:
+                owns = keeper.confirm()
+            except BaseException as exc:
+                return _release(store, keeper, policy, exc, STORE_FAILED)
+            if not owns:
+                if keeper.loss is None and keeper.error is not None:
+                    return _release(store, keeper, policy, keeper.error, STORE_FAILED)
+                return _overtaken(keeper, self.replayer)
+        return None
+
+    def finish(self, result: object, *, maybe_applied: bool = False) -> Response:
+        """Settle the handler's ``result``: stored when replayable (2xx, deterministic 4xx), else the
+        reservation is cancelled; the answer is ``result`` as a Response (``replayed=False``), whatever
+        the store did. ``maybe_applied``: a result that is not stored may still follow an effect (an HTTP
+        app's 5xx, which a framework may have made from an exception raised after the write): the
+        cancelled record is then unsettled, as after an exception. A result the store could not keep is
+        the handler's failure: the reservation is abandoned and TypeError/ValueError raised."""
+        try:
+            checked = _checked(result, self.keeper.owned)
+        except (TypeError, ValueError) as exc:
+            self.abandon(exc)
+            raise
+        keeper, store, policy = self.keeper, self.store, self.policy
         keeper.stop()
-    if keeper.loss is not None:
-        pass  # the store already said another party holds the record: finalize/cancel would be fenced
-    elif is_replayable(result.status):
-        _settle(store, keeper.owned, result, policy)
-    else:
-        _best_effort(lambda: store.cancel(keeper.owned), policy)
-    return Response(result.status, result.summary, result.headers, False, result.error_subtype)
+        if keeper.loss is not None:
+            pass  # the store already said another party holds the record: finalize/cancel would be fenced
+        elif is_replayable(checked.status):
+            _settle(store, keeper.owned, checked, policy)
+        else:
+            subtype = OUTCOME_UNSETTLED if maybe_applied else None
+            _best_effort(lambda: store.cancel(keeper.owned, error_subtype=subtype), policy)
+        return Response(checked.status, checked.summary, checked.headers, False, checked.error_subtype)
+
+    def abandon(self, exc: BaseException) -> None:
+        """The handler raised ``exc`` (or its caller gave the attempt up): stop heartbeating and cancel
+        the reservation. An exception is not proof that nothing happened (the effect may have landed
+        before a connection reset): the record is marked unsettled, so a retry reconciles (AMBIGUOUS
+        without a reconciler), unless ``exc`` is NoEffect. Never raises an Exception."""
+        self.keeper.stop()
+        subtype = None if isinstance(exc, NoEffect) else OUTCOME_UNSETTLED
+        _best_effort(lambda: self.store.cancel(self.keeper.owned, error_subtype=subtype), self.policy)
 
 
 def _overtaken(keeper: LeaseKeeper, replayer: Replayer | None) -> Response:
@@ -254,7 +368,7 @@ def _overtaken(keeper: LeaseKeeper, replayer: Replayer | None) -> Response:
     outcome if it finalized one, else 409 (the successor is still at work, or gave the key up)."""
     record = getattr(keeper.loss, "record", None)
     if record is not None and record.status is RecordStatus.FINALIZED:
-        return _replay(record, replayer)
+        return replay(record, replayer)
     key = keeper.owned.record.key
     return problem(409, IN_PROGRESS, f"key {key!r} was taken over by another attempt; retry later")
 
@@ -270,6 +384,11 @@ def _release(
     if not isinstance(exc, Exception):
         raise exc
     return _failure(exc, subtype)
+
+
+def store_failure(exc: StorageError) -> Response:
+    """The answer to a store error while claiming a key (503 when unavailable, 500 otherwise)."""
+    return _failure(exc, STORE_FAILED)
 
 
 def _failure(exc: Exception, subtype: str) -> Response:
@@ -359,7 +478,10 @@ def _record_of(owned: Owned, result: HandlerResult) -> IdempotencyRecord:
     )
 
 
-def _replay(record: IdempotencyRecord, replayer: Replayer | None) -> Response:
+def replay(record: IdempotencyRecord, replayer: Replayer | None = None) -> Response:
+    """The answer of a duplicate of the finalized ``record`` (``replayed=True``): the terminal 500 of an
+    AMBIGUOUS verdict, else ``replayer(record)`` (default: the stored outcome as is), or 500
+    ``idempotency_replay_failed`` when the replayer raises ReplayUnavailableError."""
     if record.error_subtype == RECONCILE_FAILED:
         return problem(
             500, RECONCILE_FAILED, f"the outcome of key {record.key!r} could not be reconciled", replayed=True

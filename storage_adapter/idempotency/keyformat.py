@@ -4,6 +4,9 @@ for UUIDv7 strings); any other format is a regular expression plus a length boun
 from __future__ import annotations
 
 import re
+import secrets
+import time
+import uuid
 from dataclasses import dataclass
 
 from storage_adapter.idempotency.errors import InvalidIdempotencyKeyError
@@ -38,3 +41,15 @@ UUID_KEYS = KeyFormat(
 UUIDV7_KEYS = KeyFormat(
     "a canonical lowercase UUIDv7", f"{_HEX}{{8}}-{_HEX}{{4}}-7{_HEX}{{3}}-[89ab]{_HEX}{{3}}-{_HEX}{{12}}", 36
 )
+
+
+def uuid7_key(unix_ms: int | None = None, random_bits: int | None = None) -> str:
+    """A new key in ``UUIDV7_KEYS`` (RFC 9562 version 7: 48 bits of Unix milliseconds, then 74 random
+    bits), as a client sends it; the standard library has ``uuid.uuid7`` only from Python 3.14 on. Pass
+    ``unix_ms`` and ``random_bits`` (any int; its low 74 bits are used) for a key drawn from a seed."""
+    ms = time.time_ns() // 1_000_000 if unix_ms is None else unix_ms
+    bits = secrets.randbits(74) if random_bits is None else random_bits & ((1 << 74) - 1)
+    value = (
+        (ms & ((1 << 48) - 1)) << 80 | 0x7 << 76 | (bits >> 62) << 64 | 0b10 << 62 | (bits & ((1 << 62) - 1))
+    )
+    return str(uuid.UUID(int=value))

@@ -29,7 +29,9 @@ class RecordStatus(enum.Enum):
 
     IN_PROGRESS = "in_progress"  # owned by ``reservation_id`` while its lease is live
     FINALIZED = "finalized"  # terminal outcome stored; duplicates replay it
-    CANCELLED = "cancelled"  # the owner gave up (5xx, 401/403/408/429, unstorable response); reusable
+    # The owner gave up (5xx, 401/403/408/429, NoEffect, or, marked unsettled, an exception, an invalid or
+    # unstorable result); the same request may reserve it again, after reconciling an unsettled one.
+    CANCELLED = "cancelled"
     PURGING = "purging"  # tombstone written by a purger that alone may delete it
 
 

@@ -15,8 +15,9 @@ STORE_UNAVAILABLE = "idempotency_store_unavailable"  # 503
 RECONCILE_ERROR = "idempotency_reconcile_error"  # 500: the reconciler raised; record released, not stored
 RECORD_CORRUPT = "idempotency_record_corrupt"  # 500: the stored record cannot be decoded (left in place)
 STORE_FAILED = "idempotency_store_failed"  # 500: the store refused or broke (not unavailable); not stored
-# Kept on a CANCELLED record whose attempt may have had an effect: a retry reconciles before running
-# (and without a reconciler it is AMBIGUOUS, never run again). Never a response's problem type.
+# Kept on a CANCELLED record whose attempt may have had an effect (a handler exception other than
+# NoEffect is one: issue 32): a retry reconciles before running (and without a reconciler it is AMBIGUOUS,
+# never run again). Never a response's problem type.
 OUTCOME_UNSETTLED = "idempotency_outcome_unsettled"
 
 # 4xx answers that depend on time or credentials rather than on the request: never stored.

@@ -325,7 +325,7 @@ class IdempotencyStore:
             )
 
         encode_record(settle(owned.record))  # the outcome is checked now, not after a request
-        size = len(canonical_json([summary, [list(h) for h in headers], error_subtype]))
+        size = self.outcome_size(summary, headers, error_subtype)
         if size > self.max_summary_bytes:
             raise SummaryTooLargeError(
                 f"response summary of {owned.record.key!r} is {size} bytes, over the limit of "
@@ -334,11 +334,20 @@ class IdempotencyStore:
             )
         return self._transition(owned, settle, lambda record, token: Finalized(record))
 
+    def outcome_size(
+        self, summary: Any, headers: tuple[tuple[str, str], ...] = (), error_subtype: str | None = None
+    ) -> int:
+        """The bytes an outcome counts against ``max_summary_bytes`` (what ``finalize`` checks), so a
+        caller can tell before finalizing whether it fits. Raises ValueError for a non-JSON summary."""
+        return len(canonical_json([summary, [list(h) for h in headers], error_subtype]))
+
     def cancel(self, owned: Owned, *, error_subtype: str | None = None) -> Transition:
         """Give the key up (nothing to replay). Cancelled | Finalized | NotFound | LostOwnership.
 
         ``error_subtype`` is kept on the cancelled record: the request handler marks an attempt whose
-        effect may have happened (``idempotency_outcome_unsettled``) so no retry runs it unreconciled."""
+        effect may have happened (``idempotency_outcome_unsettled``: a failure after the reservation, a
+        handler that raised anything but NoEffect, an invalid or unstorable result) so no retry runs it
+        unreconciled."""
 
         def give_up(record: IdempotencyRecord) -> IdempotencyRecord:
             return record.next(

@@ -3,15 +3,21 @@
 - :mod:`.errors` declares to the error boundary (:mod:`storage_adapter.translation`) how obstore's
   exceptions read (their classes, the server's status, transport failures), and emulates them for
   injected faults;
-- :mod:`.stores` builds the stores: in-memory ones by name, S3 ones from the resolved options and their
-  credentials, and a user's own store wrapped for an adapter (identity, secrets, pickling);
+- :mod:`.stores` builds the stores: in-memory ones by name, S3 and Azure ones from the resolved options
+  and their credentials, and a user's own store wrapped for an adapter (identity, secrets, pickling);
 - :mod:`.driver` drives them: :class:`ObstoreDriver` and its non-blocking twin
   :class:`ObstoreAsyncDriver`.
 """
 
 from storage_adapter.obstore_driver.driver import ObstoreAsyncDriver, ObstoreDriver, wrapped_driver
 from storage_adapter.obstore_driver.stores import (
+    EMULATOR_ACCOUNT,
+    EMULATOR_ACCOUNT_KEY,
     WrappedStore,
+    azure_account,
+    azure_credentials,
+    azure_endpoint,
+    azure_store,
     is_obstore_store,
     local_directory,
     memory_store,
@@ -21,9 +27,15 @@ from storage_adapter.obstore_driver.stores import (
 )
 
 __all__ = [
+    "EMULATOR_ACCOUNT",
+    "EMULATOR_ACCOUNT_KEY",
     "ObstoreAsyncDriver",
     "ObstoreDriver",
     "WrappedStore",
+    "azure_account",
+    "azure_credentials",
+    "azure_endpoint",
+    "azure_store",
     "is_obstore_store",
     "local_directory",
     "memory_store",

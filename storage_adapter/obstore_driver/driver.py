@@ -30,13 +30,14 @@ from obstore.exceptions import (
     GenericError,
     PreconditionError,
 )
-from obstore.store import S3Store
+from obstore.store import AzureStore, S3Store
 
 from storage_adapter.batch import DELETE_BATCH, DELETE_WORKERS, LIST_PAGE, chunked, delete_each, side_by_side
 from storage_adapter.config import AdapterConfig
 from storage_adapter.driver import OVERWRITE, PutBody, PutMode
 from storage_adapter.errors import (
     BatchDeleteError,
+    NotFoundError,
     ObjectChangedError,
     StorageError,
     UnsupportedOperationError,
@@ -72,14 +73,17 @@ _PART = 5 * 1024 * 1024
 def wrapped_driver(config: AdapterConfig, name: str) -> ObstoreDriver:
     """The driver of an adapter over a user's store (config option ``store``, a :class:`WrappedStore`),
     its messages naming the backend ``name``. On S3 it confirms the child prefixes of ``list_dir`` and
-    falls back to signed single deletes, as the ``s3`` backend does."""
+    falls back to signed single deletes, as the ``s3`` backend does; on Azure it quotes listed ETags and
+    filters listings after a key, as the ``azure`` backend does."""
     store = config.option("store").store
-    s3 = isinstance(store, S3Store)
+    s3, azure = isinstance(store, S3Store), isinstance(store, AzureStore)
     return ObstoreDriver(
         config,
         lambda _config: store,
         confirm_prefixes=s3,
         signed_delete_timeout_s=60.0 if s3 else None,
+        quote_listed_etags=azure,
+        filter_listing_offset=azure,
         name=name,
     )
 
@@ -222,6 +226,15 @@ class ObstoreDriver:
     even one key with the multi-object ``POST ?delete``, which some S3-compatible servers refuse (a
     permanent 4xx or 501). Once refused, this driver deletes each key with one DeleteObject sent to a URL
     obstore presigns (so it needs credentials), with that timeout.
+
+    ``quote_listed_etags``: the store lists ETags without the quotes its other answers carry (Azure
+    answers a PUT, GET or HEAD with ``"0x8D..."`` and lists ``0x8D...``); listed tokens are quoted, so a
+    token compares equal whichever request returned it.
+
+    ``filter_listing_offset``: the server may ignore where a listing is to start (object_store sends
+    Azure's ``startFrom``, which Azurite ignores for most prefixes): listed keys not after ``start_after``
+    are dropped here. Correct where the server lists in key order (Azure does), at the cost of the pages
+    the server did not skip.
     """
 
     def __init__(
@@ -231,11 +244,15 @@ class ObstoreDriver:
         *,
         confirm_prefixes: bool = False,
         signed_delete_timeout_s: float | None = None,
+        quote_listed_etags: bool = False,
+        filter_listing_offset: bool = False,
         name: str | None = None,
     ) -> None:
         self.name = name or config.backend
         self._prefix = config.prefix
         self._confirm_prefixes = confirm_prefixes
+        self._quote_listed_etags = quote_listed_etags
+        self._filter_listing_offset = filter_listing_offset
         self._signed_delete_timeout_s = signed_delete_timeout_s
         self._batch_delete_refused = False  # set once the server refused POST ?delete; never reset
         self._conditional_limit = config.spec.capabilities_for(config).streamed_conditional_limit
@@ -396,9 +413,19 @@ class ObstoreDriver:
                 batch = next(stream, None)
                 if batch is None or not batch.num_rows:
                     return
-                yield self.infos(batch)
+                page = self.page(batch, start_after)
+                if page:
+                    yield page
                 if batch.num_rows < LIST_PAGE:
                     return
+
+    def page(self, batch: Any, start_after: str | None) -> builtins.list[ObjectInfo]:
+        """The ObjectInfos of one listed batch, from after ``start_after`` where the server may not have
+        skipped to it (``filter_listing_offset``)."""
+        infos = self.infos(batch)
+        if self._filter_listing_offset and start_after is not None:
+            return [info for info in infos if info.key > start_after]
+        return infos
 
     def listing(self, prefix: str, start_after: str | None) -> Any:
         """obstore's lazy listing of ``prefix`` in Arrow batches of LIST_PAGE objects (see :meth:`infos`),
@@ -487,6 +514,8 @@ class ObstoreDriver:
         )
         sizes = listed.column("size").to_pylist()
         tokens = listed.column("e_tag").to_pylist()
+        if self._quote_listed_etags:
+            tokens = [t if t is None or t.startswith('"') else f'"{t}"' for t in tokens]
         return object_infos(count, keys, sizes, tokens, times)
 
     # -- mutations (memory and S3; local mutations go through LocalMutator) -------------------------------
@@ -557,9 +586,8 @@ class ObstoreDriver:
         failures: dict[str, StorageError] = {}
         for batch in chunked(keys, DELETE_BATCH):
             try:
-                with self.translated(batch[0], f"delete (with {len(batch) - 1} more keys)"):
-                    if self._multi_delete([self.path(key) for key in batch]):
-                        continue
+                if self._deleted_at_once(batch):
+                    continue
                 delete_each(self.delete, batch, self.name)
             except BatchDeleteError as exc:
                 failures.update(exc.errors)
@@ -567,6 +595,18 @@ class ObstoreDriver:
                 failures.update(dict.fromkeys(batch, exc))
         if failures:
             raise BatchDeleteError.of(failures, self.name)
+
+    def _deleted_at_once(self, batch: Sequence[str]) -> bool:
+        """One multi-object delete of ``batch``: True when it deleted them all; False when single deletes
+        must finish the batch. That is when the server refused the request (see :meth:`_multi_delete`),
+        or named a key missing: S3 never does, but Azure's Blob Batch answers 404 for a missing blob, and
+        obstore raises at the first such key without saying what became of the others; a single delete
+        confirms each, taking a missing key as deleted."""
+        try:
+            with self.translated(batch[0], f"delete (with {len(batch) - 1} more keys)"):
+                return self._multi_delete([self.path(key) for key in batch])
+        except NotFoundError:
+            return False
 
     def _multi_delete(self, paths: str | builtins.list[str]) -> bool:
         """One multi-object delete (object_store 0.13 sends POST ?delete even for one path). False,
@@ -611,11 +651,14 @@ class ObstoreDriver:
         ).close()
 
     def rename(self, src: str, dst: str) -> None:
-        """A copy then a delete (as object_store's own rename), the delete through :meth:`_delete_path`."""
+        """A copy then a delete (as object_store's own rename), the delete through :meth:`_delete_path`.
+        A source deleted by someone else between the two is renamed all the same (the copy read it): S3
+        deletes a missing key silently, Azure answers 404, which is no failure of the rename."""
         with self.translated(src, f"rename to {dst!r}"):
             fault_point("copy")
             obstore.copy(self._store, self.path(src), self.path(dst))
-            self._delete_path(self.path(src))
+            with suppress(FileNotFoundError):
+                self._delete_path(self.path(src))
 
     def remove_orphans(self, min_age_s: float) -> int:
         """Crash leftovers to reclaim: none here (S3 multipart leftovers belong to bucket lifecycle rules)."""
@@ -714,7 +757,9 @@ class ObstoreAsyncDriver(ThreadedAsyncDriver):
                 batch = await anext(stream, None)
                 if batch is None or not batch.num_rows:
                     return
-                yield self._sync.infos(batch)
+                page = self._sync.page(batch, start_after)
+                if page:
+                    yield page
                 if batch.num_rows < LIST_PAGE:
                     return
 
@@ -761,6 +806,8 @@ class ObstoreAsyncDriver(ThreadedAsyncDriver):
                 with self._translated(batch[0], f"delete (with {len(batch) - 1} more keys)"):
                     if await self._multi_delete([self._sync.path(key) for key in batch]):
                         continue
+            except NotFoundError:
+                pass  # a key named missing: single deletes finish the batch (ObstoreDriver._deleted_at_once)
             except StorageError as exc:
                 failures.update(dict.fromkeys(batch, exc))
                 continue
@@ -806,7 +853,8 @@ class ObstoreAsyncDriver(ThreadedAsyncDriver):
         with self._translated(src, f"rename to {dst!r}"):
             fault_point("copy")
             await obstore.copy_async(self._store, self._sync.path(src), self._sync.path(dst))
-            await self._delete_path(self._sync.path(src))
+            with suppress(FileNotFoundError):  # deleted meanwhile: renamed all the same (as the sync driver)
+                await self._delete_path(self._sync.path(src))
 
     async def remove_orphans(self, min_age_s: float) -> int:
         return self._sync.remove_orphans(min_age_s)

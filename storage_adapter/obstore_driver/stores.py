@@ -1,5 +1,6 @@
-"""Building obstore stores: the in-memory ones by name, S3 ones from the resolved options (credentials
-included), and a user's own store wrapped for an adapter's configuration (identity, secrets, pickling)."""
+"""Building obstore stores: the in-memory ones by name, S3 and Azure ones from the resolved options
+(credentials included), and a user's own store wrapped for an adapter's configuration (identity, secrets,
+pickling)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from storage_adapter.errors import (
 )
 
 if TYPE_CHECKING:  # only in obstore's type stubs
-    from obstore.store import S3Config, S3CredentialProvider
+    from obstore.store import AzureConfig, S3Config, S3CredentialProvider
 
 _MEMORY_STORES: dict[str, MemoryStore] = {}
 _MEMORY_LOCK = threading.Lock()
@@ -98,23 +99,119 @@ def s3_store(config: AdapterConfig) -> Any:
         config.location,
         config=cast("S3Config", s3_config),
         client_options=_client_options(opts),
-        retry_config={
-            "max_retries": opts["max_retries"],
-            "retry_timeout": timedelta(seconds=opts["retry_timeout_s"]),
-            "backoff": {
-                "init_backoff": timedelta(seconds=opts["init_backoff_s"]),
-                "max_backoff": timedelta(seconds=opts["max_backoff_s"]),
-            },
-        },
+        retry_config=_retry_config(opts),
         credential_provider=cast("S3CredentialProvider | None", provider),
     )
+
+
+def _retry_config(opts: dict[str, Any]) -> Any:
+    """object_store's retry settings from the (validated) client options."""
+    return {
+        "max_retries": opts["max_retries"],
+        "retry_timeout": timedelta(seconds=opts["retry_timeout_s"]),
+        "backoff": {
+            "init_backoff": timedelta(seconds=opts["init_backoff_s"]),
+            "max_backoff": timedelta(seconds=opts["max_backoff_s"]),
+        },
+    }
+
+
+# Azurite's account and its key, published by Microsoft for the emulator (not a secret anywhere else:
+# no Azure account accepts it): the credentials of ``use_emulator`` when none are given.
+EMULATOR_ACCOUNT = "devstoreaccount1"
+EMULATOR_ACCOUNT_KEY = (
+    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+)
+
+
+def azure_account(opts: dict[str, Any]) -> str:
+    """The account of resolved Azure options: ``account_name``, else (with ``use_emulator``) Azurite's."""
+    return str(opts.get("account_name") or EMULATOR_ACCOUNT)
+
+
+def azure_endpoint(opts: dict[str, Any]) -> str:
+    """The blob service URL of resolved Azure options: the ``endpoint`` option, else the emulator's
+    (``emulator_url``/account) with ``use_emulator``, else ``https://<account>.blob.core.windows.net``."""
+    if opts.get("endpoint"):
+        return str(opts["endpoint"])
+    if opts["use_emulator"]:
+        return f"{str(opts['emulator_url']).rstrip('/')}/{azure_account(opts)}"
+    return f"https://{azure_account(opts)}.blob.core.windows.net"
+
+
+def azure_credentials(opts: dict[str, Any]) -> dict[str, Any]:
+    """The settings that sign an AzureStore's requests, with ``credential_type`` naming the one source
+    used, picked in object_store's own order (bearer token, account key, workload identity, client
+    secret, SAS, Azure CLI, managed identity): object_store reads the AZURE_* environment itself and, in
+    its ``auto`` mode, a token there would beat a key given as an option."""
+    if opts["anonymous"]:
+        return {"skip_signature": True}
+    given = {
+        name: opts[name]
+        for name in (
+            "client_id",
+            "tenant_id",
+            "authority_host",
+            "object_id",
+            "msi_resource_id",
+            "msi_endpoint",
+        )
+        if opts.get(name)
+    }
+    if opts.get("token"):
+        return {"credential_type": "bearer_token", "token": opts["token"]}
+    if opts.get("account_key"):
+        return {"credential_type": "access_key", "account_key": opts["account_key"]}
+    if opts.get("federated_token_file") and given.get("client_id") and given.get("tenant_id"):
+        return {
+            "credential_type": "workload_identity",
+            "federated_token_file": opts["federated_token_file"],
+            **given,
+        }
+    if opts.get("client_secret"):
+        return {"credential_type": "client_secret", "client_secret": opts["client_secret"], **given}
+    if opts.get("sas_token"):
+        return {"credential_type": "sas_token", "sas_key": str(opts["sas_token"]).removeprefix("?")}
+    if opts["use_azure_cli"]:
+        return {"credential_type": "azure_cli", "use_azure_cli": True}
+    if opts["use_emulator"]:
+        return {"credential_type": "access_key", "account_key": EMULATOR_ACCOUNT_KEY}
+    return {"credential_type": "managed_identity", **given}
+
+
+def azure_store(config: AdapterConfig) -> Any:
+    """An AzureStore for the container ``config.location`` with the resolved (and already validated)
+    Azure options. Every setting object_store would otherwise take from the AZURE_* environment (the
+    endpoint, the emulator switch, which credential signs) is given explicitly, so the options decide."""
+    opts = dict(config.options)
+    azure_config: dict[str, Any] = {
+        "account_name": azure_account(opts),
+        "endpoint": azure_endpoint(opts),
+        # The emulator's URL and key are settled above: object_store's switch would read them from its
+        # own environment (AZURITE_BLOB_STORAGE_URL).
+        "use_emulator": False,
+        # Else AZURE_SKIP_SIGNATURE in the environment would send every request unsigned (seen: 403).
+        "skip_signature": False,
+        **azure_credentials(opts),
+    }
+    return AzureStore(
+        config.location,
+        config=cast("AzureConfig", azure_config),
+        client_options=_client_options({**opts, "allow_http": _allows_http(opts)}),
+        retry_config=_retry_config(opts),
+    )
+
+
+def _allows_http(opts: dict[str, Any]) -> bool:
+    """Plain HTTP where the options allow it, and to the emulator, which speaks nothing else."""
+    return bool(opts["allow_http"]) or (bool(opts["use_emulator"]) and not opts.get("endpoint"))
 
 
 # -- a user's own obstore store (open_adapter(store=..., capabilities=...)) -----------------------------
 _STORE_TYPES = (MemoryStore, LocalStore, S3Store, GCSStore, AzureStore, HTTPStore)
 # The fields of a store's config that hold credentials (S3 keys and tokens, Azure keys and SAS, GCS
 # service account keys): masked in everything the adapter reports.
-_SECRET_FIELD = re.compile(r"secret|token|password|sas|service_account|^access_key$", re.IGNORECASE)
+_SECRET_FIELD = re.compile(r"secret|token|password|sas|service_account|key$", re.IGNORECASE)
 # Wrapped stores obstore cannot pickle, by identity: a pickled adapter over one reopens the very store in
 # this process. Held from the first pickling on, for the process's life.
 _REATTACHABLE: dict[str, Any] = {}

@@ -1,0 +1,367 @@
+"""IdempotencyMiddleware in process (httpx's ASGI transport, memory storage): what the real-HTTP tests of
+the example service (tests/test_http_service.py) cannot reach cheaply: streamed bodies at the storage
+limit, cookies, the 409 setting, a store outage, NoEffect, a bare ASGI app and Starlette's own middleware
+list. Every answer is in docs/idempotency.md, "Over HTTP"."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import timedelta
+from typing import Any
+
+import httpx
+import pytest
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from contract_tests.counting import CountingAdapter
+from storage_adapter import open_adapter
+from storage_adapter.errors import BackendUnavailableError
+from storage_adapter.http import (
+    HttpSettings,
+    IdempotencyMiddleware,
+    IdempotentRoute,
+    catalog_config,
+    owner_context,
+)
+from storage_adapter.idempotency import (
+    IdempotencyStore,
+    NoEffect,
+    Policy,
+    ReconcileVerdict,
+    Reconciliation,
+    uuid7_key,
+)
+
+ROUTES = [IdempotentRoute("POST", "/things/{name}", "create-thing", "thing/{name}")]
+QUICK = Policy(first_wait_s=0.01, max_wait_s=0.05, total_wait_s=0.3)
+
+
+class Service:
+    """A Starlette app whose POST /things/{name} counts its runs and answers what the test sets."""
+
+    def __init__(self) -> None:
+        self.runs = 0
+        self.commit_keys: list[str] = []
+        self.answer: Callable[[Request], Awaitable[Response]] = self.created
+        self.app = Starlette(routes=[Route("/things/{name}", self.post, methods=["POST"])])
+
+    async def post(self, request: Request) -> Response:
+        self.runs += 1
+        context = owner_context(request.scope)
+        assert context is not None and request.state.idempotency is context
+        self.commit_keys.append(context.commit_key)
+        return await self.answer(request)
+
+    async def created(self, request: Request) -> Response:
+        body = await request.json()
+        name = request.path_params["name"]
+        response = JSONResponse({"name": name, "size": body["size"], "run": self.runs}, status_code=201)
+        response.headers["location"] = f"/things/{name}"
+        response.headers["etag"] = f'"v{self.runs}"'
+        response.headers["x-trace"] = f"run-{self.runs}"
+        response.set_cookie("session", f"secret-{self.runs}")
+        return response
+
+
+def client(app: Any) -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://service")
+
+
+def wrapped(service: Service, store: IdempotencyStore, **kwargs: Any) -> IdempotencyMiddleware:
+    settings = kwargs.pop("settings", HttpSettings(wait=QUICK))
+    return IdempotencyMiddleware(service.app, store, ROUTES, settings=settings, **kwargs)
+
+
+def memory_store(**kwargs: Any) -> IdempotencyStore:
+    return IdempotencyStore(open_adapter(f"memory://http-{uuid.uuid4().hex[:8]}"), **kwargs)
+
+
+def post(http: httpx.AsyncClient, key: str | None, body: Any = None, path: str = "/things/a") -> Any:
+    headers = {} if key is None else {"Idempotency-Key": key}
+    return http.post(path, json={"size": 1} if body is None else body, headers=headers)
+
+
+def test_keys_are_uuidv7_and_checked_before_any_storage_request() -> None:
+    async def run() -> None:
+        service = Service()
+        counting = CountingAdapter(open_adapter(f"memory://http-{uuid.uuid4().hex[:8]}"))
+        async with client(wrapped(service, IdempotencyStore(counting))) as http:
+            for bad in (None, "", "nope", str(uuid.uuid4()), uuid7_key().upper()):
+                answer = await post(http, bad)
+                assert answer.status_code == 400, bad
+                assert answer.headers["content-type"] == "application/problem+json"
+                assert answer.json()["type"] == "idempotency_key_invalid"
+            assert (await http.get("/things/a")).status_code == 405  # other routes pass through
+        assert service.runs == 0 and counting.total == 0
+
+    asyncio.run(run())
+
+
+def test_replay_carries_status_body_and_the_headers_that_matter_never_a_cookie() -> None:
+    async def run() -> None:
+        service = Service()
+        async with client(wrapped(service, memory_store())) as http:
+            key = uuid7_key()
+            first = await post(http, key)
+            assert first.status_code == 201 and "set-cookie" in first.headers
+            again = await post(http, key)
+            assert (again.status_code, again.content) == (201, first.content)
+            for name in ("content-type", "location", "etag"):
+                assert again.headers[name] == first.headers[name]
+            assert "set-cookie" not in again.headers and "x-trace" not in again.headers
+            assert (
+                again.headers["idempotent-replayed"] == "true" and "idempotent-replayed" not in first.headers
+            )
+            assert (await post(http, key, {"size": 2})).json()["type"] == "idempotency_key_conflict"
+            assert (await post(http, key, path="/things/b")).status_code == 422
+        assert service.runs == 1
+
+    asyncio.run(run())
+
+
+def streaming(chunks: list[bytes], status: int = 201) -> Callable[[Request], Awaitable[Response]]:
+    async def answer(request: Request) -> Response:
+        async def body() -> AsyncIterator[bytes]:
+            for chunk in chunks:
+                await asyncio.sleep(0)
+                yield chunk
+
+        return StreamingResponse(body(), status_code=status, media_type="application/octet-stream")
+
+    return answer
+
+
+def test_streamed_bodies_are_stored_up_to_the_limit_and_never_run_twice_above_it() -> None:
+    async def run() -> None:
+        service = Service()
+        settings = HttpSettings(wait=QUICK, max_response_bytes=1000)
+        async with client(wrapped(service, memory_store(), settings=settings)) as http:
+            small, large = [b"\x00\xff" * 100] * 4, [b"x" * 400] * 3  # 800 bytes (not UTF-8), 1,200
+            service.answer = streaming(small)
+            key = uuid7_key()
+            first = await post(http, key)
+            again = await post(http, key)
+            assert (again.status_code, again.content) == (
+                201,
+                b"".join(small),
+            ) and first.content == again.content
+            service.answer = streaming(large)
+            key = uuid7_key()
+            first = await post(http, key)
+            assert (first.status_code, first.content) == (201, b"".join(large))
+            for _ in range(2):
+                again = await post(http, key)
+                assert again.status_code == 500 and again.json()["type"] == "idempotency_replay_failed"
+                assert "applied once" in again.json()["detail"]
+        assert service.runs == 2
+
+    asyncio.run(run())
+
+
+def test_a_5xx_is_never_stored_and_is_reconciled_before_a_rerun() -> None:
+    class Verdict:
+        def __init__(self, verdict: ReconcileVerdict) -> None:
+            self.verdict, self.asked = verdict, 0
+
+        def reconcile(self, record: Any) -> Reconciliation:
+            self.asked += 1
+            return Reconciliation(self.verdict)
+
+    async def run() -> None:
+        service = Service()
+        not_applied = Verdict(ReconcileVerdict.NOT_APPLIED)
+        async with client(wrapped(service, memory_store(), reconciler=not_applied)) as http:
+            key = uuid7_key()
+            service.answer = lambda request: _json(503, {"error": "busy"})
+            assert (await post(http, key)).status_code == 503
+            service.answer = service.created
+            retry = await post(http, key)
+            assert (retry.status_code, "idempotent-replayed" in retry.headers) == (201, False)
+            assert not_applied.asked == 1 and service.runs == 2
+        service = Service()
+        async with client(wrapped(service, memory_store())) as http:  # no reconciler: never a rerun
+            key = uuid7_key()
+            service.answer = lambda request: _json(500, {"error": "after the write"})
+            assert (await post(http, key)).status_code == 500
+            for _ in range(2):
+                retry = await post(http, key)
+                assert (retry.status_code, retry.json()["type"]) == (500, "idempotency_reconcile_failed")
+            assert service.runs == 1
+
+    asyncio.run(run())
+
+
+async def _json(status: int, body: Any) -> Response:
+    return JSONResponse(body, status_code=status)
+
+
+def test_an_app_exception_is_not_no_effect_unless_it_is_no_effect() -> None:
+    async def run() -> None:
+        service = Service()
+        app = wrapped(service, memory_store())
+        transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+        async with httpx.AsyncClient(transport=transport, base_url="http://service") as http:
+            key = uuid7_key()
+
+            async def reset(request: Request) -> Response:
+                raise ConnectionResetError("after the write")
+
+            service.answer = reset
+            assert (await post(http, key)).status_code == 500
+            service.answer = service.created
+            retry = await post(http, key)
+            assert (retry.status_code, retry.json()["type"]) == (500, "idempotency_reconcile_failed")
+            assert service.runs == 1
+            key = uuid7_key()
+
+            async def refuse(request: Request) -> Response:
+                raise NoEffect("refused before any write")
+
+            service.answer = refuse
+            assert (await post(http, key)).status_code == 500
+            service.answer = service.created
+            assert (await post(http, key)).status_code == 201 and service.runs == 3
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize("status", [503, 409])
+def test_an_in_progress_duplicate_waits_then_gets_retry_after(status: int) -> None:
+    async def run() -> None:
+        service = Service()
+        release = asyncio.Event()
+
+        async def slow(request: Request) -> Response:
+            await release.wait()
+            return await service.created(request)
+
+        service.answer = slow
+        settings = HttpSettings(wait=QUICK, in_progress_status=status, retry_after_s=2)
+        async with client(wrapped(service, memory_store(), settings=settings)) as http:
+            key = uuid7_key()
+            owner = asyncio.create_task(post(http, key))
+            await asyncio.sleep(0.1)
+            duplicate = await post(http, key)
+            assert (duplicate.status_code, duplicate.headers["retry-after"]) == (status, "2")
+            assert duplicate.json()["type"] == "idempotency_in_progress"
+            waiting = asyncio.create_task(post(http, key))  # waits, and replays once the owner finalizes
+            await asyncio.sleep(0.05)
+            release.set()
+            first, replayed = await owner, await waiting
+            assert (replayed.status_code, replayed.content) == (201, first.content)
+            assert replayed.headers["idempotent-replayed"] == "true"
+        assert service.runs == 1
+
+    asyncio.run(run())
+
+
+class Outage:
+    """An adapter whose every request is unavailable while ``down``."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.down = inner, True
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self.inner, name)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if self.down:
+                raise BackendUnavailableError("injected outage", key=str(args[:1]))
+            return method(*args, **kwargs)
+
+        return call
+
+
+def test_a_store_outage_is_503_with_retry_after_and_runs_nothing() -> None:
+    async def run() -> None:
+        service = Service()
+        outage = Outage(open_adapter(f"memory://http-{uuid.uuid4().hex[:8]}"))
+        store = IdempotencyStore(outage)  # type: ignore[arg-type]
+        async with client(wrapped(service, store)) as http:
+            key = uuid7_key()
+            answer = await post(http, key)
+            assert (answer.status_code, answer.headers["retry-after"]) == (503, "1")
+            assert answer.json()["type"] == "idempotency_store_unavailable" and service.runs == 0
+            outage.down = False
+            assert (await post(http, key)).status_code == 201 and service.runs == 1
+
+    asyncio.run(run())
+
+
+def test_a_bare_asgi_app_and_starlettes_middleware_list() -> None:
+    """No framework needed; and Starlette's own ``Middleware(...)`` list builds it as any middleware."""
+    runs = []
+
+    async def bare(scope: Any, receive: Any, send: Any) -> None:
+        message = await receive()
+        runs.append(message["body"])
+        await send(
+            {"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]}
+        )
+        await send({"type": "http.response.body", "body": b"ok ", "more_body": True})
+        await send({"type": "http.response.body", "body": b"done", "more_body": False})
+
+    store = memory_store(lifetime=timedelta(minutes=30))
+
+    async def run() -> None:
+        key = uuid7_key()
+        async with client(IdempotencyMiddleware(bare, store, ROUTES)) as http:
+            for _ in range(2):
+                answer = await post(http, key)
+                assert (answer.status_code, answer.text, answer.headers["content-type"]) == (
+                    200,
+                    "ok done",
+                    "text/plain",
+                )
+        service = Service()
+        app = Starlette(
+            routes=service.app.routes,
+            middleware=[Middleware(IdempotencyMiddleware, store=store, routes=ROUTES)],
+        )
+        async with client(app) as http:
+            assert (await post(http, uuid7_key())).status_code == 201
+
+    asyncio.run(run())
+    assert runs == [b'{"size":1}'] and catalog_config(store) == {"idempotency-key-lifetime": "PT30M"}
+
+
+def test_waiting_duplicates_hold_no_thread() -> None:
+    """Forty duplicates wait for one owner on the event loop: the process does not grow a thread per
+    waiting request (the store's requests share the middleware's bounded pool)."""
+
+    async def run() -> None:
+        service = Service()
+        release = asyncio.Event()
+
+        async def slow(request: Request) -> Response:
+            await release.wait()
+            return await service.created(request)
+
+        service.answer = slow
+        settings = HttpSettings(
+            wait=Policy(first_wait_s=0.05, max_wait_s=0.1, total_wait_s=20), store_threads=4
+        )
+        async with client(wrapped(service, memory_store(), settings=settings)) as http:
+            key = uuid7_key()
+            owner = asyncio.create_task(post(http, key))
+            await asyncio.sleep(0.1)
+            before = threading.active_count()
+            duplicates = [asyncio.create_task(post(http, key)) for _ in range(40)]
+            peak = before
+            for _ in range(20):
+                await asyncio.sleep(0.05)
+                peak = max(peak, threading.active_count())
+            release.set()
+            first, answers = await owner, await asyncio.gather(*duplicates)
+        assert peak - before <= 8, (before, peak)  # 4 pool threads, each store request's deadline thread
+        assert {a.status_code for a in answers} == {201} and {a.content for a in answers} == {first.content}
+        assert service.runs == 1
+
+    asyncio.run(run())
