@@ -2,7 +2,7 @@
 folder under the table, exactly the files its job committed published in ONE engine commit, with the data
 source's exactly-once rules; types in their exact encodings; refusals before any job; a failed job leaves
 only what vacuum reclaims. On local (``file://``: the one root Spark's Hadoop filesystem reaches here);
-memory and SeaweedFS (no ``hadoop-aws`` in the PySpark wheel) are refused, naming the data source."""
+memory and S3 (no ``hadoop-aws`` in the PySpark wheel) are refused, naming the data source."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from storage_adapter import UnsupportedOperationError
+from storage_adapter import UnsupportedOperationError, open_adapter
 from storage_adapter.engine import CorruptMetadataError, Engine, SchemaMismatchError, layout
 from storage_adapter.spark import write
-from storage_adapter.spark.native import published_files, s3a_options
+from storage_adapter.spark.native import hadoop_location, published_files, s3a_options
 
 SCHEMA = pa.schema([("id", pa.int64()), ("day", pa.string()), ("score", pa.float64())])
 
@@ -28,7 +28,7 @@ def engine(tmp_path: Path) -> Engine:
     return Engine.open(f"file://{tmp_path}")
 
 
-def frame_of(spark: Any, rows: int, first: int = 0, days: int = 3, partitions: int = 4) -> Any:
+def frame_of(spark: Any, rows: int, first: int = 0, days: int = 3, partitions: int = 2) -> Any:
     return spark.range(first, first + rows, numPartitions=partitions).selectExpr(
         "id", f"concat('d', CAST(id % {days} AS STRING)) AS day", "CAST(id AS DOUBLE) / 2 AS score"
     )
@@ -52,15 +52,11 @@ def test_exactly_the_committed_files_are_published_in_one_commit(engine: Engine,
     assert ids(engine, "events") == list(range(1_000))
     published = {f.key for f in engine.files("events")}
     parquet = {k for k in staged(engine, "events") if k.rsplit("/", 1)[-1].startswith("part-")}
-    assert published == parquet and len(published) == 4
+    assert published == parquet and len(published) == 2
     assert len({k.split("-", 6)[-1].split(".")[0] for k in published}) == 1  # one job UUID in every name
     assert any(k.endswith("/_SUCCESS") for k in staged(engine, "events"))
     reclaimed = set(engine.vacuum(grace_s=0).deleted)
     assert reclaimed and not reclaimed & published and set(staged(engine, "events")) == published
-    assert (
-        spark.read.format("storage_adapter").option("table", "events").load(engine.adapter.url).count()
-        == 1_000
-    )
 
 
 def test_partitions_overwrite_and_replace_where_follow_the_engine(engine: Engine, spark: Any) -> None:
@@ -159,16 +155,18 @@ def test_a_table_spark_cannot_write_exactly_is_refused_before_any_job(
     assert staged(engine, "exact") == [] and engine.read("exact").num_rows == 0
 
 
-def test_roots_spark_cannot_reach_name_the_data_source(adapter: Any, spark: Any) -> None:
+def test_roots_spark_cannot_reach_name_the_data_source(spark: Any) -> None:
     """memory (per-process) and S3 without hadoop-aws (the PySpark wheel has none): refused before any
     job, naming the data source as the way."""
-    if adapter.capabilities.backend == "local":
-        pytest.skip("local is reached: every other test here writes to it")
-    engine = Engine.open(adapter)
+    engine = Engine.open("memory://native-unreached")
     engine.create_table("events", SCHEMA)
     with pytest.raises(UnsupportedOperationError, match=r"df\.write\.format\('storage_adapter'\)"):
         write(frame_of(spark, 10), engine, "events")
     assert engine.adapter.list("tables/events/data") == []
+    s3 = open_adapter("s3://lake/warehouse", endpoint="http://127.0.0.1:9", allow_http=True, anonymous=True)
+    with pytest.raises(UnsupportedOperationError, match="no hadoop-aws") as info:
+        hadoop_location(s3, spark)  # what write asks first: no request is made
+    assert "df.write.format('storage_adapter')" in str(info.value)
 
 
 def test_a_failed_job_publishes_nothing_and_vacuum_reclaims_its_staging_folder(
