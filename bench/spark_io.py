@@ -1,33 +1,36 @@
-"""The Spark data path, side by side in one run: the ``storage_adapter`` data source against plain Spark
-Parquet on the same backend (issue 19).
+"""The Spark data path, side by side in one run: the ``storage_adapter`` data source and the native
+path (``storage_adapter.spark.write``) against plain Spark Parquet on the same backend (issues 19, 31).
 
 Per backend and round, interleaved:
 
 * **write**: the same rows (id int64, label string, score float64, generated in the executors by
-  ``spark.range``) appended through ``df.write.format("storage_adapter")`` into a fresh table, and
-  written by ``df.write.parquet`` into a fresh folder;
+  ``spark.range``) appended through ``df.write.format("storage_adapter")`` into a fresh table, through the
+  native path into another fresh table (Spark's own Parquet writer, its committed files published in one
+  engine commit), and written by ``df.write.parquet`` into a fresh folder;
+* **the ceiling**: the same rows written into a Python data source that does nothing with them (its
+  ``DataSourceArrowWriter.write`` only counts the Arrow batches Spark sends it). It costs what every
+  Python data source pays before its first line of its own: Spark turning its rows into Arrow batches in
+  the JVM and shipping them to a Python worker. The data source over this floor is how much of its time
+  is its own (target: at most 1.10x); ``df.write.parquet`` over it is the best write ratio any Python
+  data source can reach on this machine;
 * **read**: a full scan (every row and column into Spark's ``noop`` sink) through
   ``spark.read.format("storage_adapter")`` and through ``spark.read.parquet`` over exactly the files of
   the same snapshot (``Engine.files``): the target's row. Beside it, a one-column query (``count`` and
   ``sum(score)``), reported without a target: Spark's Parquet reader decodes one column there, while
   Spark hands a Python data source no column list to prune with;
-* **the ceiling**: the same rows written into a Python data source that does nothing with them (its
-  ``DataSourceArrowWriter.write`` only counts the Arrow batches Spark sends it), in the same rounds. It
-  costs what every Python data source pays before its first line of its own: Spark turning its rows into
-  Arrow batches in the JVM and shipping them to a Python worker. ``df.write.parquet`` pays none of it, so
-  plain Parquet over this floor is the best write ratio any Python data source can reach on this machine,
-  and the data source over the floor shows how much of its time is its own;
 * **publishes per load**: the manifest versions one data-source append adds, at 1, 4 and 16 Spark
   partitions (exact: a request count, not a time).
 
-Plain Spark Parquet needs a Hadoop filesystem for the backend: ``file://`` has one, S3 needs the
-``s3a`` jars, which this project does not ship (the data source reads and writes S3 through the adapter
-in the Python workers). On SeaweedFS the data source's own numbers are reported and the ratios are
-marked unavailable, never invented.
+Each backend is one warehouse root (an engine), each write a fresh table in it. Plain Spark Parquet and the
+native path need a Hadoop filesystem for the backend: ``file://`` has one, S3 needs the ``s3a`` jars,
+which the PySpark wheel does not ship (the data source reads and writes S3 through the adapter in the
+Python workers). On SeaweedFS the data source's own numbers are reported and the others are marked
+unavailable, never invented.
 
-Spark's start-up and the first job's worker start are excluded (one session, one warm-up). Medians of
-``--rounds``. Numbers are reported against the issue's targets, never asserted. Writes ``spark_io.json``
-and ``spark_io.md`` into the results directory.
+Spark's start-up and the first job's worker start are excluded (one session, one warm-up of every path).
+Medians of ``--rounds``, and every round's ratios (the machine may be shared: compare within a round).
+Numbers are reported against the issue's targets, never asserted. Writes ``spark_io.json`` (every
+round's seconds too) and ``spark_io.md`` into the results directory.
 
     python -m bench.spark_io [--rows N] [--rounds R] [--master local[2]] [--backends local,seaweedfs]
 """
@@ -43,52 +46,67 @@ import statistics
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
-from storage_adapter import open_adapter
 from storage_adapter.engine import Engine
-from storage_adapter.protocol import StorageAdapter
-from storage_adapter.spark import spark_session
+from storage_adapter.spark import spark_session, write
 
 SCHEMA = pa.schema([("id", pa.int64()), ("label", pa.string()), ("score", pa.float64())])
-WRITE_TARGET, READ_TARGET = 0.9, 0.67
+NATIVE_TARGET, OWN_SHARE_TARGET, READ_TARGET = 0.9, 1.10, 0.67
 PUBLISH_PARTITIONS = (1, 4, 16)
 
 
 @dataclass(frozen=True)
 class Backend:
-    """Where a round writes: the adapter root, the Spark options that reopen it, and a local folder
-    for plain Spark Parquet (None where Spark has no filesystem for the backend)."""
+    """Where a round writes: the engine (one warehouse root per backend, a fresh table per write), the
+    Spark options that reopen it, and a local folder for plain Spark Parquet (None where Spark has no
+    filesystem for the backend)."""
 
     name: str
-    adapter: StorageAdapter
+    engine: Engine
     options: dict[str, str]
     parquet_root: Path | None
+
+    @property
+    def url(self) -> str:
+        return self.engine.adapter.url
 
 
 @dataclass(frozen=True)
 class SparkIoResult:
+    """Medians over the rounds (``rounds``: every round's seconds, by measurement); None where the backend
+    has no Hadoop filesystem for Spark's own Parquet writer and reader."""
+
     backend: str
     rows: int
     partitions: int
     datasource_write_s: float
     parquet_write_s: float | None
     idle_write_s: float
+    native_write_s: float | None
     datasource_read_s: float
     parquet_read_s: float | None
     datasource_narrow_read_s: float
     parquet_narrow_read_s: float | None
     publishes_per_load: dict[str, int]
+    rounds: dict[str, list[float]]
 
     @property
     def write_ratio(self) -> float | None:
-        """Data-source write throughput over plain Parquet's (>= 0.9 is the target)."""
+        """Data-source write throughput over plain Parquet's."""
         return None if self.parquet_write_s is None else self.parquet_write_s / self.datasource_write_s
+
+    @property
+    def native_ratio(self) -> float | None:
+        """The native path's write throughput over plain Parquet's (>= 0.9 is the target)."""
+        if self.parquet_write_s is None or self.native_write_s is None:
+            return None
+        return self.parquet_write_s / self.native_write_s
 
     @property
     def ceiling_ratio(self) -> float | None:
@@ -98,7 +116,8 @@ class SparkIoResult:
 
     @property
     def own_share(self) -> float:
-        """The data source's write time over the do-nothing one's (1.0: no time of its own)."""
+        """The data source's write time over the do-nothing one's (1.0: no time of its own; <= 1.10 is
+        the target)."""
         return self.datasource_write_s / self.idle_write_s
 
     @property
@@ -113,6 +132,10 @@ class SparkIoResult:
             return None
         return self.parquet_narrow_read_s / self.datasource_narrow_read_s
 
+    def per_round(self, numerator: str, denominator: str) -> list[float]:
+        """``numerator`` over ``denominator`` in each round (both measured in that round)."""
+        return [a / b for a, b in zip(self.rounds[numerator], self.rounds[denominator], strict=True)]
+
 
 def spark_rows(spark: Any, rows: int, partitions: int) -> Any:
     return spark.range(0, rows, numPartitions=partitions).selectExpr(
@@ -120,10 +143,12 @@ def spark_rows(spark: Any, rows: int, partitions: int) -> Any:
     )
 
 
-def fresh_engine(backend: Backend) -> Engine:
-    engine = Engine.open(backend.adapter.child(f"spark-io-{uuid.uuid4().hex[:10]}"))
-    engine.create_table("events", SCHEMA)
-    return engine
+def fresh_table(backend: Backend) -> str:
+    """A new empty table in the backend's warehouse (as a job writes a new table or partition, and as
+    ``df.write.parquet`` writes a fresh folder each round)."""
+    table = f"events_{uuid.uuid4().hex[:10]}"
+    backend.engine.create_table(table, SCHEMA)
+    return table
 
 
 IDLE_FORMAT = "bench_idle_sink"
@@ -157,10 +182,15 @@ def idle_write(frame: Any) -> None:
     frame.write.format(IDLE_FORMAT).mode("append").save()
 
 
-def datasource_write(frame: Any, engine: Engine, backend: Backend) -> None:
+def datasource_write(frame: Any, backend: Backend, table: str) -> None:
     frame.write.format("storage_adapter").mode("append").options(**backend.options).option(
-        "table", "events"
-    ).save(engine.adapter.url)
+        "table", table
+    ).save(backend.url)
+
+
+def native_write(frame: Any, backend: Backend, table: str) -> None:
+    """The native path (storage_adapter.spark.write): Spark's own Parquet writer, one engine commit."""
+    write(frame, backend.engine, table)
 
 
 def full_scan(frame: Any) -> None:
@@ -180,68 +210,87 @@ def local_path(engine: Engine, key: str) -> str:
     return engine.adapter.url.removeprefix("file://").rstrip("/") + "/" + key
 
 
+def timed(samples: dict[str, list[float]], name: str, action: Callable[[], Any]) -> Any:
+    started = time.perf_counter()
+    result = action()
+    samples.setdefault(name, []).append(time.perf_counter() - started)
+    return result
+
+
+def one_round(
+    spark: Any, backend: Backend, rows: int, partitions: int, samples: dict[str, list[float]]
+) -> None:
+    """Every write, then every read, once; their seconds appended to ``samples``."""
+    table = fresh_table(backend)
+    timed(
+        samples,
+        "datasource_write",
+        lambda: datasource_write(spark_rows(spark, rows, partitions), backend, table),
+    )
+    timed(samples, "idle_write", lambda: idle_write(spark_rows(spark, rows, partitions)))
+    if backend.parquet_root is not None:  # Spark's own writer and reader reach the root
+        native = fresh_table(backend)
+        timed(
+            samples,
+            "native_write",
+            lambda: native_write(spark_rows(spark, rows, partitions), backend, native),
+        )
+        if sum(f.rows for f in backend.engine.files(native)) != rows:
+            raise AssertionError(f"the native path published {backend.engine.files(native)} for {rows} rows")
+        folder = backend.parquet_root / uuid.uuid4().hex[:10]
+        timed(
+            samples, "parquet_write", lambda: spark_rows(spark, rows, partitions).write.parquet(str(folder))
+        )
+        shutil.rmtree(folder)
+    reader = spark.read.format("storage_adapter").options(**backend.options).option("table", table)
+    timed(samples, "datasource_read", lambda: full_scan(reader.load(backend.url)))
+    count, total = timed(samples, "datasource_narrow_read", lambda: narrow_scan(reader.load(backend.url)))
+    if (count, total) != (rows, sum(i * 0.5 for i in range(rows))):
+        raise AssertionError(f"data source read {count} rows summing {total}, wrote {rows}")
+    if backend.parquet_root is not None:
+        files = [local_path(backend.engine, f.key) for f in backend.engine.files(table)]
+        timed(samples, "parquet_read", lambda: full_scan(spark.read.parquet(*files)))
+        count, _ = timed(samples, "parquet_narrow_read", lambda: narrow_scan(spark.read.parquet(*files)))
+        if count != rows:
+            raise AssertionError(f"spark.read.parquet of the snapshot's files read {count} rows")
+
+
 def measure(spark: Any, backend: Backend, rows: int, rounds: int, partitions: int) -> SparkIoResult:
-    expected_sum = sum(i * 0.5 for i in range(rows))
     # Warm-up: every write path once at full size (the JVM compiles each path's code on its first runs).
-    datasource_write(spark_rows(spark, rows, partitions), fresh_engine(backend), backend)
+    datasource_write(spark_rows(spark, rows, partitions), backend, fresh_table(backend))
     idle_write(spark_rows(spark, rows, partitions))
     if backend.parquet_root is not None:
+        native_write(spark_rows(spark, rows, partitions), backend, fresh_table(backend))
         warm = backend.parquet_root / uuid.uuid4().hex[:10]
         spark_rows(spark, rows, partitions).write.parquet(str(warm))
         shutil.rmtree(warm)
-    ds_write, pq_write, idle, ds_read, pq_read, ds_narrow, pq_narrow = [], [], [], [], [], [], []
+    samples: dict[str, list[float]] = {}
     for _ in range(rounds):
-        engine = fresh_engine(backend)
-        started = time.perf_counter()
-        datasource_write(spark_rows(spark, rows, partitions), engine, backend)
-        ds_write.append(time.perf_counter() - started)
-        started = time.perf_counter()
-        idle_write(spark_rows(spark, rows, partitions))
-        idle.append(time.perf_counter() - started)
-
-        reader = spark.read.format("storage_adapter").options(**backend.options).option("table", "events")
-        started = time.perf_counter()
-        full_scan(reader.load(engine.adapter.url))
-        ds_read.append(time.perf_counter() - started)
-        started = time.perf_counter()
-        count, total = narrow_scan(reader.load(engine.adapter.url))
-        ds_narrow.append(time.perf_counter() - started)
-        if (count, total) != (rows, expected_sum):
-            raise AssertionError(f"data source read {count} rows summing {total}, wrote {rows}")
-
-        if backend.parquet_root is not None:
-            folder = backend.parquet_root / uuid.uuid4().hex[:10]
-            started = time.perf_counter()
-            spark_rows(spark, rows, partitions).write.parquet(str(folder))
-            pq_write.append(time.perf_counter() - started)
-            shutil.rmtree(folder)
-            files = [local_path(engine, f.key) for f in engine.files("events")]
-            started = time.perf_counter()
-            full_scan(spark.read.parquet(*files))
-            pq_read.append(time.perf_counter() - started)
-            started = time.perf_counter()
-            count, total = narrow_scan(spark.read.parquet(*files))
-            pq_narrow.append(time.perf_counter() - started)
-            if count != rows:
-                raise AssertionError(f"spark.read.parquet of the snapshot's files read {count} rows")
+        one_round(spark, backend, rows, partitions, samples)
     publishes = {}
     for parts in PUBLISH_PARTITIONS:
-        engine = fresh_engine(backend)
-        before = engine.snapshot().version
-        datasource_write(spark_rows(spark, 10_000, parts), engine, backend)
-        publishes[f"{parts} partitions"] = engine.snapshot().version - before
+        table = fresh_table(backend)
+        before = backend.engine.snapshot().version
+        datasource_write(spark_rows(spark, 10_000, parts), backend, table)
+        publishes[f"{parts} partitions"] = backend.engine.snapshot().version - before
+
+    def median(name: str) -> float | None:
+        return statistics.median(samples[name]) if name in samples else None
+
     return SparkIoResult(
         backend=backend.name,
         rows=rows,
         partitions=partitions,
-        datasource_write_s=statistics.median(ds_write),
-        parquet_write_s=statistics.median(pq_write) if pq_write else None,
-        idle_write_s=statistics.median(idle),
-        datasource_read_s=statistics.median(ds_read),
-        parquet_read_s=statistics.median(pq_read) if pq_read else None,
-        datasource_narrow_read_s=statistics.median(ds_narrow),
-        parquet_narrow_read_s=statistics.median(pq_narrow) if pq_narrow else None,
+        datasource_write_s=statistics.median(samples["datasource_write"]),
+        parquet_write_s=median("parquet_write"),
+        idle_write_s=statistics.median(samples["idle_write"]),
+        native_write_s=median("native_write"),
+        datasource_read_s=statistics.median(samples["datasource_read"]),
+        parquet_read_s=median("parquet_read"),
+        datasource_narrow_read_s=statistics.median(samples["datasource_narrow_read"]),
+        parquet_narrow_read_s=median("parquet_narrow_read"),
         publishes_per_load=publishes,
+        rounds=samples,
     )
 
 
@@ -253,26 +302,39 @@ def backends(names: list[str]) -> Iterator[list[Backend]]:
             if name == "local":
                 root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-spark-io-")))
                 (root / "parquet").mkdir()
-                adapter = open_adapter(f"file://{root}/tables")
-                found.append(Backend("local", adapter, {}, root / "parquet"))
+                engine = Engine.open(f"file://{root}/warehouse")
+                found.append(Backend("local", engine, {}, root / "parquet"))
             elif name == "seaweedfs":
                 from servers.seaweedfs import SeaweedFS
 
                 endpoint = stack.enter_context(SeaweedFS(bucket="bench"))
                 stack.enter_context(endpoint.scoped())
                 options = endpoint.adapter_options()
-                adapter = open_adapter(endpoint.url(f"spark-io-{uuid.uuid4().hex[:8]}"), **options)
-                found.append(Backend("seaweedfs", adapter, {k: str(v) for k, v in options.items()}, None))
+                engine = Engine.open(endpoint.url(f"spark-io-{uuid.uuid4().hex[:8]}"), options=options)
+                found.append(Backend("seaweedfs", engine, {k: str(v) for k, v in options.items()}, None))
             else:
                 raise SystemExit(f"bench.spark_io: unknown backend {name!r} (local, seaweedfs)")
         yield found
 
 
-def _ratio(value: float | None, target: float) -> str:
+def _ratio(value: float | None, target: float | None) -> str:
     if value is None:
-        return "n/a (no Hadoop filesystem for plain Spark here)"
+        return "n/a (no Hadoop filesystem for Spark's own Parquet here)"
     shown = math.floor(value * 100) / 100  # rounded down: a ratio just under its target never reads as it
+    if target is None:
+        return f"{shown:.2f}x"
     return f"{shown:.2f}x (target >= {target}x: {'met' if value >= target else 'NOT met'})"
+
+
+def _share(value: float) -> str:
+    shown = math.ceil(value * 100) / 100  # rounded up: a share just over its target never reads as it
+    return (
+        f"{shown:.2f}x (target <= {OWN_SHARE_TARGET}x: {'met' if value <= OWN_SHARE_TARGET else 'NOT met'})"
+    )
+
+
+def _seconds(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f} s"
 
 
 def _narrow(r: SparkIoResult) -> str:
@@ -285,23 +347,36 @@ def markdown(results: list[SparkIoResult], master: str, rounds: int) -> str:
     lines = [
         f"# Spark data path, {master}, median of {rounds}",
         "",
-        "| backend | rows | write: data source | write: df.write.parquet | write ratio | full read: data source "
-        "| full read: spark.read.parquet | full read ratio | one-column query ratio (no target) "
-        "| publishes per load | write: do-nothing Python data source | ceiling: df.write.parquet / do-nothing "
-        "| data source / do-nothing |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| backend | rows | write: data source | write: do-nothing Python data source | data source / do-nothing "
+        "| write: native path | write: df.write.parquet | native path throughput / df.write.parquet "
+        "| data source throughput / df.write.parquet | full read: data source | full read: spark.read.parquet "
+        "| full read ratio | one-column query ratio (no target) | publishes per load |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
-        pq_write = "n/a" if r.parquet_write_s is None else f"{r.parquet_write_s:.2f} s"
-        pq_read = "n/a" if r.parquet_read_s is None else f"{r.parquet_read_s:.2f} s"
         publishes = ", ".join(f"{k}: {v}" for k, v in r.publishes_per_load.items())
         lines.append(
-            f"| {r.backend} | {r.rows:,} | {r.datasource_write_s:.2f} s | {pq_write} | "
-            f"{_ratio(r.write_ratio, WRITE_TARGET)} | {r.datasource_read_s:.2f} s | {pq_read} | "
-            f"{_ratio(r.read_ratio, READ_TARGET)} | {_narrow(r)} | {publishes} | {r.idle_write_s:.2f} s | "
-            f"{'n/a' if r.ceiling_ratio is None else f'{r.ceiling_ratio:.2f}x'} | {r.own_share:.2f}x |"
+            f"| {r.backend} | {r.rows:,} | {r.datasource_write_s:.2f} s | {r.idle_write_s:.2f} s | "
+            f"{_share(r.own_share)} | {_seconds(r.native_write_s)} | {_seconds(r.parquet_write_s)} | "
+            f"{_ratio(r.native_ratio, NATIVE_TARGET)} | {_ratio(r.write_ratio, None)} | "
+            f"{r.datasource_read_s:.2f} s | {_seconds(r.parquet_read_s)} | {_ratio(r.read_ratio, READ_TARGET)} | "
+            f"{_narrow(r)} | {publishes} |"
         )
+    lines += ["", "Every round (each ratio within one round; then the median of those ratios):", ""]
+    for r in results:
+        lines.append(
+            f"* {r.backend}: data source / do-nothing {_rounds(r, 'datasource_write', 'idle_write')}"
+        )
+        if r.parquet_write_s is not None:
+            native = _rounds(r, "parquet_write", "native_write")
+            lines.append(f"* {r.backend}: native path throughput / df.write.parquet {native}")
+            lines.append(f"* {r.backend}: full read ratio {_rounds(r, 'parquet_read', 'datasource_read')}")
     return "\n".join(lines) + "\n"
+
+
+def _rounds(r: SparkIoResult, numerator: str, denominator: str) -> str:
+    ratios = r.per_round(numerator, denominator)
+    return ", ".join(f"{v:.2f}x" for v in ratios) + f" (median {statistics.median(ratios):.2f}x)"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -327,6 +402,7 @@ def main(argv: list[str] | None = None) -> int:
         dict(
             asdict(r),
             write_ratio=r.write_ratio,
+            native_ratio=r.native_ratio,
             read_ratio=r.read_ratio,
             narrow_read_ratio=r.narrow_read_ratio,
             ceiling_ratio=r.ceiling_ratio,

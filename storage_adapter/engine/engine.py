@@ -377,7 +377,9 @@ class Engine:
         parts = self._read_fragments(keys, names)
         if not parts:
             return schema.empty_table()
-        return pa.concat_tables(parts)
+        # A fragment Spark's own writer wrote may say non-nullable where the table allows nulls (it holds
+        # none there): read as the table's schema, as every fragment is.
+        return pa.concat_tables([p if p.schema.equals(schema) else p.cast(schema) for p in parts])
 
     def files(
         self,
@@ -478,7 +480,7 @@ class Engine:
         bodies = [encode_fragment(data) for _, data, _ in planned]
         return map_bounded(
             lambda i: store_fragment(
-                self._adapter, table, planned[i][1], bodies[i], planned[i][2], planned[i][0]
+                self._adapter, table, planned[i][1].schema, bodies[i], planned[i][2], planned[i][0]
             ),
             range(len(planned)),
         )

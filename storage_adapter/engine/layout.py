@@ -5,6 +5,9 @@ tables/{table}/_versions/{V:020d}.json table version V (immutable; written with 
 tables/{table}/_checkpoints/{V:020d}.json  the resolved fragment list of version V (optional, see tables.py)
 tables/{table}/data/[{col}={value}/...]{ulid}.parquet  immutable data fragments (in partition folders
                                        when the table is partitioned)
+tables/{table}/data/_staging/{job}/... files another writer (Spark's own Parquet writer) staged for a
+                                       commit: only the committed ones are ever referenced; vacuum
+                                       reclaims everything else in the folder
 __recovery/{operation_id}.json         recovery sidecars of commits in flight (or crashed)
 __audit/{operation_id}.json            one audit record per recovered operation (write_if_absent)
 __keys/{sha256(key)}.json              the ledger entry of one idempotency key (see key_ledger.py)
@@ -72,6 +75,16 @@ def data_key(table: str, fragment_id: str, partition_path: str = "") -> str:
     partition's folder."""
     folder = f"{data_prefix(table)}/{partition_path}" if partition_path else data_prefix(table)
     return f"{folder}/{fragment_id}.parquet"
+
+
+STAGING_FOLDER = "_staging"  # no partition folder is named so: theirs are always col=value
+
+
+def staging_prefix(table: str, job: str) -> str:
+    """The folder a writer outside the engine (a Spark job) writes one job's files into, under the table's
+    data prefix: files it commits are referenced where they lie (or moved into partition folders), and
+    vacuum reclaims every other file in it once past its grace period."""
+    return f"{data_prefix(table)}/{STAGING_FOLDER}/{job}"
 
 
 def table_map_key(version: int, operation_id: str) -> str:

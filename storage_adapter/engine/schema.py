@@ -341,12 +341,17 @@ def table_layout(schema_text: str) -> tuple[pa.Schema, tuple[str, ...]]:
     return schema.remove_metadata(), () if raw is None else tuple(json.loads(raw))
 
 
-def fragment_plan(table: str, partition: Partition, data: pa.Table) -> tuple[Partition, pa.Table, str]:
-    """(partition, rows, key) of one fragment to write: a fresh key in the partition's folder, checked
-    by the key rules (InvalidKeyError, a ValueError, naming it: e.g. a value too long for a segment)."""
+def fragment_key(table: str, partition: Partition) -> str:
+    """A fresh key for a fragment of ``partition``, in the partition's folder, checked by the key rules
+    (InvalidKeyError, a ValueError, naming it: e.g. a value too long for a segment)."""
     key = layout.data_key(table, str(ULID()), partition_prefix(partition))
     validate_key(key)
-    return partition, data, key
+    return key
+
+
+def fragment_plan(table: str, partition: Partition, data: pa.Table) -> tuple[Partition, pa.Table, str]:
+    """(partition, rows, key) of one fragment to write (:func:`fragment_key`)."""
+    return partition, data, fragment_key(table, partition)
 
 
 def plan_fragments(

@@ -19,20 +19,24 @@ So an append writes O(its own fragments) bytes, and a cold read fetches at most 
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import io
+import queue
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from storage_adapter.engine import codec, layout
 from storage_adapter.engine.errors import CommitConflictError, CorruptMetadataError
 from storage_adapter.engine.parallel import executor, in_pool_thread, settle
+from storage_adapter.errors import StorageError
 from storage_adapter.protocol import StorageAdapter
 from storage_adapter.stored_json import StoredJSONError, expect, field
 from storage_adapter.types import Capabilities, Support
@@ -92,6 +96,64 @@ class DataFile:
 # default of 1Mi rows): a fragment's writer holds one row group, whatever the fragment's size.
 ROW_GROUP_BYTES = 16 * 1024 * 1024
 ROW_GROUP_ROWS = 1024 * 1024
+# Dictionary encoding is decided per column on a fragment's first rows (see dictionary_columns): about
+# a Parquet page of them (1 MiB of Arrow data), at most this many.
+DICTIONARY_SAMPLE_BYTES = 1024 * 1024
+DICTIONARY_SAMPLE_ROWS = 32 * 1024
+
+
+def dictionary_columns(sample: pa.Table) -> list[str] | bool:
+    """The columns to dictionary-encode in a fragment whose first rows are ``sample`` (pyarrow's
+    ``use_dictionary``), by the test Spark's Parquet writer (parquet-mr) makes on a column's first page:
+    a dictionary is kept only where it and its indices are smaller than the plain values. pyarrow alone
+    builds every column's dictionary up to 1 MiB before giving up on it, which for columns of unique
+    values (ids, unique labels) is about half of the encoding's CPU, for a larger file. True (pyarrow's
+    default, every column) when a column is nested: its leaves are not judged here."""
+    chosen = []
+    for column_field, column in zip(sample.schema, sample.columns, strict=True):
+        if pa.types.is_nested(column_field.type):
+            return True
+        if _dictionary_pays(column):
+            chosen.append(column_field.name)
+    return chosen
+
+
+def _dictionary_pays(column: pa.ChunkedArray) -> bool:
+    """True where a dictionary is smaller than the plain values, or where that cannot be judged (no
+    values, a dictionary type, a variable-width type other than strings and binaries)."""
+    values = column.drop_null() if column.null_count else column
+    plain = _plain_bytes(values)
+    if plain is None or len(values) == 0 or pa.types.is_dictionary(values.type):
+        return True
+    distinct = values.unique()
+    index_bytes = len(values) * max(1, len(distinct).bit_length()) / 8
+    return (_plain_bytes(distinct) or 0) + index_bytes < plain
+
+
+_BINARY_KINDS = (pa.types.is_string, pa.types.is_large_string, pa.types.is_binary, pa.types.is_large_binary)
+
+
+def _plain_bytes(values: pa.Array | pa.ChunkedArray) -> int | None:
+    """Parquet's PLAIN size of non-null ``values``: strings and binaries with a 4-byte length each,
+    fixed-width values at their width; None for other types."""
+    kind = values.type
+    if any(is_kind(kind) for is_kind in _BINARY_KINDS):
+        return int(pc.sum(pc.binary_length(values)).as_py() or 0) + 4 * len(values)
+    try:
+        width = int(kind.bit_width)
+    except ValueError:  # "Non-fixed width type"
+        return None
+    return len(values) * max(1, width // 8)
+
+
+def parquet_writer(sink: Any, schema: pa.Schema, first_rows: pa.Table | None) -> pq.ParquetWriter:
+    """The Parquet writer of one fragment (every fragment writer's settings are these): dictionary
+    encoding chosen on ``first_rows`` (:func:`dictionary_columns`; None: no rows, pyarrow's default)."""
+    if first_rows is None or first_rows.num_rows == 0:
+        return pq.ParquetWriter(sink, schema)
+    rows = first_rows.num_rows * DICTIONARY_SAMPLE_BYTES // max(first_rows.nbytes, 1)
+    sample = first_rows.slice(0, max(1, min(DICTIONARY_SAMPLE_ROWS, rows)))
+    return pq.ParquetWriter(sink, schema, use_dictionary=dictionary_columns(sample))
 
 
 def write_fragment(
@@ -99,7 +161,9 @@ def write_fragment(
 ) -> FragmentRef:
     """Write ``data`` (a table, or a reader of record batches consumed once) as one Parquet file,
     streamed one row group at a time (see ``store_fragment``); the id is a fresh ULID: never taken."""
-    return store_fragment(adapter, table, data, encode_fragment(data), layout.data_key(table, fragment_id))
+    return store_fragment(
+        adapter, table, data.schema, encode_fragment(data), layout.data_key(table, fragment_id)
+    )
 
 
 def _row_groups(data: pa.Table | pa.RecordBatchReader) -> Iterator[pa.Table]:
@@ -107,16 +171,17 @@ def _row_groups(data: pa.Table | pa.RecordBatchReader) -> Iterator[pa.Table]:
     that size, or sliced down to it): zero-copy slices, one group in memory at a time."""
     batches = data.to_batches() if isinstance(data, pa.Table) else data
     pending: list[pa.RecordBatch] = []
-    size = 0
+    size = pending_rows = 0
     for batch in batches:
         rows = max(1, min(ROW_GROUP_ROWS, batch.num_rows * ROW_GROUP_BYTES // max(batch.nbytes, 1)))
         for offset in range(0, batch.num_rows, rows):
             part = batch.slice(offset, rows)
             pending.append(part)
             size += part.nbytes
-            if size >= ROW_GROUP_BYTES or sum(p.num_rows for p in pending) >= ROW_GROUP_ROWS:
+            pending_rows += part.num_rows
+            if size >= ROW_GROUP_BYTES or pending_rows >= ROW_GROUP_ROWS:
                 yield pa.Table.from_batches(pending, data.schema)
-                pending, size = [], 0
+                pending, size, pending_rows = [], 0, 0
     if pending:
         yield pa.Table.from_batches(pending, data.schema)
 
@@ -173,10 +238,10 @@ class EncodedFragment:
         """The file's bytes, row group by row group (each as the pieces pyarrow wrote), the footer with
         the last: ``_finished`` is set before the last one is yielded."""
         sink = _ChunkSink()
-        writer = pq.ParquetWriter(sink, data.schema)
         groups = _row_groups(data)
+        group = next(groups, None)
+        writer = parquet_writer(sink, data.schema, group)
         try:
-            group = next(groups, None)
             while group is not None:
                 writer.write_table(group, row_group_size=group.num_rows)
                 self.rows += group.num_rows
@@ -212,16 +277,163 @@ def encode_fragment(data: pa.Table | pa.RecordBatchReader) -> EncodedFragment:
     return EncodedFragment(data)
 
 
+class FragmentBody(Protocol):
+    """A fragment's Parquet file on its way to storage: ``whole`` when it is all encoded already, else
+    ``chunks()`` yields it (once); ``rows`` and ``size`` are the file's once it was written."""
+
+    whole: bytes | None
+    rows: int
+    size: int
+
+    def chunks(self) -> Iterator[bytes]: ...
+
+
+# A FragmentWriter whose file passes this many encoded bytes sends them to storage from then on, in a
+# thread of its own, while its rows keep coming; smaller fragments are one request when finished.
+STREAM_AFTER_BYTES = 1024 * 1024
+
+
+class FragmentAbortedError(Exception):
+    """Raised into a FragmentWriter's streamed write by ``abort``: the write then leaves nothing."""
+
+
+class FragmentWriter:
+    """One fragment written while its rows arrive (a Spark task's input): ``add`` gathers rows and
+    encodes a row group as soon as about ``row_group_bytes`` of Arrow data (or ROW_GROUP_ROWS rows) are
+    pending, so the encoding keeps pace with the rows instead of following the last one; once the file
+    passes STREAM_AFTER_BYTES, its bytes are also written as they are encoded, by a streamed write in a
+    thread of its own (a multipart upload on S3, a staged file on local), so neither waits for the
+    input's end either. ``finish`` encodes the rest, completes the write and returns the reference; a
+    smaller fragment is then one ``write_if_absent``. ``abort`` leaves nothing: a streamed write that
+    does not end is never visible (docs/streams.md), nor, on S3, completed. Rows must have ``schema``
+    exactly (``conform`` them first). Not thread-safe: one caller adds, finishes or aborts."""
+
+    def __init__(
+        self,
+        adapter: StorageAdapter,
+        table: str,
+        schema: pa.Schema,
+        key: str,
+        partition: tuple[tuple[str, str | None], ...] = (),
+        row_group_bytes: int = ROW_GROUP_BYTES,
+    ) -> None:
+        self._adapter, self._table, self._schema = adapter, table, schema
+        self._key, self._partition = key, partition
+        self.rows = 0  # rows added
+        self.size = 0  # bytes of the file, once finished
+        self.whole: bytes | None = None
+        self._row_group_bytes = row_group_bytes
+        self._sink = _ChunkSink()
+        self._encoded: list[bytes] = []  # encoded, not yet handed to the streamed write
+        self._encoded_bytes = 0
+        self._writer: pq.ParquetWriter | None = None
+        self._pending: list[pa.Table] = []
+        self._pending_bytes = self._pending_rows = 0
+        self._queue: queue.Queue[bytes | BaseException | None] | None = None  # the streamed write's input
+        self._queued_bytes = 0  # handed to the streamed write (counted by the caller's thread)
+        self._written_bytes = 0  # taken by the streamed write (counted by its thread)
+        self._thread: threading.Thread | None = None
+        self._outcome: list[FragmentRef | BaseException] = []
+
+    @property
+    def held_bytes(self) -> int:
+        """What the writer holds in memory: rows pending and encoded bytes not yet written."""
+        return self._pending_bytes + self._encoded_bytes + self._queued_bytes - self._written_bytes
+
+    def add(self, rows: pa.Table) -> None:
+        self._pending.append(rows)
+        self.rows += rows.num_rows
+        self._pending_bytes += rows.nbytes
+        self._pending_rows += rows.num_rows
+        if self._pending_bytes >= self._row_group_bytes or self._pending_rows >= ROW_GROUP_ROWS:
+            self._encode()
+            self._send()
+
+    def _encode(self) -> None:
+        group = pa.concat_tables(self._pending)  # zero-copy: the pieces become the group's chunks
+        self._pending, self._pending_bytes, self._pending_rows = [], 0, 0
+        if self._writer is None:  # the first group decides the encodings
+            self._writer = parquet_writer(self._sink, self._schema, group)
+        self._writer.write_table(group, row_group_size=ROW_GROUP_ROWS)
+        self._take(self._sink.drain())
+
+    def _take(self, pieces: list[bytes]) -> None:
+        self._encoded.extend(pieces)
+        self._encoded_bytes += sum(len(p) for p in pieces)
+        self.size += sum(len(p) for p in pieces)
+
+    def _send(self) -> None:
+        """Hand the encoded bytes to the streamed write, starting it once the file is large enough."""
+        if self._queue is None and self.size >= STREAM_AFTER_BYTES:
+            self._queue = queue.Queue()
+            self._thread = threading.Thread(target=self._stream, name=f"fragment {self._key}", daemon=True)
+            self._thread.start()
+        if self._queue is not None:
+            if self._outcome:  # the write already failed: say so now, not after the last row
+                self._ended()
+            for piece in self._encoded:
+                self._queue.put(piece)
+            self._queued_bytes += self._encoded_bytes
+            self._encoded, self._encoded_bytes = [], 0
+
+    def _stream(self) -> None:
+        try:
+            self._outcome.append(
+                store_fragment(self._adapter, self._table, self._schema, self, self._key, self._partition)
+            )
+        except BaseException as exc:  # handed to finish or abort, in the caller's thread
+            self._outcome.append(exc)
+
+    def chunks(self) -> Iterator[bytes]:
+        """The streamed write's body: the pieces ``add`` and ``finish`` hand over, until the end."""
+        assert self._queue is not None
+        while (piece := self._queue.get()) is not None:
+            if isinstance(piece, BaseException):
+                raise piece
+            self._written_bytes += len(piece)
+            yield piece
+
+    def finish(self) -> FragmentRef:
+        """Encode the rest, write what is not written yet and wait for the write; its error, if any."""
+        if self._pending or self._writer is None:
+            self._encode()
+        assert self._writer is not None
+        self._writer.close()
+        self._take(self._sink.drain())
+        if self._queue is None:
+            self.whole = b"".join(self._encoded)
+            return store_fragment(self._adapter, self._table, self._schema, self, self._key, self._partition)
+        self._send()
+        self._queue.put(None)
+        return self._ended()
+
+    def abort(self) -> None:
+        """Write nothing: a streamed write under way fails, so its object never appears."""
+        if self._queue is not None:
+            self._queue.put(FragmentAbortedError(f"fragment {self._key} aborted"))
+            # The write is abandoned: how it ended (aborted, or failed before) no longer matters.
+            with contextlib.suppress(FragmentAbortedError, StorageError):
+                self._ended()
+
+    def _ended(self) -> FragmentRef:
+        assert self._thread is not None
+        self._thread.join()
+        outcome = self._outcome[0]
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+
 def store_fragment(
     adapter: StorageAdapter,
     table: str,
-    data: pa.Table | pa.RecordBatchReader,
-    body: EncodedFragment,
+    schema: pa.Schema,
+    body: FragmentBody,
     key: str,
     partition: tuple[tuple[str, str | None], ...] = (),
 ) -> FragmentRef:
-    """Write ``body`` (``encode_fragment(data)``) at ``key`` (a fresh ``layout.data_key``), created only
-    if absent; ``partition`` is the partition its key names.
+    """Write ``body`` (rows of ``schema``: ``encode_fragment(data)``, or a FragmentWriter's) at ``key``
+    (a fresh ``layout.data_key``), created only if absent; ``partition`` is the partition its key names.
 
     A fragment of one row group is one ``write_if_absent`` of its bytes. A larger one is streamed (peak
     memory: about a row group, whatever the fragment's size): with ``write_if_absent`` where the backend
@@ -239,7 +451,7 @@ def store_fragment(
     if not created:
         raise CorruptMetadataError(f"fragment {key} already exists: fragment ids must be fresh", key=key)
     return FragmentRef(
-        table, key, body.rows, body.size, schema_fingerprint(data.schema), codec.now_iso(), partition
+        table, key, body.rows, body.size, schema_fingerprint(schema), codec.now_iso(), partition
     )
 
 

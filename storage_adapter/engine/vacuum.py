@@ -7,6 +7,10 @@ file is deleted only if nothing retained references it AND it is older than the 
 listing is never a candidate; commits refuse fragments older than half the grace period, so no commit
 can publish a reference to a fragment vacuum may consider (see docs/engine.md, "grace rule").
 
+Every file in a staging folder (``layout.staging_prefix``: what a Spark job's own Parquet writer left
+there, data or not) is a candidate like an unreferenced fragment; the staged files a commit published are
+referenced where they lie.
+
 Commit records stored in ``__history/`` at or below the history floor are deleted (nothing reads them),
 and table maps (``__tables/``) other than the current manifest's once older than the grace period.
 Key ledger entries (key_ledger.py) are kept for the key window: vacuum deletes a published entry once it
@@ -70,6 +74,8 @@ def _parse(key: str) -> tuple[str, str, int | None] | None:
     if len(parts) < 4 or parts[0] != layout.TABLES_PREFIX:
         return None
     if parts[2] == "data" and parts[-1].endswith(".parquet"):  # partitioned tables: in col=value folders
+        return (parts[1], "data", None)
+    if parts[2] == "data" and parts[3] == layout.STAGING_FOLDER:  # a staged job's other files (Spark's)
         return (parts[1], "data", None)
     if len(parts) != 4:
         return None

@@ -1,5 +1,5 @@
-"""PySpark at the edge of the product: the ``storage_adapter`` data source, Spark loads and the session
-builder (docs/spark.md).
+"""PySpark at the edge of the product: the ``storage_adapter`` data source, Spark loads, the native-writer
+path (``write``: Spark's own Parquet writer, one engine commit) and the session builder (docs/spark.md).
 
 Needs the ``spark`` extra (PySpark, pyarrow). Nothing below this package imports it.
 """
@@ -14,6 +14,7 @@ from storage_adapter.spark.datasource import (
     typed_errors,
 )
 from storage_adapter.spark.load import BulkLoad, SparkInputError, bulk_load, write_tables
+from storage_adapter.spark.native import write
 from storage_adapter.spark.session import spark_session
 
 __all__ = [
@@ -28,5 +29,6 @@ __all__ = [
     "schema_to_spark",
     "spark_session",
     "typed_errors",
+    "write",
     "write_tables",
 ]

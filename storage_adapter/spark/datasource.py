@@ -53,7 +53,14 @@ from storage_adapter.engine.errors import CommitConflictError, TableExistsError
 from storage_adapter.engine.request import CommitRequest
 from storage_adapter.engine.tables import DataFile
 from storage_adapter.errors import ConfigurationError, StorageError
-from storage_adapter.spark.load import FragmentTask, TaskResult, collect_fragments, log_load, task_for
+from storage_adapter.spark.load import (
+    FragmentTask,
+    TaskResult,
+    collect_fragments,
+    log_load,
+    shared_engine,
+    task_for,
+)
 from storage_adapter.spark.options import SourceOptions
 
 log = logging.getLogger(__name__)
@@ -129,7 +136,7 @@ class _WritePlan:
         if self.replayed is not None:
             log_load({options.table: ()}, self.replayed, "storage_adapter write")
             return self.replayed
-        engine = Engine.open(self.task.adapter)
+        engine = shared_engine(options.open())
         commit: Commit | None = None
         if fragments or self.mode != "append":
             commit = engine.commit_fragments({options.table: fragments}, self.request(app_version))
@@ -167,7 +174,7 @@ def _plan(
         raise ConfigurationError(
             f"option replaceWhere needs mode('overwrite') (table {options.table!r})", key=options.table
         )
-    engine = Engine.open(options.open())
+    engine = shared_engine(options.open())
     if options.create_table and options.table not in engine.snapshot().tables:
         with contextlib.suppress(TableExistsError):  # created meanwhile by another writer: use it
             engine.create_table(

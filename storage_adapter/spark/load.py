@@ -5,8 +5,8 @@ source (``df.write.format(...)``, streaming included) and the functions here, :f
 number of DataFrames into their tables, ONE commit) and :func:`bulk_load` (one table). A task receives its
 partition as Arrow record batches, makes them fit the table's schema (``conform``: by column name, safe
 widening only unless asked otherwise), and writes them through the adapter as immutable fragments
-(``Engine.write_fragments``: fresh keys, one fragment per partition value combination and per
-``max_rows_per_fragment`` rows), returning only their references. The driver publishes every reference it
+(fresh keys, one fragment per partition value combination and per ``max_rows_per_fragment`` rows, each
+encoded and written while its rows arrive: ``tables.FragmentWriter``), returning only their references. The driver publishes every reference it
 receives in one ``Engine.commit_fragments``: the load becomes visible all at once or not at all.
 
 Fragments written by a task attempt that failed, was retried or was speculatively duplicated are never
@@ -20,6 +20,8 @@ with nothing published. Executors reopen the adapter by unpickling it, so the sa
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import logging
 import pickle
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -29,15 +31,23 @@ from typing import Any
 
 import pyarrow as pa
 
+from storage_adapter.adapter import ObjectStorageAdapter
 from storage_adapter.engine import failpoints
 from storage_adapter.engine.commit import Commit
 from storage_adapter.engine.engine import Engine
 from storage_adapter.engine.errors import SchemaMismatchError
 from storage_adapter.engine.request import CommitMode, CommitRequest
-from storage_adapter.engine.schema import PartitionFilter, conform
-from storage_adapter.engine.tables import FragmentRef
+from storage_adapter.engine.schema import (
+    Partition,
+    PartitionFilter,
+    conform,
+    fragment_key,
+    split_by_partition,
+)
+from storage_adapter.engine.tables import FragmentRef, FragmentWriter
 from storage_adapter.errors import StorageError, UnsupportedOperationError
 from storage_adapter.protocol import StorageAdapter
+from storage_adapter.registry import AdapterConfig
 
 log = logging.getLogger(__name__)
 
@@ -58,58 +68,109 @@ class TaskResult:
     mismatch: str | None = None
 
 
+# A task encodes its rows into row groups of about this much Arrow data as they arrive (smaller than the
+# engine's 16 MiB, so that a task's last rows, encoded after its input ends, are a small part of its work),
+# and holds at most about TASK_HELD_BYTES (rows pending, encoded bytes not yet written) before it finishes
+# its largest open fragment (a task writing many partitions at once).
+TASK_ROW_GROUP_BYTES = 4 * 1024 * 1024
+TASK_HELD_BYTES = 64 * 1024 * 1024
+
+
 @dataclass(frozen=True)
 class FragmentTask:
     """The per-partition work shipped to executors (pickled with the adapter's config and the table's
-    schema, read once on the driver)."""
+    schema and partition columns, read once on the driver: a task makes no metadata request)."""
 
     adapter: StorageAdapter
     table: str
     schema: pa.Schema
+    partition_by: tuple[str, ...] = ()
     by_position: bool = False
     allow_lossy: bool = False
     max_rows_per_fragment: int = DEFAULT_MAX_ROWS_PER_FRAGMENT
 
     def run(self, batches: Iterable[pa.RecordBatch]) -> TaskResult:
-        """Write every row of ``batches``; buffers at most ``max_rows_per_fragment`` rows (Arrow batches
-        straight to Parquet, no per-row Python)."""
-        engine: Engine | None = None  # opened on the first row: empty partitions cost no request
+        """Write every row of ``batches`` as fragments: one per partition value combination and per
+        ``max_rows_per_fragment`` rows, each encoded, and once large enough written, while its rows
+        arrive (``tables.FragmentWriter``: Arrow batches straight to Parquet, no per-row Python). Holds
+        at most about TASK_HELD_BYTES: beyond it, the largest open fragment is finished early. Rows that
+        do not fit end the task (the fragments it finished stay, orphans; the open ones leave nothing)."""
+        building: dict[Partition, FragmentWriter] = {}
         written: list[FragmentRef] = []
-        pending: list[pa.RecordBatch] = []
-        pending_rows = 0
-        for batch in batches:
-            if batch.num_rows == 0:
-                continue
-            pending.append(batch)
-            pending_rows += batch.num_rows
-            if pending_rows >= self.max_rows_per_fragment:
-                engine = engine or Engine.open(self.adapter, read_only=True)
-                mismatch = self._flush(engine, pending, written)
-                if mismatch is not None:
-                    return TaskResult(tuple(written), mismatch)
-                pending, pending_rows = [], 0
-        if pending:
-            mismatch = self._flush(engine or Engine.open(self.adapter, read_only=True), pending, written)
-            if mismatch is not None:
-                return TaskResult(tuple(written), mismatch)
+        try:
+            for batch in batches:
+                if batch.num_rows == 0:
+                    continue
+                try:
+                    data = conform(
+                        self.table,
+                        self.schema,
+                        batch,
+                        by_name=not self.by_position,
+                        allow_lossy=self.allow_lossy,
+                    )
+                except SchemaMismatchError as exc:
+                    return TaskResult(tuple(written), str(exc))
+                for partition, rows in split_by_partition(data, self.partition_by):
+                    writer = building.get(partition)
+                    if writer is None:
+                        writer = building[partition] = self._writer(partition)
+                    writer.add(rows)
+                    if writer.rows >= self.max_rows_per_fragment:
+                        written.append(self._finish(building.pop(partition)))
+                while building and sum(w.held_bytes for w in building.values()) > TASK_HELD_BYTES:
+                    largest = max(building, key=lambda p: building[p].held_bytes)
+                    written.append(self._finish(building.pop(largest)))
+            while building:
+                written.append(self._finish(building.pop(next(iter(building)))))
+        finally:
+            for writer in building.values():  # left open by a mismatch or an error: nothing of them stays
+                writer.abort()
         return TaskResult(tuple(written))
 
-    def _flush(self, engine: Engine, batches: list[pa.RecordBatch], written: list[FragmentRef]) -> str | None:
-        data = pa.Table.from_batches(batches)
-        try:
-            data = conform(
-                self.table, self.schema, data, by_name=not self.by_position, allow_lossy=self.allow_lossy
-            )
-        except SchemaMismatchError as exc:
-            return str(exc)
-        for ref in engine.write_fragments(self.table, data):
-            written.append(ref)
-            failpoints.failpoint("spark_load.after_fragment")
-        return None
+    def _writer(self, partition: Partition) -> FragmentWriter:
+        key = fragment_key(self.table, partition)
+        return FragmentWriter(self.adapter, self.table, self.schema, key, partition, TASK_ROW_GROUP_BYTES)
+
+    def _finish(self, writer: FragmentWriter) -> FragmentRef:
+        ref = writer.finish()
+        failpoints.failpoint("spark_load.after_fragment")
+        return ref
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled with the adapter's config, reopened through :func:`shared_adapter`."""
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        if isinstance(self.adapter, ObjectStorageAdapter):
+            fields["adapter"] = self.adapter.config
+        return (_unpickle_task, (fields,))
 
     def map_in_arrow(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """``DataFrame.mapInArrow`` form of :meth:`run`: one row holding the pickled TaskResult."""
         yield pa.RecordBatch.from_pydict({"result": [pickle.dumps(self.run(batches))]})
+
+
+@functools.lru_cache(maxsize=8)
+def shared_adapter(config: AdapterConfig) -> ObjectStorageAdapter:
+    """The adapter of ``config`` in this process, built once: Spark runs many tasks in one Python worker
+    (``spark.python.worker.reuse``), and building an S3 adapter's client costs 10-25 ms (its TLS setup),
+    which every task paid before it wrote anything. Adapters are thread-safe and hold no per-task state."""
+    return ObjectStorageAdapter(config)
+
+
+@functools.lru_cache(maxsize=8)
+def shared_engine(adapter: ObjectStorageAdapter) -> Engine:
+    """The read-write engine at ``adapter`` in this process, opened (and swept for crashed writers) once:
+    Spark plans and commits a data source's writes in Python workers it reuses, where a fresh engine per
+    write would repeat the recovery sweep of its first open, and the reads of table versions it caches.
+    Every commit still runs its own light heal first."""
+    return Engine.open(adapter)
+
+
+def _unpickle_task(fields: dict[str, Any]) -> FragmentTask:
+    adapter = fields["adapter"]
+    if isinstance(adapter, AdapterConfig):
+        fields = {**fields, "adapter": shared_adapter(adapter)}
+    return FragmentTask(**fields)
 
 
 @dataclass(frozen=True)
@@ -257,7 +318,7 @@ def task_for(engine: Engine, table: str, spark_schema: Any, **settings: Any) -> 
         by_name=not settings.get("by_position", False),
         allow_lossy=settings.get("allow_lossy", False),
     )
-    return FragmentTask(engine.adapter, table, schema, **settings)
+    return FragmentTask(engine.adapter, table, schema, engine.partition_by(table), **settings)
 
 
 def bulk_load(

@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from storage_adapter.adapter import open_adapter
+from storage_adapter.adapter import ObjectStorageAdapter
+from storage_adapter.config import parse_url
 from storage_adapter.errors import ConfigurationError
-from storage_adapter.protocol import StorageAdapter
 from storage_adapter.registry import backend_for_scheme
-from storage_adapter.spark.load import DEFAULT_MAX_ROWS_PER_FRAGMENT
+from storage_adapter.spark.load import DEFAULT_MAX_ROWS_PER_FRAGMENT, shared_adapter
 
 # The data source's own options (docs/spark.md, "Options"), lowercased as Spark hands them over, with the
 # spelling the docs and error messages use.
@@ -118,9 +118,10 @@ class SourceOptions:
             query_name=given.get("queryname"),
         )
 
-    def open(self) -> StorageAdapter:
-        """The adapter for ``url`` and the adapter options (ConfigurationError for an unknown one)."""
-        return open_adapter(self.url, **dict(self.adapter_options))
+    def open(self) -> ObjectStorageAdapter:
+        """The adapter for ``url`` and the adapter options (ConfigurationError for an ill-formed one), the
+        same one for equal options in this process (``load.shared_adapter``)."""
+        return shared_adapter(parse_url(self.url, dict(self.adapter_options)))
 
 
 def _refuse_unknown(url: str, adapter_options: Mapping[str, str]) -> None:

@@ -1,0 +1,435 @@
+"""Spark's own Parquet writer into an engine table (docs/spark.md, "The native path"): ``write(df, url,
+table, ...)``.
+
+The data source (``format("storage_adapter")``) hands every row to a Python worker as Arrow; this path
+leaves the rows in the JVM. Spark's Parquet writer writes them into a fresh staging folder under the
+table, ``tables/{table}/data/_staging/{job}``, where Spark's Hadoop filesystem reaches the storage root
+(``file://``; ``s3a://`` where the cluster ships ``hadoop-aws``, mapped from the adapter's S3 options).
+When ``save()`` returns, Spark's commit protocol (file output committer algorithm 1, output commit
+coordination) has put exactly the files of the tasks it committed into that folder, every one named with
+the job's UUID; Spark's own filter (names starting with ``_`` or ``.``: its ``_temporary`` folder,
+``_SUCCESS``, checksum files) leaves exactly them. Their footers give rows and schema, which must be the
+table's (timestamp and decimal encodings included: the write asks Spark for int64 microsecond timestamps
+and the standard Parquet layout). The driver then publishes them in ONE engine commit, with the exactly-
+once rules of the data source: idempotency key, application watermark (a replay runs no job), partition
+overwrite. A partitioned table's files are moved into their partition folders first: Spark writes them
+below one hidden column (a hash of the partition values), so every file keeps the real partition columns,
+as the engine's readers need, and each file's partition is read from its footer's statistics.
+
+A job that fails, or a driver killed before the commit, leaves its staging folder unreferenced:
+``Engine.vacuum`` reclaims it after its grace period, like any orphaned fragment.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from storage_adapter.adapter import ObjectStorageAdapter
+from storage_adapter.engine import layout
+from storage_adapter.engine.commit import Commit
+from storage_adapter.engine.engine import Engine
+from storage_adapter.engine.errors import CorruptMetadataError, SchemaMismatchError, TableExistsError
+from storage_adapter.engine.parallel import map_bounded
+from storage_adapter.engine.request import CommitMode, CommitRequest
+from storage_adapter.engine.schema import (
+    Partition,
+    PartitionFilter,
+    conform,
+    partition_prefix,
+    partition_texts,
+)
+from storage_adapter.engine.tables import FragmentRef, schema_fingerprint
+from storage_adapter.errors import ConfigurationError, UnsupportedOperationError
+from storage_adapter.keys import validate_key
+from storage_adapter.protocol import StorageAdapter
+from storage_adapter.spark.datasource import schema_from_spark, schema_to_spark
+from storage_adapter.spark.load import BulkLoad, check_spark_frame, log_load
+from storage_adapter.types import ObjectInfo
+
+log = logging.getLogger(__name__)
+
+S3A_FILESYSTEM = "org.apache.hadoop.fs.s3a.S3AFileSystem"
+# What Spark's Parquet writer must be asked for, for the engine's readers to see the table's types: int64
+# microsecond timestamps (not INT96), the standard list and decimal layouts, proleptic Gregorian dates.
+# These are session settings (ParquetFileFormat.prepareWrite reads them from the session, not from the
+# write's options): set for the write, then restored.
+PARQUET_SESSION_SETTINGS = {
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+    "spark.sql.parquet.writeLegacyFormat": "false",
+    "spark.sql.parquet.datetimeRebaseModeInWrite": "CORRECTED",
+}
+# Options of the write itself (they reach its Hadoop configuration): the file output committer's
+# algorithm 1 moves a task's files into the output only at job commit, so the folder holds exactly the
+# committed tasks' files when ``save()`` returns.
+COMMITTER_OPTIONS = {"mapreduce.fileoutputcommitter.algorithm.version": "1"}
+# Spark's name for a task's file: part-<task>-<job uuid>[.c<n>][.<codec>].parquet
+_SPARK_FILE = re.compile(r"^part-\d{5}-([0-9a-f]{8}-(?:[0-9a-f]{4}-){3}[0-9a-f]{12})[^/]*\.parquet$")
+# The one column a partitioned table's staging files are partitioned by: a hash of the partition values,
+# so Spark's folder names are short whatever the values (a file's partition is read from its footer).
+_HIDDEN_PARTITION = "sa_partition"
+
+
+def write(
+    frame: Any,
+    root: str | Engine,
+    table: str,
+    *,
+    mode: str = "append",
+    replace_where: PartitionFilter | None = None,
+    idempotency_key: str | None = None,
+    app_id: str | None = None,
+    app_version: int | None = None,
+    key_issued_at: datetime | None = None,
+    by_position: bool = False,
+    create_table: bool = False,
+    partition_by: Sequence[str] = (),
+    options: Mapping[str, Any] | None = None,
+) -> BulkLoad:
+    """Write the Spark DataFrame ``frame`` into ``table`` of the engine at ``root`` (a URL, opened with
+    adapter ``options``, or an Engine) with Spark's own Parquet writer, then publish exactly the files its
+    job committed in ONE commit (``mode``, ``replace_where``, as ``Engine.commit_fragments``).
+
+    Before any job runs: SparkInputError for a non-Spark frame; UnsupportedOperationError, naming the data
+    source as the way, where Spark's Hadoop filesystem cannot reach the root (memory; S3 without the
+    ``hadoop-aws`` jars); UnknownTableError (unless ``create_table``: the table is created from the
+    frame's schema, every column nullable as Spark writes them, ``partition_by`` its partition columns);
+    SchemaMismatchError for columns that cannot fit (missing, extra, lossy, by name unless
+    ``by_position``) or a table Spark's writer cannot write exactly (a non-nullable column, a type Spark
+    has no exact Parquet form for); an ``idempotency_key`` that landed, or an ``app_version`` at or below
+    ``app_id``'s watermark, returns that replay (``commit.replayed``, no fragments) and runs nothing.
+    After the job, SchemaMismatchError with nothing published if a committed file is not what the table
+    needs. An append of no rows publishes nothing (``commit`` None); an overwrite of no rows empties the
+    table (or its ``replace_where`` partitions). Logs rows, files, bytes and the published version."""
+    check_spark_frame(frame, table)
+    if isinstance(root, Engine):
+        if options:
+            raise ConfigurationError(
+                f"options open a URL: the engine for {table!r} is already open", key=table
+            )
+        engine = root
+    else:
+        engine = Engine.open(root, options=options)
+    spark = frame.sparkSession
+    hadoop_root, hadoop_options = hadoop_location(engine.adapter, spark)
+    if create_table:
+        with contextlib.suppress(TableExistsError):  # created meanwhile by another writer: use it
+            engine.create_table(table, nullable(schema_from_spark(frame.schema)), partition_by=partition_by)
+    request = CommitRequest(
+        mode=mode,
+        idempotency_key=idempotency_key,
+        key_issued_at=key_issued_at,
+        replace_where=None if replace_where is None else {table: replace_where},
+        app_id=app_id,
+        app_version=app_version,
+    )  # ValueError for any option that is wrong whatever the table
+    replayed = engine.precheck([table], request)
+    if replayed is not None:
+        log_load({table: ()}, replayed, "Spark native write")
+        return BulkLoad(replayed, ())
+    schema, columns = engine.snapshot().schema(table), engine.partition_by(table)
+    projected = fitted(frame, table, schema, columns, by_position)
+    staging = layout.staging_prefix(table, uuid.uuid4().hex)
+    writer = projected.write.options(**hadoop_options, **COMMITTER_OPTIONS).mode("errorifexists")
+    with session_settings(spark, PARQUET_SESSION_SETTINGS):
+        writer.partitionBy(*([_HIDDEN_PARTITION] if columns else [])).parquet(f"{hadoop_root}/{staging}")
+    refs = published_files(engine.adapter, table, schema, columns, staging)
+    commit: Commit | None = None
+    if refs or request.mode is not CommitMode.APPEND:
+        commit = engine.commit_fragments({table: refs}, request)
+    log_load({table: refs}, commit, "Spark native write")
+    return BulkLoad(commit, refs)
+
+
+def fitted(frame: Any, table: str, schema: pa.Schema, partition_by: Sequence[str], by_position: bool) -> Any:
+    """``frame`` as the table's columns, in its order, each cast to the table's Spark type (safe
+    widening only: the engine's rules, checked on the driver), plus, for a partitioned table, the hidden
+    column its staging files are partitioned by. SchemaMismatchError before any job for columns that
+    cannot fit, and for a table Spark's Parquet writer cannot write exactly: a type with no exact Spark
+    form (nanosecond timestamps, unsigned or large types, ...), a non-nullable field nested in a column, a
+    non-nullable column the DataFrame's may fill with nulls."""
+    from pyspark.sql import functions
+
+    problems = [problem for column in schema if (problem := _unwritable(column))]
+    sources = [f.name for f in schema] if not by_position else list(frame.columns)
+    problems += [
+        f"{target.name!r} is not nullable, the DataFrame's {source!r} is"
+        for source, target in zip(sources, schema, strict=False)
+        if not target.nullable and source in frame.columns and frame.schema[source].nullable
+    ]
+    if problems:
+        raise SchemaMismatchError(
+            f"table {table!r}: Spark's Parquet writer cannot write it as it is: {'; '.join(problems)}. Write "
+            "with the data source (df.write.format('storage_adapter')), which converts and checks every "
+            "value",
+            key=layout.table_prefix(table),
+        )
+    incoming = nullable(schema_from_spark(frame.schema))  # as Spark writes it: nullable all through
+    conform(table, schema, incoming.empty_table(), by_name=not by_position)
+    columns = [
+        functions.col(_quoted(source)).cast(target.dataType).alias(target.name)
+        for source, target in zip(sources, schema_to_spark(schema).fields, strict=True)
+    ]
+    projected = frame.select(*columns)
+    if not partition_by:
+        return projected
+    values = functions.xxhash64(*(functions.col(_quoted(c)) for c in partition_by))
+    return projected.withColumn(_HIDDEN_PARTITION, values)
+
+
+def _unwritable(column: pa.Field) -> str | None:
+    """Why Spark's Parquet writer cannot write ``column`` as the table has it (None: it can)."""
+    if not nullable(pa.schema([column.with_nullable(True)])).equals(pa.schema([column.with_nullable(True)])):
+        return f"{column.name!r} has a non-nullable field inside ({column.type})"
+    try:
+        written = schema_from_spark(schema_to_spark(pa.schema([column]))).field(0).type
+    except (TypeError, ValueError) as exc:  # PySpark's "unsupported type": no Spark type holds it
+        return f"{column.name!r} is {column.type}, which Spark has no type for ({exc})"
+    return None if written == column.type else f"{column.name!r} is {column.type}, Spark writes {written}"
+
+
+def fits(written: pa.Schema, schema: pa.Schema) -> bool:
+    """Whether a file Spark wrote with schema ``written`` holds rows of the table's ``schema``: the same
+    names and types, a column non-nullable only where the file's is too (Spark keeps a DataFrame's
+    nullability: a file may say non-nullable where the table allows nulls, and then holds none)."""
+    return nullable(written).equals(nullable(schema), check_metadata=False) and all(
+        table.nullable or not file.nullable for file, table in zip(written, schema, strict=True)
+    )
+
+
+def _quoted(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+@contextlib.contextmanager
+def session_settings(spark: Any, settings: Mapping[str, str]) -> Iterator[None]:
+    """``settings`` on the session for the duration of the block, then the previous values (or the
+    defaults) again. Session-wide: another thread's Parquet write in the same session meanwhile gets them
+    too (all they change is the encoding of timestamps and decimals, to the standard one)."""
+    previous = {name: spark.conf.get(name, None) for name in settings}
+    for name, value in settings.items():
+        spark.conf.set(name, value)
+    try:
+        yield
+    finally:
+        for name, value in previous.items():
+            if value is None:
+                spark.conf.unset(name)
+            else:
+                spark.conf.set(name, value)
+
+
+def published_files(
+    adapter: StorageAdapter, table: str, schema: pa.Schema, partition_by: Sequence[str], staging: str
+) -> tuple[FragmentRef, ...]:
+    """The fragments of the files Spark's job committed into ``staging``: every file there but those
+    Spark's own filter skips (a name starting with ``_`` or ``.`` anywhere below the folder: its
+    ``_temporary`` folder, ``_SUCCESS``, checksum files), each named with the job's one UUID and holding
+    exactly the table's schema (SchemaMismatchError otherwise, with nothing published); files of no rows
+    are left out. A partitioned table's files are moved into their partition folders (read from their
+    footers' statistics) before they are returned; on a durable local root every file is made durable
+    first (Spark's writer does not fsync)."""
+    listed = [info for info in adapter.iter_list(staging) if _committed(info.key.removeprefix(staging + "/"))]
+    jobs = {match.group(1) if (match := _SPARK_FILE.match(_name(i.key))) else None for i in listed}
+    if None in jobs or len(jobs) > 1:
+        strays = sorted(i.key for i in listed if not _SPARK_FILE.match(_name(i.key)))
+        raise CorruptMetadataError(
+            f"{staging} holds files no single Spark job wrote (jobs {sorted(map(str, jobs))}, e.g. "
+            f"{(strays or [listed[0].key])[0]}): nothing published; vacuum reclaims the folder",
+            key=staging,
+        )
+    footers = map_bounded(lambda info: _footer(adapter, info.key), listed)
+    placed: list[tuple[ObjectInfo, int, Partition]] = []
+    for info, footer in zip(listed, footers, strict=True):
+        written = footer.schema.to_arrow_schema()
+        if not fits(written, schema):
+            raise SchemaMismatchError(
+                f"{info.key}, written by Spark for table {table!r}, has schema {written}, not the "
+                f"table's {schema}: nothing published; vacuum reclaims the folder",
+                key=info.key,
+            )
+        if footer.num_rows:
+            placed.append((info, footer.num_rows, _partition(info.key, footer, schema, partition_by)))
+    if adapter.capabilities.durable and adapter.backend == "local":
+        _fsync(adapter, [info.key for info, _, _ in placed])
+    fingerprint = schema_fingerprint(schema)
+
+    def reference(entry: tuple[ObjectInfo, int, Partition]) -> FragmentRef:
+        info, rows, partition = entry
+        key = info.key
+        if partition_by:  # its partition's folder: what the engine's readers and filters find it by
+            key = layout.data_key(table, _name(key).removesuffix(".parquet"), partition_prefix(partition))
+            validate_key(key)
+            adapter.rename(info.key, key)
+        written_at = info.last_modified.astimezone(UTC).isoformat(timespec="microseconds")
+        return FragmentRef(table, key, rows, info.size, fingerprint, written_at, partition)
+
+    return tuple(map_bounded(reference, placed))
+
+
+def _committed(relative: str) -> bool:
+    """Spark's filter on a path below its output folder (``FileIndex``: hidden and metadata names)."""
+    return not any(part.startswith(("_", ".")) for part in relative.split("/"))
+
+
+def _name(key: str) -> str:
+    return key.rsplit("/", 1)[-1]
+
+
+def _footer(adapter: StorageAdapter, key: str) -> pq.FileMetaData:
+    """The file's footer (its tail only: one ranged read or two), read through the adapter."""
+    with adapter.open_reader(key) as reader:
+        return pq.read_metadata(reader)
+
+
+def _partition(
+    key: str, metadata: pq.FileMetaData, schema: pa.Schema, partition_by: Sequence[str]
+) -> Partition:
+    """The one partition of every row of the file, from its footer's statistics (each partition column
+    has one value, or only nulls, in every row group); CorruptMetadataError otherwise."""
+    partition: list[tuple[str, str | None]] = []
+    for column in partition_by:
+        index = schema.get_field_index(column)
+        values: set[Any] = set()
+        for group in range(metadata.num_row_groups):
+            chunk = metadata.row_group(group).column(index)
+            stats = chunk.statistics
+            if stats is None or (stats.null_count != chunk.num_values and not stats.has_min_max):
+                raise CorruptMetadataError(
+                    f"{key} has no statistics for partition column {column!r}: its partition is unknown",
+                    key=key,
+                )
+            if stats.null_count:
+                values.add(None)
+            if stats.has_min_max:
+                values.update({stats.min, stats.max})
+        if len(values) != 1:
+            raise CorruptMetadataError(
+                f"{key} holds several values of partition column {column!r} ({sorted(map(repr, values))[:3]}): "
+                "nothing published; vacuum reclaims the folder",
+                key=key,
+            )
+        (value,) = values
+        text = None if value is None else partition_texts(pa.array([value], schema.field(column).type))[0]
+        partition.append((column, text))
+    return tuple(partition)
+
+
+def _fsync(adapter: StorageAdapter, keys: Sequence[str]) -> None:
+    """Make the files at ``keys`` (written by Spark, which does not fsync) and their folders durable, as
+    every write of a durable local adapter is: each file, then every folder from theirs up to the root."""
+    root = adapter.url.removeprefix("file://").rstrip("/")
+
+    def sync(path: str) -> None:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    map_bounded(sync, [f"{root}/{key}" for key in keys])
+    folders = {"/".join(key.split("/")[:depth]) for key in keys for depth in range(1, key.count("/") + 1)}
+    map_bounded(sync, [root, *(f"{root}/{folder}" for folder in sorted(folders))])
+
+
+def hadoop_location(adapter: StorageAdapter, spark: Any) -> tuple[str, dict[str, str]]:
+    """The root of ``adapter`` as Spark's Hadoop filesystem names it, and the write options that reach it:
+    ``file://`` as it is; ``s3://bucket/prefix`` as ``s3a://bucket/prefix`` with the adapter's S3 options
+    mapped to per-bucket ``fs.s3a.bucket.<bucket>.*`` settings (:func:`s3a_options`), when the driver's
+    JVM has ``S3AFileSystem``. UnsupportedOperationError naming the data source as the way otherwise."""
+    config = adapter.config if isinstance(adapter, ObjectStorageAdapter) else None
+    backend = adapter.backend if config is None else config.backend
+    if backend == "local":
+        return adapter.url.rstrip("/"), {}
+    if backend == "s3" and config is not None:
+        if not _has_class(spark, S3A_FILESYSTEM):
+            raise _unreachable(
+                adapter,
+                "this Spark has no hadoop-aws (S3AFileSystem is not on the driver's classpath: the PySpark "
+                "wheel ships none); a cluster needs hadoop-aws matching its Hadoop and the AWS SDK bundle",
+            )
+        root = "s3a://" + adapter.url.removeprefix("s3://").rstrip("/")
+        return root, s3a_options(config.location, dict(config.options))
+    raise _unreachable(adapter, f"Spark's Hadoop filesystems do not reach {backend} storage")
+
+
+def s3a_options(bucket: str, options: Mapping[str, Any]) -> dict[str, str]:
+    """The ``fs.s3a.bucket.<bucket>.*`` settings of the adapter's S3 ``options``: endpoint (and TLS as its
+    scheme says), region, path-style unless virtual-hosted, static keys and session token; anonymous as
+    S3A's anonymous provider. Without keys, S3A's own credential chain signs (environment, instance
+    profile). UnsupportedOperationError for a ``profile``, which S3A takes only from its environment."""
+    if options.get("profile"):
+        raise UnsupportedOperationError(
+            f"S3 option profile has no s3a:// setting here (bucket {bucket!r}): give the keys, or write with "
+            "the data source (df.write.format('storage_adapter'))",
+            key=bucket,
+            backend="s3",
+        )
+    prefix = f"fs.s3a.bucket.{bucket}."
+    settings = {"path.style.access": "false" if options.get("virtual_hosted_style") else "true"}
+    endpoint = options.get("endpoint")
+    if endpoint:
+        settings["endpoint"] = str(endpoint)
+        settings["connection.ssl.enabled"] = "false" if str(endpoint).startswith("http://") else "true"
+    if options.get("region"):
+        settings["endpoint.region"] = str(options["region"])
+    if options.get("anonymous"):
+        settings["aws.credentials.provider"] = "org.apache.hadoop.fs.s3a.AnonymousAWSCredentialsProvider"
+    for name, setting in (
+        ("access_key_id", "access.key"),
+        ("secret_access_key", "secret.key"),
+        ("session_token", "session.token"),
+    ):
+        if options.get(name):
+            settings[setting] = str(options[name])
+    return {prefix + name: value for name, value in settings.items()}
+
+
+def _unreachable(adapter: StorageAdapter, reason: str) -> UnsupportedOperationError:
+    return UnsupportedOperationError(
+        f"Spark's Parquet writer cannot reach {adapter.url}: {reason}. Write with the data source "
+        "(df.write.format('storage_adapter')), which reaches any root through the adapter",
+        key=adapter.url,
+        backend=adapter.backend,
+    )
+
+
+def _has_class(spark: Any, name: str) -> bool:
+    """Whether the driver's JVM can load class ``name`` (False where there is no JVM to ask: Spark
+    Connect)."""
+    jvm = getattr(spark.sparkContext, "_jvm", None) if hasattr(spark, "sparkContext") else None
+    if jvm is None:
+        return False
+    try:
+        jvm.java.lang.Class.forName(name)
+    except Exception:  # py4j's ClassNotFoundException: the answer asked for, not a failure
+        return False
+    return True
+
+
+def nullable(schema: pa.Schema) -> pa.Schema:
+    """``schema`` with every field nullable, nested ones included (Spark's ``asNullable``: what tables
+    created from a DataFrame get, as Spark's own tables do)."""
+    return pa.schema([_nullable_field(f) for f in schema])
+
+
+def _nullable_field(field: pa.Field) -> pa.Field:
+    kind = field.type
+    if pa.types.is_struct(kind):
+        kind = pa.struct([_nullable_field(kind.field(i)) for i in range(kind.num_fields)])
+    elif pa.types.is_list(kind):
+        kind = pa.list_(_nullable_field(kind.value_field))
+    elif pa.types.is_large_list(kind):
+        kind = pa.large_list(_nullable_field(kind.value_field))
+    elif pa.types.is_map(kind):
+        kind = pa.map_(kind.key_field, _nullable_field(kind.item_field))
+    return field.with_type(kind).with_nullable(True)

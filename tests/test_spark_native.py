@@ -1,0 +1,222 @@
+"""The native-writer path (storage_adapter.spark.native.write): Spark's own Parquet writer into a staging
+folder under the table, exactly the files its job committed published in ONE engine commit, with the data
+source's exactly-once rules; types in their exact encodings; refusals before any job; a failed job leaves
+only what vacuum reclaims. On local (``file://``: the one root Spark's Hadoop filesystem reaches here);
+memory and S3 (no ``hadoop-aws`` in the PySpark wheel) are refused, naming the data source."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from storage_adapter import UnsupportedOperationError, open_adapter
+from storage_adapter.engine import CorruptMetadataError, Engine, SchemaMismatchError, layout
+from storage_adapter.spark import write
+from storage_adapter.spark.native import hadoop_location, published_files, s3a_options
+
+SCHEMA = pa.schema([("id", pa.int64()), ("day", pa.string()), ("score", pa.float64())])
+
+
+@pytest.fixture
+def engine(tmp_path: Path) -> Engine:
+    """An engine on a local root: the one Spark's Hadoop filesystem reaches here."""
+    return Engine.open(f"file://{tmp_path}")
+
+
+def frame_of(spark: Any, rows: int, first: int = 0, days: int = 3, partitions: int = 2) -> Any:
+    return spark.range(first, first + rows, numPartitions=partitions).selectExpr(
+        "id", f"concat('d', CAST(id % {days} AS STRING)) AS day", "CAST(id AS DOUBLE) / 2 AS score"
+    )
+
+
+def staged(engine: Engine, table: str) -> list[str]:
+    return [i.key for i in engine.adapter.list(f"{layout.data_prefix(table)}/{layout.STAGING_FOLDER}")]
+
+
+def ids(engine: Engine, table: str) -> list[int]:
+    return sorted(engine.read(table).column("id").to_pylist())
+
+
+def test_exactly_the_committed_files_are_published_in_one_commit(engine: Engine, spark: Any) -> None:
+    """Unpartitioned: the job's files stay where Spark wrote them, every one named with the job's UUID;
+    Spark's other files (``_SUCCESS``, checksums) are left to vacuum, which keeps the published ones."""
+    engine.create_table("events", SCHEMA)
+    before = engine.snapshot().version
+    load = write(frame_of(spark, 1_000), engine, "events")
+    assert load.commit is not None and load.commit.version == before + 1 and load.rows == 1_000
+    assert ids(engine, "events") == list(range(1_000))
+    published = {f.key for f in engine.files("events")}
+    parquet = {k for k in staged(engine, "events") if k.rsplit("/", 1)[-1].startswith("part-")}
+    assert published == parquet and len(published) == 2
+    assert len({k.split("-", 6)[-1].split(".")[0] for k in published}) == 1  # one job UUID in every name
+    assert any(k.endswith("/_SUCCESS") for k in staged(engine, "events"))
+    reclaimed = set(engine.vacuum(grace_s=0).deleted)
+    assert reclaimed and not reclaimed & published and set(staged(engine, "events")) == published
+
+
+def test_partitions_overwrite_and_replace_where_follow_the_engine(engine: Engine, spark: Any) -> None:
+    """Partitioned: each file is moved into its partition folder (read from its footer), so the engine's
+    filters prune it; a partition overwrite replaces only its partitions; empty appends publish nothing."""
+    engine.create_table("events", SCHEMA, partition_by=["day"])
+    write(frame_of(spark, 300), engine, "events")
+    assert {dict(f.partition)["day"] for f in engine.files("events")} == {"d0", "d1", "d2"}
+    assert all(
+        f.key.startswith(f"tables/events/data/day={dict(f.partition)['day']}/")
+        for f in engine.files("events")
+    )
+    assert engine.read("events", where={"day": ["d1"]}).num_rows == 100
+    version = engine.snapshot().version
+    write(
+        frame_of(spark, 12, first=5_000, days=1),
+        engine,
+        "events",
+        mode="overwrite",
+        replace_where={"day": ["d0"]},
+    )
+    assert engine.snapshot().version == version + 1
+    assert sorted(engine.read("events", where={"day": ["d0"]}).column("id").to_pylist()) == list(
+        range(5_000, 5_012)
+    )
+    assert engine.read("events").num_rows == 12 + 200
+    with pytest.raises(SchemaMismatchError, match="outside the partitions"):
+        write(frame_of(spark, 30), engine, "events", mode="overwrite", replace_where={"day": ["d0"]})
+    assert engine.read("events").num_rows == 212
+    version = engine.snapshot().version
+    empty = write(frame_of(spark, 0), engine, "events")
+    assert empty.commit is None and engine.snapshot().version == version
+    write(frame_of(spark, 0), engine, "events", mode="overwrite")
+    assert engine.read("events").num_rows == 0
+
+
+def test_a_rerun_is_a_replay_and_runs_no_job(engine: Engine, spark: Any) -> None:
+    engine.create_table("events", SCHEMA)
+    frame = frame_of(spark, 40)
+    first = write(frame, engine, "events", app_id="nightly", app_version=3)
+    keyed = write(frame, engine, "events", idempotency_key="load-2026-11-28")
+    folders = staged(engine, "events")
+    again = write(frame, engine, "events", app_id="nightly", app_version=3)
+    older = write(frame, engine, "events", app_id="nightly", app_version=2)
+    rekeyed = write(frame, engine, "events", idempotency_key="load-2026-11-28")
+    assert first.commit is not None and keyed.commit is not None
+    assert again.commit is not None and again.commit.replayed and again.commit.version == first.commit.version
+    assert older.commit is not None and older.commit.replayed and again.fragments == () == rekeyed.fragments
+    assert rekeyed.commit is not None and rekeyed.commit.version == keyed.commit.version
+    assert staged(engine, "events") == folders, "a replay runs no job"
+    assert engine.read("events").num_rows == 80 and engine.app_version("nightly") == 3
+
+
+def test_every_type_lands_in_the_encoding_the_table_needs(engine: Engine, spark: Any) -> None:
+    """Timestamps as int64 microseconds (not Spark's default INT96), decimals of every width, dates,
+    small integers and nested types: the table created from the DataFrame reads back as Spark wrote it."""
+    frame = spark.sql(
+        """SELECT id, CAST(id AS TIMESTAMP) AS ts, CAST(CAST(id AS TIMESTAMP) AS TIMESTAMP_NTZ) AS ntz,
+           CAST(id AS DECIMAL(9, 2)) AS d9, CAST(id AS DECIMAL(18, 4)) AS d18, CAST(id AS DECIMAL(30, 5)) AS d30,
+           DATE'2026-11-28' + CAST(id AS INT) AS dt, CAST(id AS TINYINT) AS b, CAST(id AS SMALLINT) AS s,
+           CAST(id AS FLOAT) AS f, id % 2 = 0 AS flag, CAST(CAST(id AS STRING) AS BINARY) AS bin,
+           array(id, id + 1) AS arr, named_struct('a', id, 'b', CAST(id AS STRING)) AS st, map('k', id) AS m
+           FROM range(50)"""
+    )
+    load = write(frame, engine, "typed", create_table=True)
+    table = engine.read("typed").sort_by("id")
+    assert table.schema.equals(engine.snapshot().schema("typed"))
+    assert table.to_pylist() == frame.toArrow().sort_by("id").cast(table.schema).to_pylist()
+    footer = pq.read_metadata(engine.adapter.open_reader(load.fragments[0].key))
+    physical = {
+        footer.schema.column(i).path: footer.schema.column(i).physical_type for i in range(footer.num_columns)
+    }
+    assert (physical["ts"], physical["ntz"]) == ("INT64", "INT64")
+    assert (physical["d9"], physical["d18"], physical["d30"]) == ("INT32", "INT64", "FIXED_LEN_BYTE_ARRAY")
+
+
+@pytest.mark.parametrize(
+    ("schema", "message"),
+    [
+        (pa.schema([("id", pa.int64()), ("at", pa.timestamp("ns", "UTC"))]), "Spark writes timestamp"),
+        (pa.schema([("id", pa.int64()), ("at", pa.large_string())]), "Spark writes string"),
+        (pa.schema([("id", pa.uint32()), ("at", pa.string())]), "Spark has no type for"),
+        (pa.schema([pa.field("id", pa.int64(), nullable=False), ("at", pa.string())]), "not nullable"),
+    ],
+)
+def test_a_table_spark_cannot_write_exactly_is_refused_before_any_job(
+    engine: Engine, spark: Any, schema: pa.Schema, message: str
+) -> None:
+    engine.create_table("exact", schema)
+    frame = spark.range(10).selectExpr("CAST(id AS BIGINT) AS id", "CAST(id AS STRING) AS at")
+    if not schema.field("id").nullable:
+        frame = spark.createDataFrame([(1, "a"), (None, "b")], "id BIGINT, at STRING")
+    with pytest.raises(SchemaMismatchError, match=message) as info:
+        write(frame, engine, "exact")
+    assert "data source" in str(info.value)
+    assert staged(engine, "exact") == [] and engine.read("exact").num_rows == 0
+
+
+def test_roots_spark_cannot_reach_name_the_data_source(spark: Any) -> None:
+    """memory (per-process) and S3 without hadoop-aws (the PySpark wheel has none): refused before any
+    job, naming the data source as the way."""
+    engine = Engine.open("memory://native-unreached")
+    engine.create_table("events", SCHEMA)
+    with pytest.raises(UnsupportedOperationError, match=r"df\.write\.format\('storage_adapter'\)"):
+        write(frame_of(spark, 10), engine, "events")
+    assert engine.adapter.list("tables/events/data") == []
+    s3 = open_adapter("s3://lake/warehouse", endpoint="http://127.0.0.1:9", allow_http=True, anonymous=True)
+    with pytest.raises(UnsupportedOperationError, match="no hadoop-aws") as info:
+        hadoop_location(s3, spark)  # what write asks first: no request is made
+    assert "df.write.format('storage_adapter')" in str(info.value)
+
+
+def test_a_failed_job_publishes_nothing_and_vacuum_reclaims_its_staging_folder(
+    engine: Engine, spark: Any
+) -> None:
+    engine.create_table("events", SCHEMA, partition_by=["day"])
+    write(frame_of(spark, 30), engine, "events")
+    version, files = engine.snapshot().version, {f.key for f in engine.files("events")}
+    failing = frame_of(spark, 4_000).selectExpr(
+        "id", "day", "CASE WHEN id = 3999 THEN raise_error('the job fails') ELSE score END AS score"
+    )
+    with pytest.raises(Exception, match="the job fails"):
+        write(failing, engine, "events")
+    assert engine.snapshot().version == version and ids(engine, "events") == list(range(30))
+    engine.vacuum(grace_s=0)
+    assert staged(engine, "events") == [] and {f.key for f in engine.files("events")} == files
+    assert {i.key for i in engine.adapter.list("tables/events/data")} == files
+
+
+def test_staged_files_no_single_job_wrote_are_refused(engine: Engine) -> None:
+    """Only a Spark job's files, all named with its UUID, are published from a staging folder."""
+    engine.create_table("events", SCHEMA)
+    staging = layout.staging_prefix("events", uuid.uuid4().hex)
+    body = pa.BufferOutputStream()
+    pq.write_table(SCHEMA.empty_table(), body)
+    for job in (uuid.uuid4(), uuid.uuid4()):
+        engine.adapter.write(f"{staging}/part-00000-{job}-c000.snappy.parquet", body.getvalue().to_pybytes())
+    with pytest.raises(CorruptMetadataError, match="no single Spark job"):
+        published_files(engine.adapter, "events", SCHEMA, (), staging)
+
+
+def test_s3_options_map_to_s3a_settings_of_the_bucket() -> None:
+    options = {
+        "endpoint": "http://127.0.0.1:8333",
+        "region": "eu-west-1",
+        "access_key_id": "AKID",
+        "secret_access_key": "secret-value",
+        "virtual_hosted_style": False,
+    }
+    assert s3a_options("lake", options) == {
+        "fs.s3a.bucket.lake.path.style.access": "true",
+        "fs.s3a.bucket.lake.endpoint": "http://127.0.0.1:8333",
+        "fs.s3a.bucket.lake.connection.ssl.enabled": "false",
+        "fs.s3a.bucket.lake.endpoint.region": "eu-west-1",
+        "fs.s3a.bucket.lake.access.key": "AKID",
+        "fs.s3a.bucket.lake.secret.key": "secret-value",
+    }
+    assert s3a_options("lake", {"anonymous": True, "virtual_hosted_style": True}) == {
+        "fs.s3a.bucket.lake.path.style.access": "false",
+        "fs.s3a.bucket.lake.aws.credentials.provider": "org.apache.hadoop.fs.s3a.AnonymousAWSCredentialsProvider",
+    }
+    with pytest.raises(UnsupportedOperationError, match="profile"):
+        s3a_options("lake", {"profile": "dev"})
