@@ -20,7 +20,12 @@ from urllib.parse import SplitResult, urlsplit
 
 from storage_adapter.config import AdapterConfig, url_path
 from storage_adapter.driver import Driver
-from storage_adapter.errors import BackendUnavailableError, ConfigurationError, InvalidKeyError
+from storage_adapter.errors import (
+    BackendUnavailableError,
+    ConfigurationError,
+    InvalidKeyError,
+    UnsupportedOperationError,
+)
 from storage_adapter.keys import is_plain_text, validate_prefix
 from storage_adapter.local_driver import LocalDriver
 from storage_adapter.obstore_driver import (
@@ -35,7 +40,7 @@ from storage_adapter.obstore_driver import (
     wrapped_driver,
 )
 from storage_adapter.redaction import redact_url, reject_userinfo
-from storage_adapter.registry import Backend, FsspecPeer, Option, register_backend
+from storage_adapter.registry import Backend, FsspecPeer, HadoopRoot, Option, register_backend
 from storage_adapter.translation import status_error_class
 from storage_adapter.types import Capabilities, Support
 
@@ -94,6 +99,12 @@ def _fsspec_local(config: AdapterConfig) -> tuple[Any, str]:
     return LocalFileSystem(auto_mkdir=True), root
 
 
+def _local_hadoop_root(config: AdapterConfig, url: str) -> HadoopRoot:
+    """Hadoop's ``file://`` filesystem names the directory as the adapter's URL does; its objects are
+    files there."""
+    return HadoopRoot(url.rstrip("/"), {}, local_directory=url.removeprefix("file://").rstrip("/"))
+
+
 LOCAL = register_backend(
     Backend(
         name="local",
@@ -120,6 +131,7 @@ LOCAL = register_backend(
         configured=lambda declared, config: replace(declared, durable=bool(config.option("durable"))),
         display_location=lambda location: location.rstrip("/"),
         scratch=_local_scratch,
+        hadoop_root=_local_hadoop_root,
         fsspec_peer=FsspecPeer(
             name="fsspec-local",
             capabilities=Capabilities(
@@ -417,6 +429,52 @@ def _fsspec_s3(config: AdapterConfig) -> tuple[Any, str]:
     return fs, f"{config.location}/{config.prefix}" if config.prefix else config.location
 
 
+# Hadoop's S3 filesystem (hadoop-aws): not in the PySpark wheel; clusters add it with the AWS SDK bundle.
+S3A_FILESYSTEM = "org.apache.hadoop.fs.s3a.S3AFileSystem"
+
+
+def _s3_hadoop_root(config: AdapterConfig, url: str) -> HadoopRoot:
+    """``s3://bucket/prefix`` as S3A names it, ``s3a://bucket/prefix``, reached with the adapter's options
+    as per-bucket S3A settings (:func:`s3a_options`)."""
+    return HadoopRoot(
+        "s3a://" + url.removeprefix("s3://").rstrip("/"),
+        s3a_options(config.location, dict(config.options)),
+        filesystem_class=S3A_FILESYSTEM,
+    )
+
+
+def s3a_options(bucket: str, options: Mapping[str, Any]) -> dict[str, str]:
+    """The ``fs.s3a.bucket.<bucket>.*`` settings of the adapter's S3 ``options``: endpoint (and TLS as its
+    scheme says), region, path-style unless virtual-hosted, static keys and session token; anonymous as
+    S3A's anonymous provider. Without keys, S3A's own credential chain signs (environment, instance
+    profile). UnsupportedOperationError for a ``profile``, which S3A takes only from its environment."""
+    if options.get("profile"):
+        raise UnsupportedOperationError(
+            f"S3 option profile has no s3a:// setting here (bucket {bucket!r}): give the keys, or write with "
+            "the data source (df.write.format('storage_adapter'))",
+            key=bucket,
+            backend="s3",
+        )
+    prefix = f"fs.s3a.bucket.{bucket}."
+    settings = {"path.style.access": "false" if options.get("virtual_hosted_style") else "true"}
+    endpoint = options.get("endpoint")
+    if endpoint:
+        settings["endpoint"] = str(endpoint)
+        settings["connection.ssl.enabled"] = "false" if str(endpoint).startswith("http://") else "true"
+    if options.get("region"):
+        settings["endpoint.region"] = str(options["region"])
+    if options.get("anonymous"):
+        settings["aws.credentials.provider"] = "org.apache.hadoop.fs.s3a.AnonymousAWSCredentialsProvider"
+    for name, setting in (
+        ("access_key_id", "access.key"),
+        ("secret_access_key", "secret.key"),
+        ("session_token", "session.token"),
+    ):
+        if options.get(name):
+            settings[setting] = str(options[name])
+    return {prefix + name: value for name, value in settings.items()}
+
+
 S3 = register_backend(
     Backend(
         name="s3",
@@ -448,6 +506,7 @@ S3 = register_backend(
         check_options=_check_s3_options,
         configured=_s3_configured,
         create_container=_create_s3_bucket,
+        hadoop_root=_s3_hadoop_root,
         fsspec_peer=FsspecPeer(
             name="s3fs",
             capabilities=Capabilities(

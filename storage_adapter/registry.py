@@ -61,6 +61,20 @@ class FsspecPeer:
 
 
 @dataclass(frozen=True)
+class HadoopRoot:
+    """How Hadoop's filesystems (Spark's own file writers) name an adapter's root: ``uri`` (``file:///...``,
+    ``s3a://bucket/prefix``), the Hadoop ``settings`` that reach it, the ``filesystem_class`` the JVM must
+    be able to load (None: one every Hadoop has) and, where the objects are files on this host,
+    ``local_directory`` (files written there by a Hadoop writer, which never fsyncs, are made durable by
+    whoever publishes them)."""
+
+    uri: str
+    settings: Mapping[str, str]
+    filesystem_class: str | None = None
+    local_directory: str | None = None
+
+
+@dataclass(frozen=True)
 class Backend:
     """A kind of storage, registered by ``name`` for URLs of ``scheme``.
 
@@ -70,7 +84,9 @@ class Backend:
     the declared capabilities to an adapter's options; ``create_container(config)`` creates the container
     (bucket) the config addresses, where the backend has one; ``scratch()`` is a
     context manager yielding the URL of a private, throwaway instance (tests and the conformance check),
-    or None when an instance needs a server (those come from the test servers' package ``servers``).
+    or None when an instance needs a server (those come from the test servers' package ``servers``);
+    ``hadoop_root(config, url)`` names the adapter's root for Hadoop's filesystems (:class:`HadoopRoot`),
+    None where none reaches the storage.
     """
 
     name: str
@@ -90,6 +106,7 @@ class Backend:
     aliases: tuple[str, ...] = ()
     url_options: Callable[[SplitResult, str], Mapping[str, Any]] | None = None
     userinfo_names_location: bool = False
+    hadoop_root: Callable[[AdapterConfig, str], HadoopRoot] | None = None
 
     @property
     def schemes(self) -> tuple[str, ...]:

@@ -15,9 +15,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from storage_adapter import UnsupportedOperationError, open_adapter
+from storage_adapter.builtin_backends import s3a_options
 from storage_adapter.engine import CorruptMetadataError, Engine, SchemaMismatchError, layout
 from storage_adapter.spark import write
-from storage_adapter.spark.native import hadoop_location, published_files, s3a_options
+from storage_adapter.spark.native import hadoop_location, published_files
 
 SCHEMA = pa.schema([("id", pa.int64()), ("day", pa.string()), ("score", pa.float64())])
 

@@ -52,13 +52,13 @@ from storage_adapter.engine.tables import FragmentRef, schema_fingerprint
 from storage_adapter.errors import ConfigurationError, UnsupportedOperationError
 from storage_adapter.keys import validate_key
 from storage_adapter.protocol import StorageAdapter
+from storage_adapter.registry import HadoopRoot, backend_named
 from storage_adapter.spark.datasource import schema_from_spark, schema_to_spark
 from storage_adapter.spark.load import BulkLoad, check_spark_frame, log_load
 from storage_adapter.types import ObjectInfo
 
 log = logging.getLogger(__name__)
 
-S3A_FILESYSTEM = "org.apache.hadoop.fs.s3a.S3AFileSystem"
 # What Spark's Parquet writer must be asked for, for the engine's readers to see the table's types: int64
 # microsecond timestamps (not INT96), the standard list and decimal layouts, proleptic Gregorian dates.
 # These are session settings (ParquetFileFormat.prepareWrite reads them from the session, not from the
@@ -120,7 +120,7 @@ def write(
     else:
         engine = Engine.open(root, options=options)
     spark = frame.sparkSession
-    hadoop_root, hadoop_options = hadoop_location(engine.adapter, spark)
+    hadoop = hadoop_location(engine.adapter, spark)
     if create_table:
         with contextlib.suppress(TableExistsError):  # created meanwhile by another writer: use it
             engine.create_table(table, nullable(schema_from_spark(frame.schema)), partition_by=partition_by)
@@ -139,10 +139,11 @@ def write(
     schema, columns = engine.snapshot().schema(table), engine.partition_by(table)
     projected = fitted(frame, table, schema, columns, by_position)
     staging = layout.staging_prefix(table, uuid.uuid4().hex)
-    writer = projected.write.options(**hadoop_options, **COMMITTER_OPTIONS).mode("errorifexists")
+    writer = projected.write.options(**hadoop.settings, **COMMITTER_OPTIONS).mode("errorifexists")
     with session_settings(spark, PARQUET_SESSION_SETTINGS):
-        writer.partitionBy(*([_HIDDEN_PARTITION] if columns else [])).parquet(f"{hadoop_root}/{staging}")
-    refs = published_files(engine.adapter, table, schema, columns, staging)
+        writer.partitionBy(*([_HIDDEN_PARTITION] if columns else [])).parquet(f"{hadoop.uri}/{staging}")
+    durable_files = hadoop.local_directory if engine.adapter.capabilities.durable else None
+    refs = published_files(engine.adapter, table, schema, columns, staging, durable_files)
     commit: Commit | None = None
     if refs or request.mode is not CommitMode.APPEND:
         commit = engine.commit_fragments({table: refs}, request)
@@ -229,15 +230,20 @@ def session_settings(spark: Any, settings: Mapping[str, str]) -> Iterator[None]:
 
 
 def published_files(
-    adapter: StorageAdapter, table: str, schema: pa.Schema, partition_by: Sequence[str], staging: str
+    adapter: StorageAdapter,
+    table: str,
+    schema: pa.Schema,
+    partition_by: Sequence[str],
+    staging: str,
+    local_directory: str | None = None,
 ) -> tuple[FragmentRef, ...]:
     """The fragments of the files Spark's job committed into ``staging``: every file there but those
     Spark's own filter skips (a name starting with ``_`` or ``.`` anywhere below the folder: its
     ``_temporary`` folder, ``_SUCCESS``, checksum files), each named with the job's one UUID and holding
     exactly the table's schema (SchemaMismatchError otherwise, with nothing published); files of no rows
     are left out. A partitioned table's files are moved into their partition folders (read from their
-    footers' statistics) before they are returned; on a durable local root every file is made durable
-    first (Spark's writer does not fsync)."""
+    footers' statistics) before they are returned. Given the ``local_directory`` the adapter's objects are
+    files in (a durable local root), every file is made durable first (Spark's writer does not fsync)."""
     listed = [info for info in adapter.iter_list(staging) if _committed(info.key.removeprefix(staging + "/"))]
     jobs = {match.group(1) if (match := _SPARK_FILE.match(_name(i.key))) else None for i in listed}
     if None in jobs or len(jobs) > 1:
@@ -259,8 +265,8 @@ def published_files(
             )
         if footer.num_rows:
             placed.append((info, footer.num_rows, _partition(info.key, footer, schema, partition_by)))
-    if adapter.capabilities.durable and adapter.backend == "local":
-        _fsync(adapter, [info.key for info, _, _ in placed])
+    if local_directory is not None:
+        _fsync(local_directory, [info.key for info, _, _ in placed])
     fingerprint = schema_fingerprint(schema)
 
     def reference(entry: tuple[ObjectInfo, int, Partition]) -> FragmentRef:
@@ -324,10 +330,9 @@ def _partition(
     return tuple(partition)
 
 
-def _fsync(adapter: StorageAdapter, keys: Sequence[str]) -> None:
+def _fsync(root: str, keys: Sequence[str]) -> None:
     """Make the files at ``keys`` (written by Spark, which does not fsync) and their folders durable, as
-    every write of a durable local adapter is: each file, then every folder from theirs up to the root."""
-    root = adapter.url.removeprefix("file://").rstrip("/")
+    every write of a durable local adapter is: each file, then every folder from theirs up to ``root``."""
 
     def sync(path: str) -> None:
         fd = os.open(path, os.O_RDONLY)
@@ -341,57 +346,26 @@ def _fsync(adapter: StorageAdapter, keys: Sequence[str]) -> None:
     map_bounded(sync, [root, *(f"{root}/{folder}" for folder in sorted(folders))])
 
 
-def hadoop_location(adapter: StorageAdapter, spark: Any) -> tuple[str, dict[str, str]]:
-    """The root of ``adapter`` as Spark's Hadoop filesystem names it, and the write options that reach it:
-    ``file://`` as it is; ``s3://bucket/prefix`` as ``s3a://bucket/prefix`` with the adapter's S3 options
-    mapped to per-bucket ``fs.s3a.bucket.<bucket>.*`` settings (:func:`s3a_options`), when the driver's
-    JVM has ``S3AFileSystem``. UnsupportedOperationError naming the data source as the way otherwise."""
-    config = adapter.config if isinstance(adapter, ObjectStorageAdapter) else None
-    backend = adapter.backend if config is None else config.backend
-    if backend == "local":
-        return adapter.url.rstrip("/"), {}
-    if backend == "s3" and config is not None:
-        if not _has_class(spark, S3A_FILESYSTEM):
-            raise _unreachable(
-                adapter,
-                "this Spark has no hadoop-aws (S3AFileSystem is not on the driver's classpath: the PySpark "
-                "wheel ships none); a cluster needs hadoop-aws matching its Hadoop and the AWS SDK bundle",
-            )
-        root = "s3a://" + adapter.url.removeprefix("s3://").rstrip("/")
-        return root, s3a_options(config.location, dict(config.options))
-    raise _unreachable(adapter, f"Spark's Hadoop filesystems do not reach {backend} storage")
-
-
-def s3a_options(bucket: str, options: Mapping[str, Any]) -> dict[str, str]:
-    """The ``fs.s3a.bucket.<bucket>.*`` settings of the adapter's S3 ``options``: endpoint (and TLS as its
-    scheme says), region, path-style unless virtual-hosted, static keys and session token; anonymous as
-    S3A's anonymous provider. Without keys, S3A's own credential chain signs (environment, instance
-    profile). UnsupportedOperationError for a ``profile``, which S3A takes only from its environment."""
-    if options.get("profile"):
-        raise UnsupportedOperationError(
-            f"S3 option profile has no s3a:// setting here (bucket {bucket!r}): give the keys, or write with "
-            "the data source (df.write.format('storage_adapter'))",
-            key=bucket,
-            backend="s3",
+def hadoop_location(adapter: StorageAdapter, spark: Any) -> HadoopRoot:
+    """The root of ``adapter`` as Spark's Hadoop filesystems name it, with the settings that reach it (its
+    backend's ``hadoop_root``: ``file://`` as it is; ``s3://bucket/prefix`` as ``s3a://bucket/prefix``
+    with the adapter's S3 options as per-bucket ``fs.s3a.bucket.<bucket>.*`` settings), when the driver's
+    JVM can load the filesystem it needs. UnsupportedOperationError naming the data source as the way
+    otherwise (an adapter the registry did not open, a backend no Hadoop filesystem reaches)."""
+    if not isinstance(adapter, ObjectStorageAdapter):
+        raise _unreachable(adapter, "it was not opened through the registry, which names Hadoop roots")
+    config = adapter.config
+    backend = backend_named(config.backend)
+    if backend.hadoop_root is None:
+        raise _unreachable(adapter, f"Spark's Hadoop filesystems do not reach {backend.name} storage")
+    root = backend.hadoop_root(config, adapter.url)
+    if root.filesystem_class is not None and not _has_class(spark, root.filesystem_class):
+        raise _unreachable(
+            adapter,
+            f"this Spark cannot load {root.filesystem_class} (not on the driver's classpath: the PySpark "
+            "wheel ships no hadoop-aws); a cluster needs hadoop-aws matching its Hadoop and the AWS SDK bundle",
         )
-    prefix = f"fs.s3a.bucket.{bucket}."
-    settings = {"path.style.access": "false" if options.get("virtual_hosted_style") else "true"}
-    endpoint = options.get("endpoint")
-    if endpoint:
-        settings["endpoint"] = str(endpoint)
-        settings["connection.ssl.enabled"] = "false" if str(endpoint).startswith("http://") else "true"
-    if options.get("region"):
-        settings["endpoint.region"] = str(options["region"])
-    if options.get("anonymous"):
-        settings["aws.credentials.provider"] = "org.apache.hadoop.fs.s3a.AnonymousAWSCredentialsProvider"
-    for name, setting in (
-        ("access_key_id", "access.key"),
-        ("secret_access_key", "secret.key"),
-        ("session_token", "session.token"),
-    ):
-        if options.get(name):
-            settings[setting] = str(options[name])
-    return {prefix + name: value for name, value in settings.items()}
+    return root
 
 
 def _unreachable(adapter: StorageAdapter, reason: str) -> UnsupportedOperationError:
