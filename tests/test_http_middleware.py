@@ -59,6 +59,18 @@ class Service:
         self.commit_keys.append(context.commit_key)
         return await self.answer(request)
 
+    def held(self) -> asyncio.Event:
+        """From now on every run waits for the returned event, then answers ``created``: an owner
+        that stays in flight for as long as the test needs."""
+        release = asyncio.Event()
+
+        async def slow(request: Request) -> Response:
+            await release.wait()
+            return await self.created(request)
+
+        self.answer = slow
+        return release
+
     async def created(self, request: Request) -> Response:
         body = await request.json()
         name = request.path_params["name"]
@@ -236,13 +248,7 @@ def test_an_app_exception_is_not_no_effect_unless_it_is_no_effect() -> None:
 def test_an_in_progress_duplicate_waits_then_gets_retry_after(status: int) -> None:
     async def run() -> None:
         service = Service()
-        release = asyncio.Event()
-
-        async def slow(request: Request) -> Response:
-            await release.wait()
-            return await service.created(request)
-
-        service.answer = slow
+        release = service.held()
         settings = HttpSettings(wait=QUICK, in_progress_status=status, retry_after_s=2)
         async with client(wrapped(service, memory_store(), settings=settings)) as http:
             key = uuid7_key()
@@ -338,13 +344,7 @@ def test_waiting_duplicates_hold_no_thread() -> None:
 
     async def run() -> None:
         service = Service()
-        release = asyncio.Event()
-
-        async def slow(request: Request) -> Response:
-            await release.wait()
-            return await service.created(request)
-
-        service.answer = slow
+        release = service.held()
         settings = HttpSettings(
             wait=Policy(first_wait_s=0.05, max_wait_s=0.1, total_wait_s=20), store_threads=4
         )
