@@ -134,6 +134,26 @@ def test_every_type_lands_in_the_encoding_the_table_needs(engine: Engine, spark:
     assert (physical["d9"], physical["d18"], physical["d30"]) == ("INT32", "INT64", "FIXED_LEN_BYTE_ARRAY")
 
 
+def test_columns_are_cast_and_ordered_as_the_table_and_the_session_settings_come_back(
+    engine: Engine, spark: Any
+) -> None:
+    """A frame in another column order with a narrower type is projected onto the table (cast, reordered),
+    one already in the table's shape is written as it is; the Parquet settings the write needs are the
+    session's only for the write: a value the session set is restored, an unset one unset again."""
+    engine.create_table("events", SCHEMA)
+    narrower = frame_of(spark, 30).selectExpr("score", "day", "CAST(id AS INT) AS id")
+    spark.conf.set("spark.sql.parquet.outputTimestampType", "INT96")
+    spark.conf.unset("spark.sql.parquet.datetimeRebaseModeInWrite")
+    try:
+        write(narrower, engine, "events")
+        write(frame_of(spark, 30, first=30), engine, "events")
+        assert spark.conf.get("spark.sql.parquet.outputTimestampType") == "INT96"
+        assert "spark.sql.parquet.datetimeRebaseModeInWrite" not in spark.conf.getAll
+    finally:
+        spark.conf.unset("spark.sql.parquet.outputTimestampType")
+    assert engine.read("events").schema.equals(SCHEMA) and ids(engine, "events") == list(range(60))
+
+
 @pytest.mark.parametrize(
     ("schema", "message"),
     [

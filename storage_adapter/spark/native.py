@@ -176,15 +176,29 @@ def fitted(frame: Any, table: str, schema: pa.Schema, partition_by: Sequence[str
         )
     incoming = nullable(schema_from_spark(frame.schema))  # as Spark writes it: nullable all through
     conform(table, schema, incoming.empty_table(), by_name=not by_position)
-    columns = [
-        functions.col(_quoted(source)).cast(target.dataType).alias(target.name)
-        for source, target in zip(sources, schema_to_spark(schema).fields, strict=True)
-    ]
-    projected = frame.select(*columns)
+    given = {f.name: f.dataType for f in frame.schema.fields}
+    targets = schema_to_spark(schema).fields
+    if list(frame.columns) == [t.name for t in targets] and all(given[t.name] == t.dataType for t in targets):
+        projected = frame  # already the table's columns: no projection for Spark to plan (each costs py4j calls)
+    else:
+        projected = frame.select(
+            *(
+                _column(functions.col(_quoted(source)), given[source], target)
+                for source, target in zip(sources, targets, strict=True)
+            )
+        )
     if not partition_by:
         return projected
     values = functions.xxhash64(*(functions.col(_quoted(c)) for c in partition_by))
     return projected.withColumn(_HIDDEN_PARTITION, values)
+
+
+def _column(column: Any, given: Any, target: Any) -> Any:
+    """``column`` (of Spark type ``given``) as the table's field ``target``: cast only where the types
+    differ, renamed only where the names do."""
+    if given != target.dataType:
+        column = column.cast(target.dataType)
+    return column.alias(target.name)
 
 
 def _unwritable(column: pa.Field) -> str | None:
@@ -215,14 +229,16 @@ def _quoted(name: str) -> str:
 def session_settings(spark: Any, settings: Mapping[str, str]) -> Iterator[None]:
     """``settings`` on the session for the duration of the block, then the previous values (or the
     defaults) again. Session-wide: another thread's Parquet write in the same session meanwhile gets them
-    too (all they change is the encoding of timestamps and decimals, to the standard one)."""
-    previous = {name: spark.conf.get(name, None) for name in settings}
-    for name, value in settings.items():
-        spark.conf.set(name, value)
+    too (all they change is the encoding of timestamps and decimals, to the standard one). Only settings
+    whose value differs are touched (each read or change is a call into the JVM)."""
+    explicit = spark.conf.getAll  # what the session sets itself: one call for every setting
+    changed = {name: explicit.get(name) for name, value in settings.items() if explicit.get(name) != value}
+    for name in changed:
+        spark.conf.set(name, settings[name])
     try:
         yield
     finally:
-        for name, value in previous.items():
+        for name, value in changed.items():
             if value is None:
                 spark.conf.unset(name)
             else:
