@@ -27,7 +27,11 @@ which the PySpark wheel does not ship (the data source reads and writes S3 throu
 Python workers). On SeaweedFS the data source's own numbers are reported and the others are marked
 unavailable, never invented.
 
-Spark's start-up and the first job's worker start are excluded (one session, one warm-up of every path).
+Spark's start-up and the first job's worker start are excluded (one session, one warm-up of every write
+and every read: a session's first read through a Python data source starts its reader workers, seconds).
+Beside every time, the CPU it took (Linux): the whole host's busy core-seconds, and the S3 server's own
+(SeaweedFS runs on the same cores: what it spends storing the bytes is time the data source waits for and
+the do-nothing source never pays).
 Medians of ``--rounds``, and every round's ratios (the machine may be shared: compare within a round).
 Numbers are reported against the issue's targets, never asserted. Writes ``spark_io.json`` (every
 round's seconds too) and ``spark_io.md`` into the results directory.
@@ -41,6 +45,7 @@ import argparse
 import contextlib
 import json
 import math
+import os
 import shutil
 import statistics
 import tempfile
@@ -71,6 +76,7 @@ class Backend:
     engine: Engine
     options: dict[str, str]
     parquet_root: Path | None
+    server_pid: int | None = None
 
     @property
     def url(self) -> str:
@@ -210,10 +216,42 @@ def local_path(engine: Engine, key: str) -> str:
     return engine.adapter.url.removeprefix("file://").rstrip("/") + "/" + key
 
 
-def timed(samples: dict[str, list[float]], name: str, action: Callable[[], Any]) -> Any:
+def host_busy_seconds() -> float | None:
+    """Core-seconds every CPU of the host spent busy since boot (Linux's /proc/stat; None elsewhere)."""
+    try:
+        with open("/proc/stat", encoding="ascii") as stat:
+            ticks = [int(v) for v in stat.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")  # less idle and iowait
+
+
+def process_cpu_seconds(pid: int | None) -> float | None:
+    """User and system CPU seconds of process ``pid`` so far (Linux; None elsewhere or without one)."""
+    if pid is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def timed(
+    samples: dict[str, list[float]], name: str, action: Callable[[], Any], server_pid: int | None = None
+) -> Any:
+    """Run ``action``; append its seconds to ``samples[name]``, and (where the host says) the host's busy
+    core-seconds meanwhile to ``samples[name + "_cpu"]``, the server's to ``samples[name + "_server_cpu"]``."""
+    busy, server = host_busy_seconds(), process_cpu_seconds(server_pid)
     started = time.perf_counter()
     result = action()
     samples.setdefault(name, []).append(time.perf_counter() - started)
+    busy_after, server_after = host_busy_seconds(), process_cpu_seconds(server_pid)
+    if busy is not None and busy_after is not None:
+        samples.setdefault(f"{name}_cpu", []).append(busy_after - busy)
+    if server is not None and server_after is not None:
+        samples.setdefault(f"{name}_server_cpu", []).append(server_after - server)
     return result
 
 
@@ -226,8 +264,9 @@ def one_round(
         samples,
         "datasource_write",
         lambda: datasource_write(spark_rows(spark, rows, partitions), backend, table),
+        backend.server_pid,
     )
-    timed(samples, "idle_write", lambda: idle_write(spark_rows(spark, rows, partitions)))
+    timed(samples, "idle_write", lambda: idle_write(spark_rows(spark, rows, partitions)), backend.server_pid)
     if backend.parquet_root is not None:  # Spark's own writer and reader reach the root
         native = fresh_table(backend)
         timed(
@@ -243,7 +282,7 @@ def one_round(
         )
         shutil.rmtree(folder)
     reader = spark.read.format("storage_adapter").options(**backend.options).option("table", table)
-    timed(samples, "datasource_read", lambda: full_scan(reader.load(backend.url)))
+    timed(samples, "datasource_read", lambda: full_scan(reader.load(backend.url)), backend.server_pid)
     count, total = timed(samples, "datasource_narrow_read", lambda: narrow_scan(reader.load(backend.url)))
     if (count, total) != (rows, sum(i * 0.5 for i in range(rows))):
         raise AssertionError(f"data source read {count} rows summing {total}, wrote {rows}")
@@ -256,14 +295,22 @@ def one_round(
 
 
 def measure(spark: Any, backend: Backend, rows: int, rounds: int, partitions: int) -> SparkIoResult:
-    # Warm-up: every write path once at full size (the JVM compiles each path's code on its first runs).
-    datasource_write(spark_rows(spark, rows, partitions), backend, fresh_table(backend))
+    # Warm-up: every write and read path once at full size (the JVM compiles each path's code on its first
+    # runs; a session's first read through a Python data source also starts its reader workers).
+    warm_table = fresh_table(backend)
+    datasource_write(spark_rows(spark, rows, partitions), backend, warm_table)
     idle_write(spark_rows(spark, rows, partitions))
+    reader = spark.read.format("storage_adapter").options(**backend.options).option("table", warm_table)
+    full_scan(reader.load(backend.url))
+    narrow_scan(reader.load(backend.url))
     if backend.parquet_root is not None:
         native_write(spark_rows(spark, rows, partitions), backend, fresh_table(backend))
         warm = backend.parquet_root / uuid.uuid4().hex[:10]
         spark_rows(spark, rows, partitions).write.parquet(str(warm))
         shutil.rmtree(warm)
+        files = [local_path(backend.engine, f.key) for f in backend.engine.files(warm_table)]
+        full_scan(spark.read.parquet(*files))
+        narrow_scan(spark.read.parquet(*files))
     samples: dict[str, list[float]] = {}
     for _ in range(rounds):
         one_round(spark, backend, rows, partitions, samples)
@@ -307,11 +354,14 @@ def backends(names: list[str]) -> Iterator[list[Backend]]:
             elif name == "seaweedfs":
                 from servers.seaweedfs import SeaweedFS
 
-                endpoint = stack.enter_context(SeaweedFS(bucket="bench"))
+                server = SeaweedFS(bucket="bench")
+                endpoint = stack.enter_context(server)
                 stack.enter_context(endpoint.scoped())
                 options = endpoint.adapter_options()
                 engine = Engine.open(endpoint.url(f"spark-io-{uuid.uuid4().hex[:8]}"), options=options)
-                found.append(Backend("seaweedfs", engine, {k: str(v) for k, v in options.items()}, None))
+                found.append(
+                    Backend("seaweedfs", engine, {k: str(v) for k, v in options.items()}, None, server.pid)
+                )
             else:
                 raise SystemExit(f"bench.spark_io: unknown backend {name!r} (local, seaweedfs)")
         yield found
@@ -371,7 +421,29 @@ def markdown(results: list[SparkIoResult], master: str, rounds: int) -> str:
             native = _rounds(r, "parquet_write", "native_write")
             lines.append(f"* {r.backend}: native path throughput / df.write.parquet {native}")
             lines.append(f"* {r.backend}: full read ratio {_rounds(r, 'parquet_read', 'datasource_read')}")
+        if cpu := _cpu(r):
+            lines.append(
+                f"* {r.backend}: CPU, median core-seconds (the host has {os.cpu_count()} cores): {cpu}"
+            )
     return "\n".join(lines) + "\n"
+
+
+def _cpu(r: SparkIoResult) -> str:
+    """The host's busy core-seconds per measurement, and the server's own where it ran (medians)."""
+    shown = []
+    for name, label in (
+        ("datasource_write", "data source write"),
+        ("idle_write", "do-nothing write"),
+        ("native_write", "native write"),
+        ("parquet_write", "df.write.parquet"),
+        ("datasource_read", "data source full read"),
+        ("parquet_read", "spark.read.parquet full read"),
+    ):
+        if f"{name}_cpu" in r.rounds:
+            shown.append(f"{label} {statistics.median(r.rounds[f'{name}_cpu']):.2f}")
+        if f"{name}_server_cpu" in r.rounds:
+            shown.append(f"of which the server's {statistics.median(r.rounds[f'{name}_server_cpu']):.2f}")
+    return ", ".join(shown)
 
 
 def _rounds(r: SparkIoResult, numerator: str, denominator: str) -> str:

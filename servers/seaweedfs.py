@@ -155,6 +155,11 @@ class SeaweedFS(S3Server):
             raise type(exc)(f"{exc}; see the server log {self.log_path}") from exc
         return endpoint
 
+    @property
+    def pid(self) -> int | None:
+        """The running server's process id (None when stopped): for a benchmark to read its CPU time."""
+        return None if self._process is None else self._process.pid
+
     def version(self) -> str:
         """The first line of ``weed version``."""
         completed = subprocess.run([weed_binary(), "version"], capture_output=True, text=True, timeout=30)

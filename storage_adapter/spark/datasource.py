@@ -73,6 +73,9 @@ SHORT_NAME = "storage_adapter"
 # in (on local[N], the cores the job runs on); partitions are never coarser than maxPartitionBytes.
 _MAX_PARTITION_BYTES = 128 * 1024 * 1024
 _OPEN_COST_BYTES = 4 * 1024 * 1024
+# Rows per batch a read hands Spark: a task's row groups (about 4 MiB of Arrow data) whole, the engine's
+# (16 MiB) in a few pieces; every batch costs a round of Python and JVM calls on both sides.
+_READ_BATCH_ROWS = 256 * 1024
 
 
 def schema_from_spark(struct: StructType) -> pa.Schema:
@@ -330,11 +333,16 @@ class _Reader(DataSourceReader):
         for data_file in partition.value:
             # read_buffer: the object's bytes without a copy into ``bytes`` (Parquet reads from it in place)
             parquet = pq.ParquetFile(pa.BufferReader(pa.py_buffer(self._adapter.read_buffer(data_file.key))))
-            for batch in parquet.iter_batches(columns=schema.names):
-                yield pa.RecordBatch.from_arrays(
-                    [batch.column(n).cast(f.type) for n, f in zip(schema.names, schema, strict=True)],
-                    schema=schema,
-                )
+            # A row group at a time, decoded in this thread: Spark runs a task per core, so Arrow's decoding
+            # threads only add their hand-offs (measured: a third more CPU per file than one thread).
+            for batch in parquet.iter_batches(_READ_BATCH_ROWS, columns=schema.names, use_threads=False):
+                if batch.schema.equals(schema):
+                    yield batch
+                else:  # Spark's types for the table's (e.g. nullability, timestamp units): cast per column
+                    yield pa.RecordBatch.from_arrays(
+                        [batch.column(n).cast(f.type) for n, f in zip(schema.names, schema, strict=True)],
+                        schema=schema,
+                    )
 
 
 def register(spark: Any) -> None:

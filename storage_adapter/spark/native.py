@@ -179,7 +179,8 @@ def fitted(frame: Any, table: str, schema: pa.Schema, partition_by: Sequence[str
     given = {f.name: f.dataType for f in frame.schema.fields}
     targets = schema_to_spark(schema).fields
     if list(frame.columns) == [t.name for t in targets] and all(given[t.name] == t.dataType for t in targets):
-        projected = frame  # already the table's columns: no projection for Spark to plan (each costs py4j calls)
+        # Already the table's columns: no projection for Spark to plan (its every column is py4j calls).
+        projected = frame
     else:
         projected = frame.select(
             *(
