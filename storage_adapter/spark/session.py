@@ -8,15 +8,21 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 
 def spark_session(
-    master: str = "local[2]", app_name: str = "storage-adapter", *, progress: bool = False
+    master: str = "local[2]",
+    app_name: str = "storage-adapter",
+    *,
+    progress: bool = False,
+    settings: Mapping[str, str] | None = None,
 ) -> Any:
     """Get or create a SparkSession with ``format("storage_adapter")`` registered: driver on loopback,
     small shuffles. ``progress=True`` (the CLI, examples: where a person watches) keeps Spark's console
-    progress bar and warnings; otherwise (tests, services) the UI, the bar and all but errors are off."""
+    progress bar and warnings; otherwise (tests, services) the UI, the bar and all but errors are off.
+    ``settings``: more Spark settings for a session created here (e.g. the driver JVM's options)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -33,6 +39,7 @@ def spark_session(
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.python.worker.reuse", "true")
+        .config(map=dict(settings or {}))
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("WARN" if progress else "ERROR")
