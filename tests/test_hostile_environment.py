@@ -71,9 +71,18 @@ def hostile(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
     yield client_settings()
 
 
-def _run(args: list[str], tmp_path: Path, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+def _run(
+    args: list[str], tmp_path: Path, timeout: float = 900, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``args`` in the hostile environment, from ``cwd`` (default ``tmp_path``; the checkout's root for
+    ``python -m bench...``: the benches are not an installed package)."""
     done = subprocess.run(
-        args, cwd=tmp_path, env=hostile_process_environment(), capture_output=True, text=True, timeout=timeout
+        args,
+        cwd=tmp_path if cwd is None else cwd,
+        env=hostile_process_environment(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
     assert SECRET not in done.stdout + done.stderr  # the user's secret is never printed either
     return done
@@ -281,6 +290,7 @@ def test_the_spark_bench_on_seaweedfs_runs(tmp_path: Path) -> None:
         ],
         tmp_path,
         timeout=600,
+        cwd=Path(__file__).resolve().parents[1],
     )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     (row,) = json.loads((tmp_path / "spark_io.json").read_text())
