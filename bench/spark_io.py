@@ -278,6 +278,16 @@ def local_path(engine: Engine, key: str) -> str:
     return engine.adapter.url.removeprefix("file://").rstrip("/") + "/" + key
 
 
+def datasource_reader(spark: Any, backend: Backend, table: str) -> Any:
+    """``spark.read.format("storage_adapter")`` of ``table`` on the backend (``.load(backend.url)`` reads)."""
+    return spark.read.format("storage_adapter").options(**backend.options).option("table", table)
+
+
+def snapshot_files(backend: Backend, table: str) -> list[str]:
+    """The local paths of the files of ``table``'s current snapshot: what ``spark.read.parquet`` reads."""
+    return [local_path(backend.engine, f.key) for f in backend.engine.files(table)]
+
+
 def host_busy_seconds() -> float | None:
     """Core-seconds every CPU of the host spent busy since boot (Linux's /proc/stat; None elsewhere)."""
     try:
@@ -339,31 +349,32 @@ def one_round(
     """Every write, then every read, once, each from a settled state; their seconds appended to
     ``samples``. The order turns by ``turn`` places each round, so that no path always follows the same
     one (a job pays part of its predecessor's memory churn; measured: up to 0.3 core-seconds)."""
-    table, native, folder = fresh_table(backend), fresh_table(backend), uuid.uuid4().hex[:10]
+    table = fresh_table(backend)
     writes: list[tuple[str, Callable[[], Any]]] = [
         ("datasource_write", lambda: datasource_write(spark_rows(spark, rows, partitions), backend, table)),
         ("idle_write", lambda: idle_write(spark_rows(spark, rows, partitions))),
     ]
+    native, folder = None, None
     if backend.parquet_root is not None:  # Spark's own writer and reader reach the root
-        parquet_folder = str(backend.parquet_root / folder)
+        native, folder = fresh_table(backend), backend.parquet_root / uuid.uuid4().hex[:10]
         writes += [
             ("native_write", lambda: native_write(spark_rows(spark, rows, partitions), backend, native)),
-            ("parquet_write", lambda: spark_rows(spark, rows, partitions).write.parquet(parquet_folder)),
+            ("parquet_write", lambda: spark_rows(spark, rows, partitions).write.parquet(str(folder))),
         ]
     for name, action in _turned(writes, turn):
         timed(spark, samples, name, action, backend.server_pid)
-    if backend.parquet_root is not None:
+    if native is not None and folder is not None:
         if sum(f.rows for f in backend.engine.files(native)) != rows:
             raise AssertionError(f"the native path published {backend.engine.files(native)} for {rows} rows")
-        shutil.rmtree(backend.parquet_root / folder)
-    reader = spark.read.format("storage_adapter").options(**backend.options).option("table", table)
-    files = [local_path(backend.engine, f.key) for f in backend.engine.files(table)]
+        shutil.rmtree(folder)
+    reader = datasource_reader(spark, backend, table)
     reads: list[tuple[str, Callable[[], Any]]] = [
         ("datasource_read", lambda: full_scan(reader.load(backend.url))),
         ("idle_read", lambda: idle_read(spark, rows)),
         ("datasource_narrow_read", lambda: narrow_scan(reader.load(backend.url))),
     ]
     if backend.parquet_root is not None:
+        files = snapshot_files(backend, table)
         reads += [
             ("parquet_read", lambda: full_scan(spark.read.parquet(*files))),
             ("parquet_narrow_read", lambda: narrow_scan(spark.read.parquet(*files))),
@@ -388,7 +399,7 @@ def measure(spark: Any, backend: Backend, rows: int, rounds: int, partitions: in
     warm_table = fresh_table(backend)
     datasource_write(spark_rows(spark, rows, partitions), backend, warm_table)
     idle_write(spark_rows(spark, rows, partitions))
-    reader = spark.read.format("storage_adapter").options(**backend.options).option("table", warm_table)
+    reader = datasource_reader(spark, backend, warm_table)
     full_scan(reader.load(backend.url))
     narrow_scan(reader.load(backend.url))
     idle_read(spark, rows)
@@ -397,7 +408,7 @@ def measure(spark: Any, backend: Backend, rows: int, rounds: int, partitions: in
         warm = backend.parquet_root / uuid.uuid4().hex[:10]
         spark_rows(spark, rows, partitions).write.parquet(str(warm))
         shutil.rmtree(warm)
-        files = [local_path(backend.engine, f.key) for f in backend.engine.files(warm_table)]
+        files = snapshot_files(backend, warm_table)
         full_scan(spark.read.parquet(*files))
         narrow_scan(spark.read.parquet(*files))
     samples: dict[str, list[float]] = {}
