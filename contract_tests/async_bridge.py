@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 from storage_adapter.async_adapter import open_async_adapter
 from storage_adapter.protocol import AsyncStorageAdapter
 from storage_adapter.streams import AsyncObjectReader, Body, ObjectReader
-from storage_adapter.types import Capabilities, DirListing, ObjectInfo, Versioned
+from storage_adapter.types import Capabilities, DirListing, ObjectInfo, SkippedObject, Versioned
 
 T = TypeVar("T")
 
@@ -171,6 +171,9 @@ class SyncBridge:
 
     def list_dir(self, prefix: str = "") -> DirListing:
         return run(self.inner.list_dir(prefix))
+
+    def skipped(self, prefix: str = "") -> builtins.list[SkippedObject]:
+        return run(self.inner.skipped(prefix))
 
     def write(self, key: str, data: Body) -> str:
         return run(self.inner.write(key, data))

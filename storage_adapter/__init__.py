@@ -24,7 +24,15 @@ from storage_adapter.errors import (
 from storage_adapter.protocol import AsyncStorageAdapter, StorageAdapter
 from storage_adapter.registry import Backend, backend_named, register_backend
 from storage_adapter.streams import Body, ObjectReader
-from storage_adapter.types import Capabilities, DirListing, ObjectInfo, Support, Versioned
+from storage_adapter.types import (
+    Capabilities,
+    DirListing,
+    ObjectInfo,
+    SkippedObject,
+    SkipReason,
+    Support,
+    Versioned,
+)
 
 del _azure_backend, _builtin_backends
 
@@ -46,6 +54,8 @@ __all__ = [
     "ObjectReader",
     "ObjectStorageAdapter",
     "PermissionDeniedError",
+    "SkipReason",
+    "SkippedObject",
     "StorageAdapter",
     "StorageError",
     "Support",

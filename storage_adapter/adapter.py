@@ -22,9 +22,10 @@ from storage_adapter.errors import (
     UnsupportedOperationError,
 )
 from storage_adapter.keys import validate_key, validate_prefix
+from storage_adapter.listing import Listed, sort_listed
 from storage_adapter.redaction import Redactor
 from storage_adapter.streams import Body, BytesLike, ObjectReader, body_of, check_ranges
-from storage_adapter.types import Capabilities, DirListing, ObjectInfo, Support, Versioned
+from storage_adapter.types import Capabilities, DirListing, ObjectInfo, SkippedObject, Support, Versioned
 
 if TYPE_CHECKING:
     from fsspec.spec import AbstractFileSystem
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
 # them, and the installed package declares them as fsspec.specs entry points).
 FSSPEC_PROTOCOLS = ("sa", "storage-adapter")
 _BY_KEY = operator.attrgetter("key")
+_BY_NAME = operator.attrgetter("name")
 # What a token can be: an ETag's characters (RFC 9110's etagc: visible ASCII, no space), every backend's
 # (S3's and local's are quoted hex, memory's a counter). A control character or a non-ASCII one could only
 # reach a request header as garbage (obstore panics on it), and bounded so no token is a megabyte header.
@@ -156,8 +158,14 @@ class AdapterCore:
         return sorted(infos, key=_BY_KEY)
 
     @staticmethod
-    def _dir_listing(objects: Iterable[ObjectInfo], prefixes: Iterable[str]) -> DirListing:
-        return DirListing(objects=tuple(sorted(objects, key=_BY_KEY)), prefixes=tuple(sorted(prefixes)))
+    def _dir_listing(entries: Iterable[Listed], prefixes: Iterable[str]) -> DirListing:
+        """A driver's ``list_dir`` by the listing rule: the child prefixes it reports hold an object."""
+        objects, skipped = sort_listed(entries)
+        return DirListing(
+            objects=tuple(sorted(objects, key=_BY_KEY)),
+            prefixes=tuple(sorted(prefixes)),
+            skipped=tuple(sorted(skipped, key=_BY_NAME)),
+        )
 
 
 class ObjectStorageAdapter(AdapterCore, DerivedOperations):
@@ -245,9 +253,16 @@ class ObjectStorageAdapter(AdapterCore, DerivedOperations):
         after = validate_start_after(start_after, self.backend)
         return self._pages(self._driver.list_pages(prefix, after))
 
-    def _pages(
-        self, pages: Generator[builtins.list[ObjectInfo], None, None]
-    ) -> Iterator[builtins.list[ObjectInfo]]:
+    def _pages(self, pages: Generator[Sequence[Listed], None, None]) -> Iterator[builtins.list[ObjectInfo]]:
+        """The objects of the driver's ``pages`` by the listing rule (storage_adapter.listing), page by
+        page; a page left empty by it is not yielded."""
+        for objects, _ in self._sorted_pages(pages):
+            if objects:
+                yield objects
+
+    def _sorted_pages(
+        self, pages: Generator[Sequence[Listed], None, None]
+    ) -> Iterator[tuple[builtins.list[ObjectInfo], builtins.list[SkippedObject]]]:
         # The driver's I/O happens inside each next(), so each one runs under the redactor.
         try:
             while True:
@@ -255,10 +270,17 @@ class ObjectStorageAdapter(AdapterCore, DerivedOperations):
                     page = next(pages, None)
                 if page is None:
                     return
-                yield page
+                yield sort_listed(page)
         finally:
             with self._scrubbed:
                 pages.close()  # releases what the driver holds open (local: directory descriptors)
+
+    def skipped(self, prefix: str = "") -> builtins.list[SkippedObject]:
+        """Every entry under ``prefix`` that listings leave out (folder markers, names no key can have,
+        local entries that are not files), by name; one pass of the listing."""
+        prefix = self._prefix(prefix)
+        pages = self._sorted_pages(self._driver.list_pages(prefix, None))
+        return sorted((entry for _, skipped in pages for entry in skipped), key=_BY_NAME)
 
     def list_dir(self, prefix: str = "") -> DirListing:
         """Objects directly under ``prefix`` and its child prefixes (those holding at least one object),
@@ -267,8 +289,8 @@ class ObjectStorageAdapter(AdapterCore, DerivedOperations):
         page, run concurrently (docs/s3.md)."""
         prefix = self._prefix(prefix)
         with self._scrubbed:
-            objects, prefixes = self._driver.list_dir(prefix)
-        return self._dir_listing(objects, prefixes)
+            entries, prefixes = self._driver.list_dir(prefix)
+        return self._dir_listing(entries, prefixes)
 
     # -- mutations ------------------------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ found by :func:`async_driver_of`, the one mechanism for every backend:
 from __future__ import annotations
 
 import builtins
+import operator
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -32,9 +33,10 @@ from storage_adapter.derived import (
 from storage_adapter.driver import CREATE, OVERWRITE, AsyncDriver, Driver, NativeAsync, PutMode
 from storage_adapter.errors import NotFoundError
 from storage_adapter.keys import validate_prefix
+from storage_adapter.listing import Listed, sort_listed
 from storage_adapter.streams import AsyncObjectReader, Body, check_ranges
 from storage_adapter.threaded import ThreadedAsyncDriver
-from storage_adapter.types import DirListing, ObjectInfo, Versioned
+from storage_adapter.types import DirListing, ObjectInfo, SkippedObject, Versioned
 
 
 class AsyncDerivedOperations:
@@ -173,8 +175,16 @@ class AsyncObjectStorageAdapter(AdapterCore, AsyncDerivedOperations):
         return self._pages(self._async.list_pages(prefix, after))
 
     async def _pages(
-        self, pages: AsyncGenerator[builtins.list[ObjectInfo], None]
+        self, pages: AsyncGenerator[Sequence[Listed], None]
     ) -> AsyncGenerator[builtins.list[ObjectInfo], None]:
+        """As the sync adapter's: the objects of each page by the listing rule, empty pages dropped."""
+        async for objects, _ in self._sorted_pages(pages):
+            if objects:
+                yield objects
+
+    async def _sorted_pages(
+        self, pages: AsyncGenerator[Sequence[Listed], None]
+    ) -> AsyncGenerator[tuple[builtins.list[ObjectInfo], builtins.list[SkippedObject]], None]:
         # The driver's I/O happens inside each anext(), so each one runs under the redactor.
         try:
             while True:
@@ -182,16 +192,26 @@ class AsyncObjectStorageAdapter(AdapterCore, AsyncDerivedOperations):
                     page = await anext(pages, None)
                 if page is None:
                     return
-                yield page
+                yield sort_listed(page)
         finally:
             with self._scrubbed:
                 await pages.aclose()
 
+    async def skipped(self, prefix: str = "") -> builtins.list[SkippedObject]:
+        """As :meth:`ObjectStorageAdapter.skipped`."""
+        prefix = self._prefix(prefix)
+        found = [
+            entry
+            async for _, skipped in self._sorted_pages(self._async.list_pages(prefix, None))
+            for entry in skipped
+        ]
+        return sorted(found, key=operator.attrgetter("name"))
+
     async def list_dir(self, prefix: str = "") -> DirListing:
         prefix = self._prefix(prefix)
         with self._scrubbed:
-            objects, prefixes = await self._async.list_dir(prefix)
-        return self._dir_listing(objects, prefixes)
+            entries, prefixes = await self._async.list_dir(prefix)
+        return self._dir_listing(entries, prefixes)
 
     # -- mutations ------------------------------------------------------------------------------------
     async def write(self, key: str, data: Body) -> str:

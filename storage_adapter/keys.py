@@ -60,40 +60,56 @@ def _reject(key: str, reason: str, backend: str | None) -> InvalidKeyError:
     return InvalidKeyError(f"invalid key {key!r}{where}: {reason}", key=key, backend=backend)
 
 
-def validate_key(key: object, backend: str | None = None) -> str:
-    """Return ``key`` unchanged if it is a valid object key (the module's rules), else raise
-    :class:`InvalidKeyError` naming the key, the backend and the broken rule."""
-    if isinstance(key, str) and key.isascii() and len(key) <= MAX_KEY_BYTES and _PLAIN_KEY.fullmatch(key):
-        return key
-    if not isinstance(key, str):
-        raise _reject(repr(key), f"keys are str, not {type(key).__name__}", backend)
+def is_plain_key(key: str) -> bool:
+    """The fast path of the rules: True for an ASCII key that obeys them all (most keys); False says
+    nothing (ask :func:`key_problem`)."""
+    return key.isascii() and len(key) <= MAX_KEY_BYTES and _PLAIN_KEY.fullmatch(key) is not None
+
+
+def key_problem(key: str) -> str | None:
+    """The rule the str ``key`` breaks, None if it is a valid key. A listing asks this of every name a
+    store holds (storage_adapter.listing); :func:`validate_key` raises with it."""
+    if is_plain_key(key):
+        return None
     if key == "":
-        raise _reject(key, "empty key", backend)
+        return "empty key"
     try:
         size = len(key.encode("utf-8"))
     except UnicodeEncodeError as exc:
-        # Raised outside this handler: the codec's error would only repeat the key as context.
-        reason = f"not encodable as UTF-8 (lone surrogate at character {exc.start})"
-    else:
-        reason = f"longer than {MAX_KEY_BYTES} bytes" if size > MAX_KEY_BYTES else ""
-    if reason:
-        raise _reject(key if len(key) <= 64 else key[:64] + "...", reason, backend)
+        return f"not encodable as UTF-8 (lone surrogate at character {exc.start})"
+    if size > MAX_KEY_BYTES:
+        return f"longer than {MAX_KEY_BYTES} bytes"
     if key.startswith("/"):
-        raise _reject(key, "leading '/' (keys are relative to the adapter's root)", backend)
+        return "leading '/' (keys are relative to the adapter's root)"
     if "\\" in key:
-        raise _reject(key, "backslash", backend)
+        return "backslash"
     if _CONTROL.search(key):
-        raise _reject(key, "NUL or control character", backend)
+        return "NUL or control character"
     for segment in key.split("/"):
         if segment == "":
-            raise _reject(key, "empty segment ('//' or trailing '/')", backend)
+            return "empty segment ('//' or trailing '/')"
         if segment in (".", ".."):
-            raise _reject(key, f"{segment!r} segment", backend)
+            return f"{segment!r} segment"
         if _STAGING_SUFFIX.search(segment):
-            raise _reject(key, "segment ending in '#<digits>' is reserved for staging files", backend)
+            return "segment ending in '#<digits>' is reserved for staging files"
         if len(segment.encode("utf-8")) > MAX_SEGMENT_BYTES:
-            raise _reject(key, f"segment longer than {MAX_SEGMENT_BYTES} bytes", backend)
-    return key
+            return f"segment longer than {MAX_SEGMENT_BYTES} bytes"
+    return None
+
+
+def validate_key(key: object, backend: str | None = None) -> str:
+    """Return ``key`` unchanged if it is a valid object key (the module's rules), else raise
+    :class:`InvalidKeyError` naming the key, the backend and the broken rule."""
+    if isinstance(key, str) and is_plain_key(key):
+        return key
+    if not isinstance(key, str):
+        raise _reject(repr(key), f"keys are str, not {type(key).__name__}", backend)
+    reason = key_problem(key)
+    if reason is None:
+        return key
+    if reason.startswith(("not encodable", "longer than")):
+        raise _reject(key if len(key) <= 64 else key[:64] + "...", reason, backend)
+    raise _reject(key, reason, backend)
 
 
 def validate_prefix(prefix: object, backend: str | None = None) -> str:

@@ -7,9 +7,10 @@ policy, per operation, is in docs/local.md:
 
 * a key or prefix whose path meets a symlink below the root is refused: PermissionDeniedError naming the
   key and the symlink, nothing read, written or removed;
-* listings skip symlinks, special files and entries whose key would not be valid (see
-  storage_adapter.keys: names that are not UTF-8, control characters, staging files ``name#<digits>``):
-  one odd name on disk never breaks a listing;
+* listings report every entry by its name: a regular file as an object, which the adapter's listing
+  rule (storage_adapter.listing) skips when its name is no key (not UTF-8, control characters, ...);
+  symlinks and special files as skipped entries; staging files ``name#<12 digits>`` (this backend's own
+  writes in flight) not at all. One odd name on disk never breaks a listing;
 * a directory is a prefix, not an object: reading it is NotFoundError.
 """
 
@@ -26,13 +27,15 @@ from datetime import UTC, datetime, timedelta
 from storage_adapter.batch import LIST_PAGE, chunked, delete_each
 from storage_adapter.config import AdapterConfig
 from storage_adapter.driver import OVERWRITE, PutBody, PutKind, PutMode
-from storage_adapter.errors import InvalidKeyError, StorageError
-from storage_adapter.keys import join_key, validate_key
+from storage_adapter.errors import StorageError
+from storage_adapter.keys import join_key
+from storage_adapter.listing import Listed, is_listed_prefix, sort_listed
 from storage_adapter.local_files import (
     DirChain,
     LocalMutator,
     dir_names,
     fault_point,
+    is_staging_name,
     local_token,
     open_chain,
     open_object,
@@ -44,19 +47,9 @@ from storage_adapter.local_files import (
 )
 from storage_adapter.streams import clip
 from storage_adapter.translation import Translation
-from storage_adapter.types import ObjectInfo
+from storage_adapter.types import ObjectInfo, SkippedObject, SkipReason
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def _is_key(key: str) -> bool:
-    """Whether a listed name is a key the adapter could have written. Names that are not UTF-8 come from
-    os.scandir as lone surrogates (surrogateescape); validate_key refuses those like every other bad key."""
-    try:
-        validate_key(key)
-    except InvalidKeyError:
-        return False
-    return True
 
 
 class LocalDriver:
@@ -140,7 +133,7 @@ class LocalDriver:
 
     def list_pages(
         self, prefix: str, start_after: str | None = None
-    ) -> Generator[builtins.list[ObjectInfo], None, None]:
+    ) -> Generator[builtins.list[Listed], None, None]:
         """Pages of LIST_PAGE objects from a lazy walk in key order, from the first key after
         ``start_after`` (directories wholly before it are not even opened): the directories stay open
         (one descriptor per level) until the pages are taken or the generator is closed."""
@@ -151,7 +144,7 @@ class LocalDriver:
             with chain:
                 yield from chunked(self._objects(chain.fd, prefix, start_after), LIST_PAGE)
 
-    def list_dir(self, prefix: str) -> tuple[builtins.list[ObjectInfo], builtins.list[str]]:
+    def list_dir(self, prefix: str) -> tuple[builtins.list[Listed], builtins.list[str]]:
         with self.translated(prefix, "list_dir"):
             chain = self._listed(prefix)
             if chain is None:
@@ -165,15 +158,15 @@ class LocalDriver:
                     key
                     for entry in entries
                     if entry.is_dir(follow_symlinks=False)
-                    and _is_key(key := f"{prefix}/{entry.name}" if prefix else entry.name)
+                    and is_listed_prefix(key := f"{prefix}/{entry.name}" if prefix else entry.name)
                     and self._holds_objects(chain.fd, entry.name, key)
                 ]
             return objects, prefixes
 
     def _objects(
         self, top: int, prefix: str, start_after: str | None = None
-    ) -> Generator[ObjectInfo, None, None]:
-        """Every object below the open directory ``top`` (whose keys start with ``prefix``), lazily, in
+    ) -> Generator[Listed, None, None]:
+        """Every entry below the open directory ``top`` (whose keys start with ``prefix``), lazily, in
         key order; only those after ``start_after`` if given."""
         for fd, path, entry in walk_in_key_order(top, prefix, start_after):
             info = self._info(fd, path, entry)
@@ -187,17 +180,18 @@ class LocalDriver:
         if fd is None:
             return False
         try:
-            with closing(self._objects(fd, key)) as objects:
-                return next(objects, None) is not None
+            with closing(self._objects(fd, key)) as entries:
+                return any(sort_listed([entry])[0] for entry in entries)
         finally:
             os.close(fd)
 
     @staticmethod
-    def _info(directory: int, path: str, entry: os.DirEntry[str]) -> ObjectInfo | None:
-        """The object ``entry`` of ``directory`` (keys starting with ``path``), None when it is not one: a
-        directory, a symlink, a special file, an invalid key, or gone since it was listed."""
+    def _info(directory: int, path: str, entry: os.DirEntry[str]) -> Listed | None:
+        """The entry ``entry`` of ``directory`` (keys starting with ``path``) as listed: a regular file as
+        an object by its name (valid key or not), a symlink or special file as skipped; None for a
+        directory, a staging file, or an entry gone since it was listed."""
         key = f"{path}/{entry.name}" if path else entry.name
-        if not entry.is_file(follow_symlinks=False) or not _is_key(key):
+        if entry.is_dir(follow_symlinks=False) or is_staging_name(entry.name):
             return None
         try:
             fault_point("stat")
@@ -205,7 +199,8 @@ class LocalDriver:
         except FileNotFoundError:
             return None
         if not stat.S_ISREG(st.st_mode):
-            return None
+            kind = "symlink" if stat.S_ISLNK(st.st_mode) else "special file"
+            return SkippedObject(key, None, SkipReason.NOT_A_FILE, f"a {kind} is never followed or read")
         return ObjectInfo(
             key=key,
             size=st.st_size,

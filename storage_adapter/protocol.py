@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from typing import Protocol, runtime_checkable
 
 from storage_adapter.streams import AsyncObjectReader, Body, ObjectReader
-from storage_adapter.types import Capabilities, DirListing, ObjectInfo, Versioned
+from storage_adapter.types import Capabilities, DirListing, ObjectInfo, SkippedObject, Versioned
 
 
 @runtime_checkable
@@ -30,6 +30,12 @@ class StorageAdapter(Protocol):
     * **Safe keys.** Every key and prefix is validated before any I/O by the rules of
       :mod:`storage_adapter.keys`; a bad one raises :class:`~storage_adapter.errors.InvalidKeyError`
       (also a ``ValueError``). Nothing outside the root is ever read, written, listed or deleted.
+    * **Every name listed reads back.** A listing shows an entry of the store as an object only if its
+      name is a key (:mod:`storage_adapter.listing`); any other entry another tool left under the root (a
+      name with a control character, ``a//b``, a folder marker ``dir/``, on local a symlink) never makes a
+      listing fail and never shows up under another name: it is skipped and reported by ``skipped`` and
+      ``DirListing.skipped``, never read, written or deleted through the adapter. A folder marker (a
+      zero-byte object whose name ends in ``/``) is no object and makes no directory.
     * **Typed errors.** Every failure is a :class:`~storage_adapter.errors.StorageError` naming the key
       (or URL) and the backend, and never a credential. A missing object is
       :class:`~storage_adapter.errors.NotFoundError` (also a ``FileNotFoundError``); a transient failure
@@ -168,7 +174,16 @@ class StorageAdapter(Protocol):
 
     def list_dir(self, prefix: str = "") -> DirListing:
         """The objects directly under ``prefix`` and its child prefixes that hold at least one object
-        (an emptied prefix is never reported), each sorted."""
+        (an emptied prefix, or one holding only folder markers or skipped entries, is never reported),
+        each sorted; ``skipped``: the entries directly under ``prefix`` that listings leave out."""
+        ...
+
+    def skipped(self, prefix: str = "") -> builtins.list[SkippedObject]:
+        """Every entry under ``prefix`` (recursively) that listings leave out because the adapter cannot
+        address it, sorted by name (:class:`~storage_adapter.types.SkippedObject`: its exact name, size,
+        the reason and the broken rule): folder markers, names no key can have, and on local entries
+        that are not regular files. Costs one listing of ``prefix``; empty where another tool left
+        nothing odd."""
         ...
 
     # -- mutations -----------------------------------------------------------------------------------
@@ -345,6 +360,10 @@ class AsyncStorageAdapter(Protocol):
 
     async def list_dir(self, prefix: str = "") -> DirListing:
         """As :meth:`StorageAdapter.list_dir`."""
+        ...
+
+    async def skipped(self, prefix: str = "") -> builtins.list[SkippedObject]:
+        """As :meth:`StorageAdapter.skipped`."""
         ...
 
     # -- mutations -----------------------------------------------------------------------------------

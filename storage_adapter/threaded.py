@@ -18,8 +18,8 @@ from contextlib import suppress
 from typing import Any, TypeVar
 
 from storage_adapter.driver import OVERWRITE, Driver, PutBody, PutMode
+from storage_adapter.listing import Listed
 from storage_adapter.streams import AsyncRangeSource, RangeSource
-from storage_adapter.types import ObjectInfo
 
 R = TypeVar("R")
 
@@ -74,7 +74,7 @@ class ThreadedAsyncDriver:
 
     async def list_pages(
         self, prefix: str, start_after: str | None = None
-    ) -> AsyncGenerator[builtins.list[ObjectInfo], None]:
+    ) -> AsyncGenerator[Sequence[Listed], None]:
         pages = self._driver.list_pages(prefix, start_after)  # a generator: no I/O until the first next()
         try:
             while (page := await in_thread(next, pages, None)) is not None:
@@ -87,7 +87,7 @@ class ThreadedAsyncDriver:
             with suppress(ValueError):  # "generator already executing"
                 pages.close()
 
-    async def list_dir(self, prefix: str) -> tuple[builtins.list[ObjectInfo], builtins.list[str]]:
+    async def list_dir(self, prefix: str) -> tuple[Sequence[Listed], builtins.list[str]]:
         return await in_thread(self._driver.list_dir, prefix)
 
     async def get_ranges(self, key: str, ranges: Sequence[tuple[int, int]]) -> builtins.list[bytes]:

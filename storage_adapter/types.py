@@ -53,12 +53,45 @@ def object_infos(
     return infos
 
 
+class SkipReason(enum.Enum):
+    """Why a listing leaves an entry of the store out (:class:`SkippedObject`)."""
+
+    # A zero-byte object whose name ends in "/" (the AWS console's "Create folder", rclone, Hadoop s3a's
+    # directory markers): it marks a folder, it is not an object.
+    FOLDER_MARKER = "folder marker"
+    # A name no key can have (storage_adapter.keys): a control character, an empty, "." or ".." segment,
+    # a trailing "/" on an object with bytes, a backslash, a staging-file suffix, too long, not UTF-8.
+    INVALID_KEY = "invalid key"
+    # Not a regular file (local): a symlink, a FIFO, a socket or a device below the root.
+    NOT_A_FILE = "not a regular file"
+
+
+@dataclass(frozen=True, slots=True)
+class SkippedObject:
+    """An entry of the store under an adapter's root that no listing shows, because the adapter cannot
+    address it: nothing the adapter writes looks like it (another tool left it there). It is never listed,
+    read, renamed or deleted through the adapter, and never shows up under another name; listings report
+    it here instead (``StorageAdapter.skipped``, ``DirListing.skipped``).
+
+    ``name`` is the entry's name relative to the root exactly as the store holds it, which is not a valid
+    key (print it with ``!r``: it may hold control characters or, on local, lone surrogates for bytes
+    that are not UTF-8); ``size`` is its size in bytes where the listing gives one; ``detail`` names the
+    broken rule."""
+
+    name: str
+    size: int | None
+    reason: SkipReason
+    detail: str
+
+
 @dataclass(frozen=True)
 class DirListing:
-    """Direct children of a prefix: objects directly under it and child prefixes (without trailing '/')."""
+    """Direct children of a prefix: objects directly under it and child prefixes (without trailing '/'),
+    and the entries directly under it that listings leave out (:class:`SkippedObject`)."""
 
     objects: tuple[ObjectInfo, ...]
     prefixes: tuple[str, ...]
+    skipped: tuple[SkippedObject, ...] = ()
 
 
 class Support(enum.Enum):
