@@ -33,6 +33,7 @@ from contract_tests.bodies import describe, make_body
 from contract_tests.bulk_clauses import BulkClauses
 from contract_tests.concurrency_clauses import ConcurrencyClauses, require_processes
 from contract_tests.failure_clauses import FailureClauses
+from contract_tests.foreign_clauses import ForeignObjectClauses
 from contract_tests.history import History, Outcome
 from contract_tests.housekeeping_clauses import HousekeepingClauses
 from contract_tests.linearizability import KeyVerdict, check_history
@@ -188,7 +189,13 @@ def _assert_linearizable(history: History, budget_s: float) -> None:
 
 @pytest.mark.storage_contract
 class AdapterContract(
-    BulkClauses, ConcurrencyClauses, FailureClauses, HousekeepingClauses, StreamClauses, WireClauses
+    BulkClauses,
+    ConcurrencyClauses,
+    FailureClauses,
+    ForeignObjectClauses,
+    HousekeepingClauses,
+    StreamClauses,
+    WireClauses,
 ):
     """The contract clauses. Subclass and override the ``adapter`` fixture to run them on your adapter."""
 

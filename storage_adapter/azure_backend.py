@@ -46,6 +46,7 @@ from storage_adapter.obstore_driver import (
     azure_credentials,
     azure_endpoint,
     azure_store,
+    store_writer,
 )
 from storage_adapter.registry import Backend, Option, register_backend
 from storage_adapter.translation import status_error_class
@@ -286,6 +287,7 @@ AZURE = register_backend(
         url_options=_url_options,
         userinfo_names_location=True,
         driver=_azure_driver,
+        foreign_writer=lambda config: store_writer(azure_store(config), config, "azure"),
         options=AZURE_OPTIONS,
         check_options=_check_azure_options,
         create_container=_create_container,

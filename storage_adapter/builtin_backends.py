@@ -19,7 +19,7 @@ from typing import Any, get_type_hints
 from urllib.parse import SplitResult, urlsplit
 
 from storage_adapter.config import AdapterConfig, url_path
-from storage_adapter.driver import Driver
+from storage_adapter.driver import Driver, ForeignWriter
 from storage_adapter.errors import (
     BackendUnavailableError,
     ConfigurationError,
@@ -27,7 +27,7 @@ from storage_adapter.errors import (
     UnsupportedOperationError,
 )
 from storage_adapter.keys import is_plain_text, validate_prefix
-from storage_adapter.local_driver import LocalDriver
+from storage_adapter.local_driver import LocalDriver, LocalForeignWriter
 from storage_adapter.obstore_driver import (
     ObstoreDriver,
     WrappedStore,
@@ -37,6 +37,7 @@ from storage_adapter.obstore_driver import (
     s3_store,
     store_identity,
     store_secrets,
+    store_writer,
     wrapped_driver,
 )
 from storage_adapter.redaction import redact_url, reject_userinfo
@@ -127,6 +128,7 @@ LOCAL = register_backend(
         ),
         locate=_locate_directory,
         driver=LocalDriver,
+        foreign_writer=LocalForeignWriter,
         options=MappingProxyType({"durable": Option(bool, default=True)}),
         configured=lambda declared, config: replace(declared, durable=bool(config.option("durable"))),
         display_location=lambda location: location.rstrip("/"),
@@ -342,7 +344,6 @@ def _s3_driver(config: AdapterConfig) -> Driver:
     return driver(
         config,
         s3_store,
-        confirm_prefixes=bool(config.option("confirm_prefixes")),
         signed_delete_timeout_s=float(dict(config.options)["request_timeout_s"]),
     )
 
@@ -502,6 +503,7 @@ S3 = register_backend(
         ),
         locate=bucket_and_prefix("bucket", _BUCKET),
         driver=_s3_driver,
+        foreign_writer=lambda config: store_writer(s3_store(config), config, "s3"),
         options=S3_OPTIONS,
         check_options=_check_s3_options,
         configured=_s3_configured,
@@ -560,6 +562,7 @@ MEMORY = register_backend(
         ),
         locate=bucket_and_prefix("store name"),
         driver=lambda config: ObstoreDriver(config, memory_store),
+        foreign_writer=lambda config: store_writer(memory_store(config), config, "memory"),
         scratch=_memory_scratch,
         fsspec_peer=FsspecPeer(
             name="fsspec-memory",
@@ -594,6 +597,16 @@ def _store_url(parts: SplitResult, url: str) -> tuple[str, str]:
 def _declared(_placeholder: Capabilities, config: AdapterConfig) -> Capabilities:
     declared: Capabilities = config.option("capabilities")
     return declared
+
+
+def _wrapped_foreign_writer(config: AdapterConfig) -> ForeignWriter:
+    """Writes below the root of an adapter over a user's store: its directory's files for a LocalStore,
+    else through the store (raw requests for S3 and Azure)."""
+    store = config.option("store").store
+    directory = local_directory(store)
+    if directory is not None:
+        return LocalForeignWriter(AdapterConfig(LOCAL.name, directory, config.prefix, (("durable", True),)))
+    return store_writer(store, config, config.option("capabilities").backend)
 
 
 def _wrapped_driver(config: AdapterConfig) -> Driver:
@@ -631,6 +644,7 @@ WRAPPED = register_backend(
         ),
         locate=_store_url,
         driver=_wrapped_driver,
+        foreign_writer=_wrapped_foreign_writer,
         options=MappingProxyType(
             {
                 "store": Option(WrappedStore),

@@ -127,6 +127,25 @@ class AsyncDriver(Protocol):
     async def remove_orphans(self, min_age_s: float) -> int: ...
 
 
+class ForeignWriter(Protocol):
+    """Writes and removes entries below an adapter's root by their exact names, not through the adapter:
+    as another tool would (boto3, the AWS console, a shell). The contract plants with it what real buckets
+    hold beside an adapter's objects (names no key can have, folder markers) to check that listings hold
+    there (:mod:`storage_adapter.listing`). A backend offers one as ``Backend.foreign_writer``.
+
+    ``put(name, data)`` stores ``data`` under the name relative to the root, byte for byte (a name ending
+    in ``/`` with no bytes is a folder marker: on a file system, an empty directory); it raises
+    UnsupportedOperationError, storing nothing, where the store cannot hold such a name at all.
+    ``remove(name)`` removes it again (a missing one is fine). ``held()`` is the ground truth a check
+    compares listings with: every entry below the root, by its exact name, with its size (a server may
+    store a name otherwise than it was sent: SeaweedFS turns ``\\`` into ``/`` and drops the bytes of
+    a name ending in ``/``)."""
+
+    def put(self, name: str, data: bytes) -> None: ...
+    def remove(self, name: str) -> None: ...
+    def held(self) -> dict[str, int]: ...
+
+
 @runtime_checkable
 class NativeAsync(Protocol):
     """A :class:`Driver` with its own non-blocking twin: ``asynchronous()`` returns it (sharing the

@@ -21,13 +21,13 @@ import errno
 import os
 import stat
 from collections.abc import Generator, Sequence
-from contextlib import closing
+from contextlib import closing, suppress
 from datetime import UTC, datetime, timedelta
 
 from storage_adapter.batch import LIST_PAGE, chunked, delete_each
 from storage_adapter.config import AdapterConfig
 from storage_adapter.driver import OVERWRITE, PutBody, PutKind, PutMode
-from storage_adapter.errors import StorageError
+from storage_adapter.errors import StorageError, UnsupportedOperationError
 from storage_adapter.keys import join_key
 from storage_adapter.listing import Listed, is_listed_prefix, sort_listed
 from storage_adapter.local_files import (
@@ -275,3 +275,44 @@ class _LocalSource:
 
     def close(self) -> None:
         os.close(self._fd)
+
+
+class LocalForeignWriter:
+    """A :class:`~storage_adapter.driver.ForeignWriter` below a ``file://`` root: plain file system calls,
+    as a shell or another program would make them (no lock, no staging, no fsync). A name is taken as
+    ``os.fsencode`` takes it (a lone surrogate is the undecodable byte it stands for). A file system has
+    no folder markers (its nearest thing, an empty directory, is no entry of any listing) and no name
+    with an empty or ``.`` segment: such names are refused."""
+
+    def __init__(self, config: AdapterConfig) -> None:
+        self._base = os.path.join(os.path.realpath(config.location), *dir_names(config.prefix))
+
+    def _path(self, name: str) -> bytes:
+        if os.path.isabs(name) or ".." in name.split("/"):
+            raise UnsupportedOperationError(
+                f"{name!r} would leave the root on local", key=name, backend="local"
+            )
+        return os.fsencode(os.path.join(self._base, name))
+
+    def put(self, name: str, data: bytes) -> None:
+        path = self._path(name)
+        if any(segment in ("", ".") for segment in name.split("/")):
+            raise UnsupportedOperationError(f"a file system cannot hold {name!r}", key=name, backend="local")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as file:
+            file.write(data)
+
+    def remove(self, name: str) -> None:
+        with suppress(OSError):
+            os.unlink(self._path(name))
+
+    def held(self) -> dict[str, int]:
+        found: dict[str, int] = {}
+        base = os.fsencode(self._base)
+        for directory, _, files in os.walk(base):
+            for file in files:
+                path = os.path.join(directory, file)
+                st = os.lstat(path)
+                if not is_staging_name(os.fsdecode(file)):
+                    found[os.fsdecode(os.path.relpath(path, base))] = st.st_size
+        return found

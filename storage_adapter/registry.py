@@ -26,6 +26,7 @@ from urllib.parse import SplitResult
 
 from storage_adapter import driver as _driver_module
 from storage_adapter.driver import Driver as _Driver
+from storage_adapter.driver import ForeignWriter as _ForeignWriter
 from storage_adapter.errors import ConfigurationError
 from storage_adapter.keys import join_key, validate_prefix
 from storage_adapter.moved import forwarding
@@ -86,7 +87,9 @@ class Backend:
     context manager yielding the URL of a private, throwaway instance (tests and the conformance check),
     or None when an instance needs a server (those come from the test servers' package ``servers``);
     ``hadoop_root(config, url)`` names the adapter's root for Hadoop's filesystems (:class:`HadoopRoot`),
-    None where none reaches the storage.
+    None where none reaches the storage; ``foreign_writer(config)`` writes below the adapter's root by
+    exact names, bypassing the adapter (:class:`~storage_adapter.driver.ForeignWriter`: what the contract
+    plants as another tool's leftovers), None where nothing but the adapter reaches the storage.
     """
 
     name: str
@@ -107,6 +110,7 @@ class Backend:
     url_options: Callable[[SplitResult, str], Mapping[str, Any]] | None = None
     userinfo_names_location: bool = False
     hadoop_root: Callable[[AdapterConfig, str], HadoopRoot] | None = None
+    foreign_writer: Callable[[AdapterConfig], _ForeignWriter] | None = None
 
     @property
     def schemes(self) -> tuple[str, ...]:

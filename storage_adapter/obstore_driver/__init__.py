@@ -6,10 +6,13 @@
 - :mod:`.stores` builds the stores: in-memory ones by name, S3 and Azure ones from the resolved options
   and their credentials, and a user's own store wrapped for an adapter (identity, secrets, pickling);
 - :mod:`.driver` drives them: :class:`ObstoreDriver` and its non-blocking twin
-  :class:`ObstoreAsyncDriver`.
+  :class:`ObstoreAsyncDriver`; S3 and Azure listings through :mod:`.raw_listing`, the raw client that
+  sees every name as stored;
+- :mod:`.foreign` writes below a root by exact names, as other tools do (``Backend.foreign_writer``).
 """
 
 from storage_adapter.obstore_driver.driver import ObstoreAsyncDriver, ObstoreDriver, wrapped_driver
+from storage_adapter.obstore_driver.foreign import store_writer
 from storage_adapter.obstore_driver.stores import (
     EMULATOR_ACCOUNT,
     EMULATOR_ACCOUNT_KEY,
@@ -42,5 +45,6 @@ __all__ = [
     "s3_store",
     "store_identity",
     "store_secrets",
+    "store_writer",
     "wrapped_driver",
 ]

@@ -17,9 +17,9 @@ import operator
 import urllib.error
 import urllib.request
 from collections.abc import AsyncGenerator, Awaitable, Callable, Generator, Iterable, Iterator, Sequence
-from contextlib import suppress
+from contextlib import closing, suppress
 from datetime import UTC, datetime, timedelta
-from functools import partial
+from functools import cached_property, partial
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import obstore
@@ -44,7 +44,9 @@ from storage_adapter.errors import (
 )
 from storage_adapter.faults import recovering
 from storage_adapter.keys import join_key
+from storage_adapter.listing import is_listed_prefix, sort_listed
 from storage_adapter.obstore_driver.errors import fault_point
+from storage_adapter.obstore_driver.raw_listing import RawClient, RawEntry, RawPage, raw_client
 from storage_adapter.streams import BytesLike, clip
 from storage_adapter.threaded import ThreadedAsyncDriver, in_thread
 from storage_adapter.translation import (
@@ -72,20 +74,24 @@ _PART = 5 * 1024 * 1024
 
 def wrapped_driver(config: AdapterConfig, name: str) -> ObstoreDriver:
     """The driver of an adapter over a user's store (config option ``store``, a :class:`WrappedStore`),
-    its messages naming the backend ``name``. On S3 it confirms the child prefixes of ``list_dir`` and
-    falls back to signed single deletes, as the ``s3`` backend does; on Azure it quotes listed ETags and
-    filters listings after a key, as the ``azure`` backend does."""
+    its messages naming the backend ``name``. On S3 it falls back to signed single deletes, as the ``s3``
+    backend does; on Azure it quotes listed ETags, as the ``azure`` backend does; both list through the
+    raw client, as those backends do."""
     store = config.option("store").store
     s3, azure = isinstance(store, S3Store), isinstance(store, AzureStore)
     return ObstoreDriver(
         config,
         lambda _config: store,
-        confirm_prefixes=s3,
         signed_delete_timeout_s=60.0 if s3 else None,
         quote_listed_etags=azure,
         filter_listing_offset=azure,
         name=name,
     )
+
+
+def _generator(pages: Iterator[RawPage]) -> Generator[RawPage, None, None]:
+    """The raw client's pages as the generator they are (closed to release its connection)."""
+    return cast("Generator[RawPage, None, None]", pages)
 
 
 class _Body:
@@ -217,10 +223,8 @@ async def _made_async(plan: _Plan[R], make: Callable[[Any], Awaitable[Any]]) -> 
 class ObstoreDriver:
     """The driver of a backend served by one obstore store: thin and exception-translating.
 
-    ``build_store(config)`` makes the store. ``confirm_prefixes`` makes ``list_dir`` confirm the child
-    prefixes it reports: some S3 servers (SeaweedFS) keep a directory after its last object is deleted
-    and report it as a common prefix, and a prefix is only a child if an object lives under it (see
-    :meth:`list_dir` for what that costs).
+    ``build_store(config)`` makes the store. Where it is an S3 or Azure store, listings go through the
+    raw client (:mod:`storage_adapter.obstore_driver.raw_listing`), which sees every name as stored.
 
     ``signed_delete_timeout_s`` (S3) enables the single-object delete fallback: object_store 0.13 deletes
     even one key with the multi-object ``POST ?delete``, which some S3-compatible servers refuse (a
@@ -242,7 +246,6 @@ class ObstoreDriver:
         config: AdapterConfig,
         build_store: Callable[[AdapterConfig], Any],
         *,
-        confirm_prefixes: bool = False,
         signed_delete_timeout_s: float | None = None,
         quote_listed_etags: bool = False,
         filter_listing_offset: bool = False,
@@ -250,7 +253,6 @@ class ObstoreDriver:
     ) -> None:
         self.name = name or config.backend
         self._prefix = config.prefix
-        self._confirm_prefixes = confirm_prefixes
         self._quote_listed_etags = quote_listed_etags
         self._filter_listing_offset = filter_listing_offset
         self._signed_delete_timeout_s = signed_delete_timeout_s
@@ -267,6 +269,8 @@ class ObstoreDriver:
                 key=config.url,
                 backend=self.name,
             ) from exc
+        self._raw_lists = isinstance(self._store, (S3Store, AzureStore))
+        self._store_prefix = str(getattr(self._store, "prefix", None) or "").strip("/")
 
     def path(self, key: str) -> str:
         return join_key(self._prefix, key)
@@ -283,8 +287,15 @@ class ObstoreDriver:
         return self._store
 
     @property
-    def confirms_prefixes(self) -> bool:
-        return self._confirm_prefixes
+    def raw_lists(self) -> bool:
+        """Whether listings go through the raw client (S3 and Azure stores)."""
+        return self._raw_lists
+
+    @cached_property
+    def _raw(self) -> RawClient | None:
+        """The raw client, made at the first listing: a store obstore opens but cannot reach (plain HTTP
+        not allowed) fails there, as obstore's own first request would."""
+        return raw_client(self._store, backend=self.name) if self._raw_lists else None
 
     @property
     def batch_delete_refused(self) -> bool:
@@ -402,10 +413,13 @@ class ObstoreDriver:
     def list_pages(
         self, prefix: str, start_after: str | None = None
     ) -> Generator[builtins.list[ObjectInfo], None, None]:
-        """obstore's listing stream in batches of LIST_PAGE: object_store asks S3 for pages of that size,
-        so each batch is one ListObjectsV2 request, made when the batch is asked for. A short batch is
-        the last (obstore fills every batch but the last), so no request follows it. ``start_after`` is
-        object_store's offset (S3's StartAfter: the server resumes after that key in its own order)."""
+        """One page per listing request, made when the page is asked for: the raw client's on S3 and
+        Azure (every name exactly as stored, see :meth:`raw_pages`), else obstore's listing stream in
+        batches of LIST_PAGE (object_store asks for pages of that size; a short batch is the last, so no
+        request follows it). ``start_after`` is the server's StartAfter (S3) or object_store's offset."""
+        if self._raw_lists:
+            yield from self.raw_pages(prefix, start_after)
+            return
         with self.translated(prefix, "list"):
             stream = iter(self.listing(prefix, start_after))
             while True:
@@ -418,6 +432,52 @@ class ObstoreDriver:
                     yield page
                 if batch.num_rows < LIST_PAGE:
                     return
+
+    def raw_pages(
+        self, prefix: str, start_after: str | None = None, page_size: int = LIST_PAGE
+    ) -> Generator[builtins.list[ObjectInfo], None, None]:
+        """The listing of ``prefix`` through the raw client, every name as the store holds it (obstore
+        would refuse a whole page over one name its path type cannot parse, and list the folder marker
+        ``dir/`` as ``dir``): one ListObjectsV2 / List Blobs request per page. Blocking: the async twin
+        takes it page by page in worker threads."""
+        raw = self._raw
+        assert raw is not None
+        listed = self.listed(prefix)
+        pages = _generator(
+            raw.pages(
+                f"{self.full(listed)}/" if listed or self._store_prefix else "",
+                start_after=None if start_after is None else self.full(self.path(start_after)),
+                page_size=page_size,
+            )
+        )
+        with self.translated(prefix, "list"), closing(pages):
+            while True:
+                fault_point("list")
+                page = next(pages, None)
+                if page is None:
+                    return
+                if page.entries:
+                    yield self.raw_infos(page.entries)
+
+    def full(self, path: str | None) -> str:
+        """The name in the bucket of a store path (the store's own prefix joined, as obstore joins it)."""
+        return "/".join(part for part in (self._store_prefix, path) if part)
+
+    def raw_infos(self, entries: Sequence[RawEntry]) -> builtins.list[ObjectInfo]:
+        """The raw client's entries as listed objects, named relative to the adapter's root."""
+        cut = len(self.full(self._prefix)) + 1 if self._prefix or self._store_prefix else 0
+        quote = self._quote_listed_etags
+        return [
+            ObjectInfo(
+                key=entry.path[cut:],
+                size=entry.size,
+                token=f'"{entry.e_tag}"'
+                if quote and entry.e_tag and not entry.e_tag.startswith('"')
+                else str(entry.e_tag),
+                last_modified=entry.last_modified,
+            )
+            for entry in entries
+        ]
 
     def page(self, batch: Any, start_after: str | None) -> builtins.list[ObjectInfo]:
         """The ObjectInfos of one listed batch, from after ``start_after`` where the server may not have
@@ -440,56 +500,72 @@ class ObstoreDriver:
         )
 
     def list_dir(self, prefix: str) -> tuple[builtins.list[ObjectInfo], builtins.list[str]]:
-        """One delimited list. With ``confirm_prefixes``, beside it (concurrently) the first page of the
-        recursive listing: every prefix an object of that page lies under is confirmed by it, and when
-        the page is the whole listing, every other reported prefix is empty; the prefixes left (beyond
-        the first page) are confirmed by one single-object list each, REQUEST_WORKERS at a time."""
+        """One delimited list and, beside it (concurrently), the first page of the recursive listing: a
+        reported child prefix is a child only if an object the adapter can address lives under it (a
+        folder marker, a name no key can have, or a directory an S3 server keeps after its last object
+        went (SeaweedFS) make none). Every prefix an addressable object of that page lies under is
+        confirmed by it, and when the page is the whole listing, every other reported prefix is not a
+        child; the prefixes left (beyond the first page) are confirmed by listing each until its first
+        addressable object, REQUEST_WORKERS at a time."""
         base = self.listed(prefix)
-        if not self._confirm_prefixes:
-            result = self._delimited(prefix, base)
-            reported = [p.rstrip("/") for p in result["common_prefixes"]]
-        else:
-            result, page = side_by_side(
-                [partial(self._delimited, prefix, base), partial(self._first_page, prefix, base)]
-            )
-            common = [p.rstrip("/") for p in result["common_prefixes"]]
-            reported = self._confirmed(prefix, base, common, page)
-        return self.infos(result["objects"]), [self.relative(p) for p in reported]
+        calls: builtins.list[Callable[[], Any]] = [
+            partial(self._delimited, prefix, base),
+            partial(self._first_page, prefix),
+        ]
+        (entries, reported), first = side_by_side(calls)
+        return entries, self._confirmed(prefix, [self.relative(p.rstrip("/")) for p in reported], first)
 
-    def _delimited(self, key: str, base: str | None) -> Any:
+    def _delimited(self, key: str, base: str | None) -> tuple[builtins.list[ObjectInfo], builtins.list[str]]:
+        """The entries directly under ``base`` and the child prefixes reported (store paths)."""
+        raw = self._raw
+        if raw is not None:
+            entries: builtins.list[ObjectInfo] = []
+            reported: builtins.list[str] = []
+            pages = _generator(
+                raw.pages(f"{self.full(base)}/" if base or self._store_prefix else "", delimiter="/")
+            )
+            cut = len(self._store_prefix) + 1 if self._store_prefix else 0
+            with self.translated(key, "list_dir"), closing(pages):
+                fault_point("list_with_delimiter")
+                for page in pages:
+                    entries += self.raw_infos(page.entries)
+                    reported += [p[cut:] for p in page.common_prefixes]
+            return entries, reported
         with self.translated(key, "list_dir"):
             fault_point("list_with_delimiter")
-            return obstore.list_with_delimiter(self._store, base, return_arrow=True)
+            result = obstore.list_with_delimiter(self._store, base, return_arrow=True)
+            return self.infos(result["objects"]), list(result["common_prefixes"])
 
-    def _first_page(self, key: str, base: str | None) -> Sequence[Any]:
-        """The first LIST_PAGE objects of the recursive listing below ``base`` (one request on S3)."""
-        with self.translated(key, "list_dir"):
-            fault_point("list")
-            return next(iter(obstore.list(self._store, base, chunk_size=LIST_PAGE)), [])
+    def _first_page(self, prefix: str) -> builtins.list[ObjectInfo]:
+        """The first LIST_PAGE entries of the recursive listing of ``prefix`` (one request on S3)."""
+        with closing(self.list_pages(prefix)) as pages:
+            return next(pages, [])
 
     def _confirmed(
-        self, key: str, base: str | None, reported: builtins.list[str], page: Sequence[Any]
+        self, prefix: str, reported: builtins.list[str], page: builtins.list[ObjectInfo]
     ) -> builtins.list[str]:
-        """The ``reported`` child prefix paths of ``base`` that hold an object, given the first page of
-        the recursive listing of ``base``."""
-        start = len(base) + 1 if base else 0  # where a child's name begins in a path below base
+        """The ``reported`` child prefixes of ``prefix`` (relative to the root) under which an object
+        the adapter can address lives, given the first page of the recursive listing of ``prefix``."""
+        start = len(prefix) + 1 if prefix else 0  # where a child's name begins in a key below prefix
         held: set[str] = set()
-        for meta in page:
-            end = meta["path"].find("/", start)
+        for info in sort_listed(page)[0]:
+            end = info.key.find("/", start)
             if end >= 0:
-                held.add(meta["path"][:end])
+                held.add(info.key[:end])
+        candidates = [p for p in reported if is_listed_prefix(p)]
         if len(page) < LIST_PAGE:  # the whole listing: nothing it does not show holds an object
-            return [p for p in reported if p in held]
-        rest = [p for p in reported if p not in held]
+            return [p for p in candidates if p in held]
+        rest = [p for p in candidates if p not in held]
         confirmed = dict(
-            zip(rest, side_by_side([partial(self._has_objects, key, p) for p in rest]), strict=True)
+            zip(rest, side_by_side([partial(self._holds_objects, p) for p in rest]), strict=True)
         )
-        return [p for p in reported if p in held or confirmed[p]]
+        return [p for p in candidates if p in held or confirmed[p]]
 
-    def _has_objects(self, key: str, path: str) -> bool:
-        with self.translated(key, "list_dir"):
-            fault_point("list")
-            return next(iter(obstore.list(self._store, path, chunk_size=1)), None) is not None
+    def _holds_objects(self, prefix: str) -> bool:
+        """Whether an object the adapter can address lives under ``prefix``: its listing, page by page,
+        until the first one (one request where the first entry is one)."""
+        with closing(self.list_pages(prefix)) as pages:
+            return any(sort_listed(page)[0] for page in pages)
 
     def infos(self, listed: Any) -> builtins.list[ObjectInfo]:
         """The ObjectInfos of one of obstore's Arrow listings (a RecordBatch or a Table), built column by
@@ -749,7 +825,12 @@ class ObstoreAsyncDriver(ThreadedAsyncDriver):
     async def list_pages(
         self, prefix: str, start_after: str | None = None
     ) -> AsyncGenerator[builtins.list[ObjectInfo], None]:
-        """As :meth:`ObstoreDriver.list_pages`: one request per page, made when it is asked for."""
+        """As :meth:`ObstoreDriver.list_pages`: one request per page, made when it is asked for (the raw
+        client's in a worker thread, page by page)."""
+        if self._sync.raw_lists:
+            async for page in super().list_pages(prefix, start_after):
+                yield cast("builtins.list[ObjectInfo]", page)
+            return
         with self._translated(prefix, "list"):
             stream = self._sync.listing(prefix, start_after)
             while True:
@@ -764,17 +845,8 @@ class ObstoreAsyncDriver(ThreadedAsyncDriver):
                     return
 
     async def list_dir(self, prefix: str) -> tuple[builtins.list[ObjectInfo], builtins.list[str]]:
-        """As :meth:`ObstoreDriver.list_dir`: one delimited list; where the server needs its prefixes
-        confirmed, the sync driver's confirmation (the same requests) in a worker thread."""
-        if self._sync.confirms_prefixes:
-            return await in_thread(self._sync.list_dir, prefix)
-        with self._translated(prefix, "list_dir"):
-            fault_point("list_with_delimiter")
-            result = await obstore.list_with_delimiter_async(
-                self._store, self._sync.listed(prefix), return_arrow=True
-            )
-        prefixes = [self._sync.relative(p.rstrip("/")) for p in result["common_prefixes"]]
-        return self._sync.infos(result["objects"]), prefixes
+        """As :meth:`ObstoreDriver.list_dir` (the same requests), in a worker thread."""
+        return await in_thread(self._sync.list_dir, prefix)
 
     # -- mutations -----------------------------------------------------------------------------------
     async def put(self, key: str, body: PutBody, mode: PutMode = OVERWRITE) -> str | None:
