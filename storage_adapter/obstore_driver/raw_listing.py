@@ -48,6 +48,7 @@ from typing import Any, Protocol
 from storage_adapter.errors import (
     BackendUnavailableError,
     ConfigurationError,
+    PermissionDeniedError,
     StorageError,
     UnsupportedOperationError,
 )
@@ -441,12 +442,25 @@ def _query(params: list[tuple[str, str]]) -> str:
     return "&".join(f"{_quoted(k)}={_quoted(v)}" for k, v in sorted(params))
 
 
-def _credential_result(provider: Callable[[], Any]) -> dict[str, Any]:
-    """What a (sync or async) obstore credential provider returns."""
-    result = provider()
-    if inspect.isawaitable(result):
-        result = asyncio.run(_awaited(result))
-    return dict(result)
+def _credential_result(provider: Callable[[], Any], *, key: str, backend: str) -> dict[str, Any]:
+    """What a (sync or async) obstore credential provider returns. Its own failure is a
+    PermissionDeniedError naming its type only (a provider's message may quote what it read); ours
+    pass unchanged."""
+    failure = ""
+    try:
+        result = provider()
+        if inspect.isawaitable(result):
+            result = asyncio.run(_awaited(result))
+        return dict(result)
+    except StorageError:
+        raise
+    except Exception as exc:
+        failure = type(exc).__name__
+    raise PermissionDeniedError(
+        f"list {key!r} on {backend}: the store's credential provider gave no credentials ({failure})",
+        key=key,
+        backend=backend,
+    )
 
 
 async def _awaited(awaitable: Any) -> Any:
@@ -521,16 +535,14 @@ class _S3Client:
     # credentials
 
     def _keys(self, key: str) -> _S3Keys | None:
-        """The keys that sign the next request (None: unsigned), as object_store picks them: static
-        keys, else the store's credential provider (asked again when what it gave expires), else
-        botocore's default chain."""
+        """The keys that sign the next request (None: unsigned), as object_store picks them: the store's
+        credential provider (asked again when what it gave expires), else static keys, else botocore's
+        default chain."""
         if self._unsigned:
             return None
-        if self._static is not None:
-            return self._static
         if self._provider is not None:
             if self._cached is None or not _fresh(self._cached.expires_at):
-                got = _credential_result(self._provider)
+                got = _credential_result(self._provider, key=key, backend=self._backend)
                 self._cached = _S3Keys(
                     str(got["access_key_id"]),
                     str(got["secret_access_key"]),
@@ -538,6 +550,8 @@ class _S3Client:
                     got.get("expires_at"),
                 )
             return self._cached
+        if self._static is not None:
+            return self._static
         return self._chain(key)
 
     def _chain(self, key: str) -> _S3Keys:
@@ -555,7 +569,17 @@ class _S3Client:
                 raise self._no_credentials(
                     key, f"botocore's chain found none{f' ({failure})' if failure else ''}"
                 )
-        frozen = self._botocore.get_frozen_credentials()
+        failure = ""
+        try:
+            frozen = self._botocore.get_frozen_credentials()  # refreshes what expires
+        except Exception as exc:  # as above: the type only, never botocore's message
+            failure = type(exc).__name__
+        if failure:
+            raise PermissionDeniedError(
+                f"list {key!r} on {self._backend}: botocore's chain gave no credentials ({failure})",
+                key=key,
+                backend=self._backend,
+            )
         return _S3Keys(frozen.access_key, frozen.secret_key, frozen.token or None)
 
     def _no_credentials(self, key: str, why: str) -> UnsupportedOperationError:
@@ -829,9 +853,9 @@ class _AzureClient:
         return chosen or "the default chain (managed identity, Azure CLI, workload identity)"
 
     def _auth(self, key: str) -> _AzureAuth:
-        if self._provider is not None and not (isinstance(self._settings_auth, _AzureAuth)):
+        if self._provider is not None:  # object_store's order: a provider beats the settings
             if self._cached is None or not _fresh(self._cached.expires_at):
-                got = _credential_result(self._provider)
+                got = _credential_result(self._provider, key=key, backend=self._backend)
                 expires = got.get("expires_at")
                 if got.get("token"):
                     self._cached = _AzureAuth("bearer", str(got["token"]), expires)
