@@ -22,13 +22,15 @@ import tempfile
 from collections.abc import Mapping
 from datetime import datetime
 from functools import partial
+from glob import has_magic
 from types import TracebackType
 from typing import Any
 
 import fsspec
 from fsspec.caching import caches
+from fsspec.implementations.local import LocalFileSystem, make_path_posix, trailing_sep
 from fsspec.spec import AbstractBufferedFile, AbstractFileSystem
-from fsspec.utils import stringify_path
+from fsspec.utils import other_paths, stringify_path
 
 from storage_adapter.adapter import FSSPEC_PROTOCOLS, open_adapter
 from storage_adapter.errors import (
@@ -370,20 +372,101 @@ class AdapterFileSystem(AbstractFileSystem):  # type: ignore[misc]  # fsspec is 
     def cp_file(self, path1: Any, path2: Any, **kwargs: Any) -> None:
         """Copy one version of the object at ``path1`` (a reader: never bytes of two versions) to
         ``path2``, streamed and written atomically (``write``). A ``path1`` that is only a directory (a
-        prefix, as a recursive copy lists them) copies nothing: its objects are copied on their own."""
-        source, target = self._key(path1), self._key(path2)
+        prefix, or the root, as a recursive copy lists them) copies nothing: its objects are copied on
+        their own, and ``path2`` may then be the root."""
+        source, target = self._prefix(path1), self._prefix(path2)
+        if not source:
+            return
         try:
             with self.adapter.open_reader(source) as reader:
-                self.adapter.write(target, reader)
+                self.adapter.write(self._key(target), reader)
         except NotFoundError:
             if not self._has_objects_below(source):
                 raise
 
-    def copy(self, path1: Any, path2: Any, *args: Any, **kwargs: Any) -> None:
-        """fsspec's ``copy``, with every source and target path checked first (a bad one copies nothing)."""
+    def copy(
+        self,
+        path1: Any,
+        path2: Any,
+        recursive: bool = False,
+        maxdepth: int | None = None,
+        on_error: str | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """fsspec's ``copy``, with every source and target path checked first (a bad one copies nothing)
+        and its targets placed as ``cp -r`` would at any depth (see ``_bulk``)."""
         self._checked(path1)
         self._checked(path2)
-        super().copy(path1, path2, *args, **kwargs)
+        pairs = self._bulk(self, path1, self, path2, recursive, maxdepth, kwargs)
+        if pairs is not None:
+            super().copy(*pairs, recursive=recursive, maxdepth=maxdepth, on_error=on_error, **kwargs)
+
+    def get(
+        self, rpath: Any, lpath: Any, recursive: bool = False, maxdepth: int | None = None, **kwargs: Any
+    ) -> None:
+        """fsspec's ``get`` (objects to local files), its targets placed as ``cp -r`` would (``_bulk``)."""
+        self._checked(rpath)
+        pairs = self._bulk(self, rpath, LocalFileSystem(), lpath, recursive, maxdepth, kwargs)
+        if pairs is not None:
+            super().get(*pairs, recursive=recursive, maxdepth=maxdepth, **kwargs)
+
+    def put(
+        self, lpath: Any, rpath: Any, recursive: bool = False, maxdepth: int | None = None, **kwargs: Any
+    ) -> None:
+        """fsspec's ``put`` (local files to objects), with the target checked first and its targets placed
+        as ``cp -r`` would (``_bulk``)."""
+        self._checked(rpath)
+        pairs = self._bulk(LocalFileSystem(), lpath, self, rpath, recursive, maxdepth, kwargs)
+        if pairs is not None:
+            super().put(*pairs, recursive=recursive, maxdepth=maxdepth, **kwargs)
+
+    def _bulk(
+        self,
+        source_fs: AbstractFileSystem,
+        sources: Any,
+        target_fs: AbstractFileSystem,
+        target: Any,
+        recursive: bool,
+        maxdepth: int | None,
+        kwargs: Mapping[str, Any],
+    ) -> tuple[list[str], list[str]] | None:
+        """The sources of a bulk copy (``copy``, ``get``, ``put``) and the target of each, as fsspec's own
+        methods work them out (copied from ``AbstractFileSystem.copy``; ``cp -r``'s rule: into an existing
+        directory ``src`` copies the directory, ``src/`` its contents), or None when there is nothing to
+        copy. Two lists are taken as they are.
+
+        fsspec finds the directory that a source ``src`` is copied *from* by cutting its path at the last
+        ``/``; its paths start at a root marker ``/``, ours at the first name (``root_marker = ""``). So
+        for a directory directly under the root there was no ``/`` to cut at: its files went into the
+        target itself, over any of the same name (one level down the cut was right). Our paths are given
+        to fsspec's arithmetic (``other_paths``) with the root marker added, and taken back without it:
+        that also makes the root a target like any directory."""
+        if isinstance(sources, list) and isinstance(target, list):
+            return sources, target
+        expand_kwargs = {k: v for k, v in kwargs.items() if k != "callback"}  # a get/put argument
+        source_is_str = isinstance(sources, str)
+        if source_is_str and source_fs is not self:
+            sources = make_path_posix(sources)
+        if isinstance(target, str) and target_fs is not self:
+            target = make_path_posix(target)
+        expanded = source_fs.expand_path(sources, recursive=recursive, maxdepth=maxdepth, **expand_kwargs)
+        if source_is_str and (not recursive or maxdepth is not None):
+            # fsspec's rule: a non-recursive (or depth-limited) copy of a glob copies no directories
+            expanded = [p for p in expanded if not (trailing_sep(p) or source_fs.isdir(p))]
+            if not expanded:
+                return None
+        target_is_dir = isinstance(target, str) and (trailing_sep(target) or target_fs.isdir(target))
+        exists = source_is_str and (
+            (has_magic(sources) and len(expanded) == 1)
+            or (not has_magic(sources) and target_is_dir and not trailing_sep(sources))
+        )
+        if not isinstance(target, str):
+            return expanded, other_paths(expanded, target)  # checks that the lengths match
+        rooted_sources = ["/" + p for p in expanded] if source_fs is self else expanded
+        rooted_target = "/" + self._strip_protocol(target) if target_fs is self else target
+        targets = other_paths(rooted_sources, rooted_target, exists=exists, flatten=not source_is_str)
+        # A key is validated when it is written: ``_strip_protocol`` keeps a second leading ``/``, refused.
+        return expanded, [t[1:] for t in targets] if target_fs is self else targets
 
     def mv(self, path1: Any, path2: Any, *args: Any, **kwargs: Any) -> None:
         """fsspec's ``mv`` (``copy``, then ``rm`` of the source), with every path checked first; two

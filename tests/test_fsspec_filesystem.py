@@ -291,3 +291,46 @@ def test_options_given_to_the_filesystem_are_never_echoed() -> None:
     with pytest.raises(TypeError, match="pickle"):
         fs.to_json()
     assert pickle.loads(pickle.dumps(fs)) == fs
+
+
+@pytest.mark.parametrize("source", ["src", "src/", "sa://src", "deep/src", "deep/src/"])
+def test_a_recursive_copy_of_a_directory_follows_cp_at_any_depth(
+    source: str, plain: StorageAdapter, tmp_path: Path
+) -> None:
+    """fsspec's rule, as ``cp -r``: into an existing directory, ``src`` copies the directory and ``src/``
+    its contents, whether ``src`` sits directly under the root or deeper (one directly under the root
+    spilled its files into the target, over any of the same name). ``cp``, ``get`` and ``put`` alike; the
+    root as the target holds the copy directly."""
+    fs = plain.to_fsspec()
+    parent = source.removeprefix("sa://").rstrip("/").rpartition("/")[0]
+    tree = {"a": b"new a", "sub/b": b"new b"}
+    fs.pipe({f"{parent}/src/{k}".lstrip("/"): v for k, v in tree.items()})
+    fs.pipe({"dst/a": b"kept", "dst/keep": b"kept"})
+    contents = source.endswith("/")
+    below = "dst/" if contents else "dst/src/"
+    expected = {"dst/a": b"kept", "dst/keep": b"kept"} | {below + k: v for k, v in tree.items()}
+
+    fs.cp(source, "dst", recursive=True)
+    assert {k: fs.cat_file(k) for k in fs.find("dst")} == expected
+
+    local = tmp_path / "local"
+    local.mkdir()
+    (local / "keep").write_bytes(b"kept")
+    fs.get(source, str(local), recursive=True)
+    got = {p.relative_to(local).as_posix(): p.read_bytes() for p in local.rglob("*") if p.is_file()}
+    assert got == {"keep": b"kept"} | {below.removeprefix("dst/") + k: v for k, v in tree.items()}
+
+    upload = tmp_path / "up" / "src"
+    for key, value in tree.items():
+        (upload / key).parent.mkdir(parents=True, exist_ok=True)
+        (upload / key).write_bytes(value)
+    fs.rm("dst", recursive=True)
+    fs.pipe("dst/keep", b"kept")
+    fs.put(str(upload) + ("/" if contents else ""), "dst", recursive=True)
+    assert {k: fs.cat_file(k) for k in fs.find("dst")} == {"dst/keep": b"kept"} | {
+        below + k: v for k, v in tree.items()
+    }
+    if parent:  # the root as the target is a directory like any other
+        fs.cp(source, "", recursive=True)
+        at_root = {("" if contents else "src/") + k: v for k, v in tree.items()}
+        assert {k: fs.cat_file(k) for k in at_root} == at_root
