@@ -14,6 +14,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from storage_adapter.adapter import open_adapter
 from storage_adapter.engine import CommitRequest, Engine, EngineSettings, layout
 from storage_adapter.engine.errors import CorruptMetadataError, CorruptSidecarError
 from storage_adapter.engine.key_ledger import entry_key
+from storage_adapter.idempotency import IdempotencyStore
 from storage_adapter.protocol import StorageAdapter
 
 SCHEMA = pa.schema([("id", pa.int64())])
@@ -277,7 +279,26 @@ def test_own_name_shapes_are_recognised_exactly() -> None:
     assert [key for key in foreign if layout.is_own_key(key)] == []
 
 
-# -- remove_orphans -------------------------------------------------------------
+# -- the idempotency store and remove_orphans -------------------------------------------------------------
+def test_purge_neither_fails_on_nor_deletes_foreign_objects_in_the_store(root: Root) -> None:
+    store = IdempotencyStore(root.adapter, lifetime=timedelta(hours=1))
+    key = str(uuid.uuid4())
+    owned = store.reserve("r", key, operation="op", resource="x", fingerprint="f")
+    store.finalize(owned, http_status=201, summary={}, headers=(), error_subtype="none")  # type: ignore[arg-type]
+    foreign = [
+        "idempotency/readme.txt",
+        "idempotency/records/readme.json",
+        "idempotency/records/ab/cd.json",
+        "idempotency/expiry/readme.txt",
+        f"idempotency/expiry/{'a' * 40}/{'b' * 40}/notes.txt",
+    ]
+    for name in foreign:
+        root.plant(name)
+    assert store.purge_expired(datetime.now(UTC)) == 0  # not due: the record is kept and indexed
+    assert store.purge_expired(datetime.now(UTC) + timedelta(days=1)) == 1
+    assert root.still_there(foreign) == foreign
+
+
 def test_remove_orphans_removes_only_staging_names_of_twelve_digits(tmp_path: Path) -> None:
     adapter = open_adapter(f"file://{tmp_path}")
     folder = tmp_path / "tables" / "t" / "data"
