@@ -197,7 +197,7 @@ def failing_reconciler(backend: Any, kind: FaultKind | str) -> Any:
     engine = open_engine(backend)
     reconciler = EngineReconciler(engine, describe_commit)
     if kind == "corrupt-sidecar":
-        backend.write("engine/__recovery/0123456789abcdef.json", b"{not json")
+        backend.write("engine/__recovery/01JC0RRVPTSZDECAR000000000.json", b"{not json")
         return reconciler
     if kind == "exception":
 
@@ -235,7 +235,7 @@ def test_reconciler_failure_is_a_defined_outcome_and_releases_the_record(backend
     if kind == "corrupt-sidecar":
         with pytest.raises(CorruptSidecarError):
             open_engine(backend).heal()
-        backend.delete("engine/__recovery/0123456789abcdef.json")
+        backend.delete("engine/__recovery/01JC0RRVPTSZDECAR000000000.json")
     retry = run_idempotent(store, request(key), effects.handler(), reconciler=effects, policy=QUICK)
     assert (retry.status, retry.replayed) == (201, False)  # reconciled at once, not 409
     assert sum(effects.applied.values()) == 1

@@ -76,8 +76,11 @@ class AuditLog:
         return self._adapter.write_if_absent(key, record.encode()) is not None
 
     def records(self) -> list[AuditRecord]:
-        """Every audit record, oldest operation first (operation ids are ULIDs: time-ordered)."""
+        """Every audit record, oldest operation first (operation ids are ULIDs: time-ordered). Records are
+        known by the shape of their names (``layout.audit_key``): another tool's object in the folder is
+        not read."""
         return [
             AuditRecord.decode(self._adapter.read_bytes(info.key), info.key)
             for info in self._adapter.list(layout.AUDIT_PREFIX)
+            if layout.is_own_key(info.key, layout.OwnKind.AUDIT)
         ]

@@ -123,11 +123,14 @@ class HistoryStore:
         return map_bounded(self._read_one, list(versions))
 
     def stored_versions(self) -> list[int]:
-        """Versions that have a record object (one streamed listing)."""
+        """Versions that have a record object (one streamed listing); another tool's object under the
+        prefix (a name not of ``layout.history_key``'s shape) is none."""
         return sorted(
-            version
+            own.version
             for info in self._adapter.iter_list(layout.HISTORY_PREFIX)
-            if (version := layout.version_from_key(info.key)) is not None
+            if (own := layout.own_key(info.key)) is not None
+            and own.kind is layout.OwnKind.HISTORY
+            and own.version is not None
         )
 
     def _read_one(self, version: int) -> CommitRecord:

@@ -239,12 +239,14 @@ class SidecarStore:
     def list_pending(self) -> dict[str, ObjectInfo]:
         """Key -> listing entry of every pending sidecar: one LIST request. A sidecar's ``token`` changes
         whenever it is rewritten (lease renewal, new pin) and its ``last_modified`` is the store's time of
-        that write. Failures raise: heal never skips silently."""
+        that write. Failures raise: heal never skips silently. Only sidecars are listed, known by the
+        shape of their names (``layout.sidecar_key``: an operation's ULID): another tool's object in the
+        folder is not read (vacuum reports it)."""
         failpoint("recovery.sidecar_list")
         return {
             info.key: info
             for info in self._adapter.list(layout.RECOVERY_PREFIX)
-            if info.key.endswith(".json")
+            if layout.is_own_key(info.key, layout.OwnKind.SIDECAR)
         }
 
     def read(self, key: str) -> Sidecar | None:

@@ -15,6 +15,12 @@ Commit records stored in ``__history/`` at or below the history floor are delete
 and table maps (``__tables/``) other than the current manifest's once older than the grace period.
 Key ledger entries (key_ledger.py) are kept for the key window: vacuum deletes a published entry once it
 is older than that (an entry still claimed belongs to a commit in flight and is never a candidate).
+
+Vacuum deletes only objects the engine wrote, known by the exact shape of their names (``layout.own_key``):
+a fragment's ULID name (or a Spark file's name in a partition folder), a file in a staging folder named as
+the native Spark path names its jobs, a table map's, a history record's, a ledger entry's. Anything else
+under the engine's prefixes is another tool's: never read, never deleted, reported in
+``VacuumReport.foreign`` with the entries listings skip there (``adapter.skipped``).
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from datetime import datetime
 from storage_adapter.engine import codec, layout
 from storage_adapter.engine.history import CommitRecord
 from storage_adapter.engine.key_ledger import KeyEntry, KeyState
+from storage_adapter.engine.layout import OwnKind
 from storage_adapter.engine.manifest import Manifest, ManifestStore
 from storage_adapter.engine.tables import TableVersionStore
 from storage_adapter.protocol import StorageAdapter
@@ -40,6 +47,11 @@ class VacuumReport:
     keys_expired: int = 0  # published key ledger entries older than the key window, deleted
     history_expired: int = 0  # commit records below the history floor (no longer retained), deleted
     table_maps_removed: int = 0  # table maps no manifest builds on any more, older than the grace
+    # What another tool left under the engine's prefixes, sorted: every listed key whose name is not of
+    # the engine's shapes (layout.own_key) and that no retained version references, and every entry the
+    # listings skip there (adapter.skipped: folder markers, names no key can have, local symlinks). Never
+    # read, never deleted: for an operator to look at.
+    foreign: tuple[str, ...] = ()
 
 
 def retained_versions(manifest: Manifest, records: tuple[CommitRecord, ...]) -> set[tuple[str, int]]:
@@ -67,26 +79,21 @@ def retained_closure(
     return closure, referenced
 
 
+_TABLE_FILES = {
+    OwnKind.TABLE_VERSION: "version",
+    OwnKind.CHECKPOINT: "checkpoint",
+    OwnKind.FRAGMENT: "data",
+    OwnKind.STAGED: "data",  # a staged job's file (Spark's, data or not): reclaimed like a fragment
+}
+
+
 def _parse(key: str) -> tuple[str, str, int | None] | None:
-    """(table, "version"|"checkpoint"|"data", version number) for a table file key, else None. A
-    checkpoint is kept exactly as long as its version."""
-    parts = key.split("/")
-    if len(parts) < 4 or parts[0] != layout.TABLES_PREFIX:
+    """(table, "version"|"checkpoint"|"data", version number) for a table file key of the engine's
+    (``layout.own_key``), else None. A checkpoint is kept exactly as long as its version."""
+    own = layout.own_key(key)
+    if own is None or own.kind not in _TABLE_FILES or own.table is None:
         return None
-    if parts[2] == "data" and parts[-1].endswith(".parquet"):  # partitioned tables: in col=value folders
-        return (parts[1], "data", None)
-    if parts[2] == "data" and parts[3] == layout.STAGING_FOLDER:  # a staged job's other files (Spark's)
-        return (parts[1], "data", None)
-    if len(parts) != 4:
-        return None
-    if parts[2] in ("_versions", "_checkpoints"):
-        number = layout.version_from_key(key)
-        return (
-            None
-            if number is None
-            else (parts[1], "version" if parts[2] == "_versions" else "checkpoint", number)
-        )
-    return None
+    return (own.table, _TABLE_FILES[own.kind], own.version)
 
 
 def vacuum(
@@ -102,9 +109,14 @@ def vacuum(
     The listing (streamed, kept as parsed keys only) is taken before the manifest is read; retained
     versions resolve through their whole chain (retained_closure). Deletes go in batches
     (``delete_many``: one request per 1,000 keys where the backend has a multi-object delete)."""
-    listing = [
-        (info, parsed) for info in adapter.iter_list(layout.TABLES_PREFIX) if (parsed := _parse(info.key))
-    ]
+    listing = []
+    unrecognised: list[str] = []  # foreign unless a retained version references it (a commit_fragments ref)
+    for info in adapter.iter_list(layout.TABLES_PREFIX):
+        parsed = _parse(info.key)
+        if parsed is None:
+            unrecognised.append(info.key)
+        else:
+            listing.append((info, parsed))
     manifests = ManifestStore(adapter)
     manifest = manifests.load().manifest
     cutoff = codec.age_cutoff(grace_s)
@@ -129,11 +141,14 @@ def vacuum(
         layout.history_key(v) for v in manifests.history.stored_versions() if v <= manifest.history_floor
     ]
     current_map = None if manifest.table_map is None else manifest.table_map.key
-    old_maps = [  # a reader of an older manifest may still be fetching its map: the grace covers it
-        info.key
-        for info in adapter.iter_list(layout.TABLE_MAPS_PREFIX)
-        if info.key != current_map and codec.written_before(info, cutoff)
-    ]
+    foreign = [key for key in unrecognised if key not in referenced]
+    old_maps = []  # a reader of an older manifest may still be fetching its map: the grace covers it
+    for info in adapter.iter_list(layout.TABLE_MAPS_PREFIX):
+        if not layout.is_own_key(info.key, OwnKind.TABLE_MAP):
+            foreign.append(info.key)
+        elif info.key != current_map and codec.written_before(info, cutoff):
+            old_maps.append(info.key)
+    foreign += _foreign_objects(adapter)
     if not dry_run:
         adapter.delete_many(deleted)
         adapter.delete_many(expired_history)
@@ -150,7 +165,31 @@ def vacuum(
         keys_expired,
         len(expired_history),
         len(old_maps),
+        tuple(sorted(foreign)),
     )
+
+
+# The prefixes vacuum does not list for its own work: listed here only for what another tool left.
+_OTHER_PREFIXES = {
+    layout.HISTORY_PREFIX: OwnKind.HISTORY,
+    layout.KEYS_PREFIX: OwnKind.KEY_ENTRY,
+    layout.RECOVERY_PREFIX: OwnKind.SIDECAR,
+    layout.AUDIT_PREFIX: OwnKind.AUDIT,
+}
+
+
+def _foreign_objects(adapter: StorageAdapter) -> list[str]:
+    """What another tool left under the engine's prefixes that vacuum's own listings (of ``tables/`` and
+    ``__tables/``) do not show: the objects of the other prefixes whose names are not of their kind, and
+    every entry listings skip under any engine prefix (one more listing of each prefix)."""
+    found = [
+        info.key
+        for prefix, kind in _OTHER_PREFIXES.items()
+        for info in adapter.iter_list(prefix)
+        if not layout.is_own_key(info.key, kind)
+    ]
+    found += [entry.name for prefix in layout.ENGINE_PREFIXES for entry in adapter.skipped(prefix)]
+    return found
 
 
 def _expire_keys(adapter: StorageAdapter, cutoff: datetime) -> int:
@@ -159,7 +198,8 @@ def _expire_keys(adapter: StorageAdapter, cutoff: datetime) -> int:
     expired = [
         info.key
         for info in adapter.iter_list(layout.KEYS_PREFIX)
-        if codec.written_before(info, cutoff)
+        if layout.is_own_key(info.key, OwnKind.KEY_ENTRY)  # another tool's object there is not an entry
+        and codec.written_before(info, cutoff)
         and (raw := adapter.read_if_exists(info.key)) is not None
         and KeyEntry.decode(raw, info.key).state is KeyState.PUBLISHED
     ]

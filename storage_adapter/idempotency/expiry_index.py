@@ -12,6 +12,9 @@ order agree: a slot's records and entries come out of their listings in the same
 
 An entry only ever lets purge skip a read; it never decides anything about a record. Why skipping is
 sound is in ``IdempotencyStore.purge_expired`` and docs/idempotency.md.
+
+Records and entries are known by the exact shape of their names (above): any other object under the
+prefix is another tool's, and purge neither reads nor deletes it (:func:`joined` leaves it out).
 """
 
 from __future__ import annotations
@@ -30,13 +33,13 @@ _ENTRY_TAIL = re.compile(
     rf"({_HEX40}/{_HEX40})/([0-9]{{4}})([0-9]{{2}})([0-9]{{2}})T([0-9]{{2}})([0-9]{{2}})([0-9]{{2}})"
     r"\.([0-9]{6})Z"
 )
-_ENTRY_SLOT = re.compile(rf"({_HEX40}/{_HEX40})/[^/]+")
 
 
 @dataclass(frozen=True)
 class Entry:
-    """A listed index entry. ``slot`` is None when the key names no record location, ``expires_at`` None
-    when it carries no valid expiry: such an entry is garbage and never lets a read be skipped."""
+    """A listed index entry. ``expires_at`` is None when it carries no valid expiry (a date that does not
+    exist): such an entry is garbage and never lets a read be skipped. ``slot`` is None only for the
+    marker :func:`_ordered` ends a stream out of slot order with."""
 
     key: str
     slot: str | None
@@ -81,14 +84,13 @@ class Layout:
         match = _RECORD_TAIL.fullmatch(_tail(record_key, self.records))
         return None if match is None else match[1]
 
-    def parse_entry(self, entry_key: str) -> Entry:
-        """What an object found under the index prefix says. Never raises: an unparseable key is an
-        Entry without a slot, or with a slot but no expiry (it then stands for no knowledge at all)."""
-        tail = _tail(entry_key, self.index)
-        match = _ENTRY_TAIL.fullmatch(tail)
+    def parse_entry(self, entry_key: str) -> Entry | None:
+        """What an object found under the index prefix says; None when its name is not of an entry's
+        shape (another tool's object: never an entry, never deleted). Never raises: an entry whose date
+        does not exist has no expiry (it then stands for no knowledge at all)."""
+        match = _ENTRY_TAIL.fullmatch(_tail(entry_key, self.index))
         if match is None:
-            slotted = _ENTRY_SLOT.fullmatch(tail)
-            return Entry(entry_key, None if slotted is None else slotted[1], None)
+            return None
         year, month, day, hour, minute, second, micro = (int(part) for part in match.groups()[1:])
         try:
             expires_at = datetime(year, month, day, hour, minute, second, micro, tzinfo=UTC)
@@ -100,8 +102,8 @@ class Layout:
 @dataclass(frozen=True)
 class Listed:
     """A listed record and the index entries listed for its slot. ``slot`` is None when the listings could
-    not be paired for it (a key not of this layout, or a listing out of slot order): its entries are then
-    unknown, and purge reads it and leaves the index alone."""
+    not be paired for it (a listing out of slot order): its entries are then unknown, and purge reads it
+    and leaves the index alone."""
 
     info: ObjectInfo
     slot: str | None
@@ -119,24 +121,23 @@ def joined(
     layout: Layout, records: Iterable[ObjectInfo], index: Iterable[ObjectInfo], garbage: list[str]
 ) -> Iterator[Listed]:
     """Each listed record with its entries, from two listings in slot order, holding one page of each.
+    Objects of neither listing's shape (another tool's) are left out of both: never read, never garbage.
 
     Appends to ``garbage`` the key of every entry whose slot no listed record has (deleting an entry is
     always safe: it costs the next purge one read at most). Should either listing step back in slot order
     (no known server does), pairing stops there: every later record comes with ``slot=None``, and no later
     entry is called garbage."""
-    entries = _ordered((layout.parse_entry(info.key) for info in index), garbage)
+    entries = _ordered(entry for info in index if (entry := layout.parse_entry(info.key)) is not None)
     pending = next(entries, None)
     previous = ""
     paired = True
     for info in records:
         slot = layout.slot(info.key)
-        if (
-            paired
-            and slot is not None
-            and (slot <= previous or (pending is not None and pending.slot is None))
-        ):
+        if slot is None:
+            continue  # another tool's object under the records prefix: not a record
+        if paired and (slot <= previous or (pending is not None and pending.slot is None)):
             paired = False  # a step back in either listing
-        if not paired or slot is None:
+        if not paired:
             yield Listed(info, None)
             continue
         previous = slot
@@ -153,14 +154,12 @@ def joined(
         pending = next(entries, None)
 
 
-def _ordered(entries: Iterator[Entry], garbage: list[str]) -> Iterator[Entry]:
-    """The entries that name a slot, in order; the others go to ``garbage``. A step back in slot order ends
-    the stream with one Entry whose slot is None: the sign on which :func:`joined` stops pairing."""
+def _ordered(entries: Iterator[Entry]) -> Iterator[Entry]:
+    """The entries in order. A step back in slot order ends the stream with one Entry whose slot is None:
+    the sign on which :func:`joined` stops pairing."""
     previous = ""
     for entry in entries:
-        if entry.slot is None:
-            garbage.append(entry.key)
-            continue
+        assert entry.slot is not None  # parse_entry gives every entry its slot
         if entry.slot < previous:
             yield Entry(entry.key, None, None)
             return

@@ -402,6 +402,9 @@ class IdempotencyStore:
         grace (a slower purger leaves it for a later purge to adopt). Corrupt records are left in place;
         after the rest are purged, CorruptRecordError names them (its ``purged`` attribute has the count).
 
+        Only records and index entries are touched, known by the shapes of their names (expiry_index):
+        another tool's object under the prefix is neither read nor deleted.
+
         Every judgement comes from a fresh read of the record. Purge keeps an expiry index (one empty
         object per record it read and kept, see storage_adapter.idempotency.expiry_index) only to skip
         the reads of records its entries say expire at or after ``before``: with N records, E of them due,

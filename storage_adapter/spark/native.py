@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import re
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
@@ -72,8 +71,8 @@ PARQUET_SESSION_SETTINGS = {
 # algorithm 1 moves a task's files into the output only at job commit, so the folder holds exactly the
 # committed tasks' files when ``save()`` returns.
 COMMITTER_OPTIONS = {"mapreduce.fileoutputcommitter.algorithm.version": "1"}
-# Spark's name for a task's file: part-<task>-<job uuid>[.c<n>][.<codec>].parquet
-_SPARK_FILE = re.compile(r"^part-\d{5}-([0-9a-f]{8}-(?:[0-9a-f]{4}-){3}[0-9a-f]{12})[^/]*\.parquet$")
+# Spark's name for a task's file (the engine knows it as its own in partition folders: layout.own_key)
+_SPARK_FILE = layout.SPARK_FILE
 # The one column a partitioned table's staging files are partitioned by: a hash of the partition values,
 # so Spark's folder names are short whatever the values (a file's partition is read from its footer).
 _HIDDEN_PARTITION = "sa_partition"
@@ -138,7 +137,7 @@ def write(
         return BulkLoad(replayed, ())
     schema, columns = engine.snapshot().schema(table), engine.partition_by(table)
     projected = fitted(frame, table, schema, columns, by_position)
-    staging = layout.staging_prefix(table, uuid.uuid4().hex)
+    staging = layout.staging_prefix(table, uuid.uuid4().hex)  # the job-name shape layout.own_key knows
     writer = projected.write.options(**hadoop.settings, **COMMITTER_OPTIONS).mode("errorifexists")
     with session_settings(spark, PARQUET_SESSION_SETTINGS):
         writer.partitionBy(*([_HIDDEN_PARTITION] if columns else [])).parquet(f"{hadoop.uri}/{staging}")
