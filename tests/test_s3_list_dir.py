@@ -43,13 +43,14 @@ def test_the_seaweedfs_endpoint_declares_that_it_needs_confirmation(embedded_sea
     assert embedded_seaweedfs.environment()["STORAGE_ADAPTER_S3_CONFIRM_PREFIXES"] == "true"
 
 
-def test_without_confirmation_list_dir_is_one_request(embedded_seaweedfs: S3Endpoint) -> None:
-    """What AWS, MinIO and Ceph need: one ListObjectsV2 with a delimiter, whatever the prefix count."""
+def test_every_list_dir_confirms_its_prefixes_whatever_the_option(embedded_seaweedfs: S3Endpoint) -> None:
+    """A folder marker makes a prefix with no object on any server (AWS, MinIO and Ceph too), so every
+    list_dir takes the first page of the recursive listing beside its delimited list."""
     adapter = _fresh(embedded_seaweedfs, confirm_prefixes=False)
     _fill(adapter, 20)
     listing = adapter.list_dir("d")
     assert len(listing.prefixes) == 20 and [o.key for o in listing.objects] == ["d/top"]
-    assert _requests(lambda: adapter.list_dir("d")) == Counter({"list_with_delimiter": 1})
+    assert _requests(lambda: adapter.list_dir("d")) == Counter({"list_with_delimiter": 1, "list": 1})
 
 
 def test_confirmation_takes_one_listing_page_beside_the_delimited_list(

@@ -434,7 +434,7 @@ class ObstoreDriver:
                     return
 
     def raw_pages(
-        self, prefix: str, start_after: str | None = None, page_size: int = LIST_PAGE
+        self, prefix: str, start_after: str | None = None
     ) -> Generator[builtins.list[ObjectInfo], None, None]:
         """The listing of ``prefix`` through the raw client, every name as the store holds it (obstore
         would refuse a whole page over one name its path type cannot parse, and list the folder marker
@@ -447,7 +447,7 @@ class ObstoreDriver:
             raw.pages(
                 f"{self.full(listed)}/" if listed or self._store_prefix else "",
                 start_after=None if start_after is None else self.full(self.path(start_after)),
-                page_size=page_size,
+                page_size=LIST_PAGE,
             )
         )
         with self.translated(prefix, "list"), closing(pages):
