@@ -323,7 +323,9 @@ class Engine:
 
     def vacuum(self, grace_s: float | None = None, dry_run: bool = False) -> VacuumReport:
         """Delete table files no retained version references and older than the grace period
-        (default ``settings.grace_s``). Heals first; never deletes what a live commit may publish."""
+        (default ``settings.grace_s``). Heals first; never deletes what a live commit may publish. Deletes
+        only objects the engine wrote, known by their names (``layout.own_key``): what another tool left
+        under the engine's prefixes is kept and named in ``VacuumReport.foreign``."""
         self.heal()  # vacuum reads the manifest itself, after its listing
         return vacuum(
             self._adapter,

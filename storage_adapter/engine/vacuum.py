@@ -39,6 +39,9 @@ from storage_adapter.protocol import StorageAdapter
 
 @dataclass(frozen=True)
 class VacuumReport:
+    """What one vacuum did (``dry_run``: would do). ``deleted``: the table files deleted; the other
+    counts as commented. ``foreign``: what it did not recognise as the engine's, never deleted."""
+
     deleted: tuple[str, ...]
     kept_referenced: int
     kept_young: int
