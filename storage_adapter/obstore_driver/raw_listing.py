@@ -474,6 +474,99 @@ def _fresh(expires_at: object) -> bool:
     return datetime.now(UTC) < when - _EXPIRY_MARGIN
 
 
+# -- what both clients share ---------------------------------------------------------------------------------
+
+
+class _Client:
+    """What the S3 and the Azure client share: a PUT and a DELETE of one exact name, and the listing
+    loop (one request per page over one session, each page parsed, empty continuing pages skipped).
+    Each client says how a name becomes a request path, how a page is asked for and read, and how a
+    request is sent (signed)."""
+
+    _backend: str
+    _transport: _Transport
+    _max_page: int
+    _put_headers: dict[str, str]
+
+    def _object_path(self, name: str) -> str:
+        raise NotImplementedError
+
+    def _list_query(
+        self, prefix: str, delimiter: str | None, page_size: int, cursor: str | None, start_after: str | None
+    ) -> list[tuple[str, str]]:
+        raise NotImplementedError
+
+    def _page(self, root: ET.Element, prefix: str, start_after: str | None) -> tuple[RawPage, str | None]:
+        raise NotImplementedError
+
+    def _send(
+        self,
+        session: _Session,
+        method: str,
+        path: str,
+        query: list[tuple[str, str]],
+        body: bytes,
+        extra: dict[str, str],
+        *,
+        what: str,
+        key: str,
+    ) -> _Response:
+        raise NotImplementedError
+
+    def _checked(self, response: _Response, *, what: str, key: str, missing_ok: bool = False) -> _Response:
+        if response.status >= 300 and not (missing_ok and response.status == 404):
+            raise _failure(response, _error_code(response), what=what, key=key, backend=self._backend)
+        return response
+
+    def put(self, path: str, data: bytes) -> None:
+        with _Session(self._transport) as session:
+            response = self._send(
+                session,
+                "PUT",
+                self._object_path(path),
+                [],
+                bytes(data),
+                self._put_headers,
+                what="put",
+                key=path,
+            )
+        self._checked(response, what="put", key=path)
+
+    def delete(self, path: str) -> None:
+        with _Session(self._transport) as session:
+            response = self._send(
+                session, "DELETE", self._object_path(path), [], b"", {}, what="delete", key=path
+            )
+        self._checked(response, what="delete", key=path, missing_ok=True)
+
+    def pages(
+        self,
+        prefix: str,
+        *,
+        start_after: str | None = None,
+        delimiter: str | None = None,
+        page_size: int = 1000,
+    ) -> Iterator[RawPage]:
+        _check_page_size(page_size, self._max_page, prefix, self._backend)
+        return self._pages(prefix, start_after, delimiter, page_size)
+
+    def _pages(
+        self, prefix: str, start_after: str | None, delimiter: str | None, page_size: int
+    ) -> Iterator[RawPage]:
+        cursor: str | None = None
+        with _Session(self._transport) as session:
+            while True:
+                query = self._list_query(prefix, delimiter, page_size, cursor, start_after)
+                response = self._send(session, "GET", "", query, b"", {}, what="list", key=prefix)
+                self._checked(response, what="list", key=prefix)
+                root = _xml(response, what="list", key=prefix, backend=self._backend)
+                page, cursor = self._page(root, prefix, start_after)
+                if page.entries or page.common_prefixes:
+                    yield page
+                if not cursor:
+                    return
+
+
 # -- S3 --------------------------------------------------------------------------------------------------
 
 _S3_ALIASES = {
@@ -492,8 +585,11 @@ class _S3Keys:
     expires_at: datetime | None = None
 
 
-class _S3Client:
+class _S3Client(_Client):
     """ListObjectsV2, PutObject and DeleteObject of one bucket, signed with AWS Signature V4."""
+
+    _max_page = S3_MAX_PAGE
+    _put_headers: dict[str, str] = {}
 
     def __init__(self, store: Any, backend: str) -> None:
         self._backend = backend
@@ -649,12 +745,13 @@ class _S3Client:
         path: str,
         query: list[tuple[str, str]],
         body: bytes,
+        extra: dict[str, str],
         *,
         what: str,
         key: str,
     ) -> _Response:
         payload_hash = hashlib.sha256(body).hexdigest() if body else _EMPTY_SHA256
-        headers = self._signed(method, path, query, payload_hash, key)
+        headers = self._signed(method, path, query, payload_hash, key)  # S3 needs no extra header
         target = (self._transport.base_path + path or "/") + (f"?{_query(query)}" if query else "")
         return session.request(method, target, headers, body, what=what, key=key)
 
@@ -663,63 +760,23 @@ class _S3Client:
         # to the server as they are, which S3 keeps as part of the key.
         return "/" + _quoted(name, "/")
 
-    def put(self, path: str, data: bytes) -> None:
-        with _Session(self._transport) as session:
-            response = self._send(
-                session, "PUT", self._object_path(path), [], bytes(data), what="put", key=path
-            )
-        if response.status >= 300:
-            raise _failure(response, _error_code(response), what="put", key=path, backend=self._backend)
+    def _list_query(
+        self, prefix: str, delimiter: str | None, page_size: int, cursor: str | None, start_after: str | None
+    ) -> list[tuple[str, str]]:
+        query = [("list-type", "2"), ("encoding-type", "url"), ("max-keys", str(page_size))]
+        if prefix:
+            query.append(("prefix", prefix))
+        if delimiter:
+            query.append(("delimiter", delimiter))
+        if cursor is not None:
+            query.append(("continuation-token", cursor))
+        elif start_after is not None:
+            query.append(("start-after", start_after))  # the server skips to it
+        return query
 
-    def delete(self, path: str) -> None:
-        with _Session(self._transport) as session:
-            response = self._send(
-                session, "DELETE", self._object_path(path), [], b"", what="delete", key=path
-            )
-        if response.status >= 300 and response.status != 404:
-            raise _failure(response, _error_code(response), what="delete", key=path, backend=self._backend)
-
-    def pages(
-        self,
-        prefix: str,
-        *,
-        start_after: str | None = None,
-        delimiter: str | None = None,
-        page_size: int = 1000,
-    ) -> Iterator[RawPage]:
-        _check_page_size(page_size, S3_MAX_PAGE, prefix, self._backend)
-        return self._pages(prefix, start_after, delimiter, page_size)
-
-    def _pages(
-        self, prefix: str, start_after: str | None, delimiter: str | None, page_size: int
-    ) -> Iterator[RawPage]:
-        token: str | None = None
-        with _Session(self._transport) as session:
-            while True:
-                query = [("list-type", "2"), ("encoding-type", "url"), ("max-keys", str(page_size))]
-                if prefix:
-                    query.append(("prefix", prefix))
-                if delimiter:
-                    query.append(("delimiter", delimiter))
-                if token is not None:
-                    query.append(("continuation-token", token))
-                elif start_after is not None:
-                    query.append(("start-after", start_after))
-                response = self._send(session, "GET", "", query, b"", what="list", key=prefix)
-                if response.status >= 300:
-                    raise _failure(
-                        response, _error_code(response), what="list", key=prefix, backend=self._backend
-                    )
-                page, token = self._page(
-                    _xml(response, what="list", key=prefix, backend=self._backend), prefix
-                )
-                if page.entries or page.common_prefixes:
-                    yield page
-                if token is None:
-                    return
-
-    def _page(self, root: ET.Element, prefix: str) -> tuple[RawPage, str | None]:
-        """One ListBucketResult: its page, and the continuation token when it is truncated."""
+    def _page(self, root: ET.Element, prefix: str, start_after: str | None) -> tuple[RawPage, str | None]:
+        """One ListBucketResult: its page, and the continuation token when it is truncated (the server
+        has skipped to ``start_after``)."""
         encoded = (_text(root, "EncodingType") or "").lower() == "url"
         # S3 encodes a name with encoding-type=url as a form does (a space as "+", a "+" as %2B).
         decode: Callable[[str], str] = _form_decoded if encoded else str
@@ -802,8 +859,11 @@ class _AzureAuth:
     expires_at: datetime | None = None
 
 
-class _AzureClient:
+class _AzureClient(_Client):
     """List Blobs, Put Blob and Delete Blob of one container: SharedKey, SAS or a bearer token."""
+
+    _max_page = AZURE_MAX_PAGE
+    _put_headers = {"x-ms-blob-type": "BlockBlob"}
 
     def __init__(self, store: Any, backend: str) -> None:
         self._backend = backend
@@ -965,72 +1025,24 @@ class _AzureClient:
         signature = base64.b64encode(hmac.new(secret, to_sign.encode(), hashlib.sha256).digest()).decode()
         return f"SharedKey {self._account}:{signature}"
 
-    def _blob_path(self, name: str) -> str:
+    def _object_path(self, name: str) -> str:
         return "/" + urllib.parse.quote(name, safe="/")
 
-    def put(self, path: str, data: bytes) -> None:
-        with _Session(self._transport) as session:
-            response = self._send(
-                session,
-                "PUT",
-                self._blob_path(path),
-                [],
-                bytes(data),
-                {"x-ms-blob-type": "BlockBlob"},
-                what="put",
-                key=path,
-            )
-        if response.status >= 300:
-            raise _failure(response, _error_code(response), what="put", key=path, backend=self._backend)
+    def _list_query(
+        self, prefix: str, delimiter: str | None, page_size: int, cursor: str | None, start_after: str | None
+    ) -> list[tuple[str, str]]:
+        query = [("restype", "container"), ("comp", "list"), ("maxresults", str(page_size))]
+        if prefix:
+            query.append(("prefix", prefix))
+        if delimiter:
+            query.append(("delimiter", delimiter))
+        if cursor:
+            query.append(("marker", cursor))
+        return query
 
-    def delete(self, path: str) -> None:
-        with _Session(self._transport) as session:
-            response = self._send(
-                session, "DELETE", self._blob_path(path), [], b"", {}, what="delete", key=path
-            )
-        if response.status >= 300 and response.status != 404:
-            raise _failure(response, _error_code(response), what="delete", key=path, backend=self._backend)
-
-    def pages(
-        self,
-        prefix: str,
-        *,
-        start_after: str | None = None,
-        delimiter: str | None = None,
-        page_size: int = 1000,
-    ) -> Iterator[RawPage]:
-        _check_page_size(page_size, AZURE_MAX_PAGE, prefix, self._backend)
-        return self._pages(prefix, start_after, delimiter, page_size)
-
-    def _pages(
-        self, prefix: str, start_after: str | None, delimiter: str | None, page_size: int
-    ) -> Iterator[RawPage]:
-        marker: str | None = None
-        with _Session(self._transport) as session:
-            while True:
-                query = [("restype", "container"), ("comp", "list"), ("maxresults", str(page_size))]
-                if prefix:
-                    query.append(("prefix", prefix))
-                if delimiter:
-                    query.append(("delimiter", delimiter))
-                if marker:
-                    query.append(("marker", marker))
-                response = self._send(session, "GET", "", query, b"", {}, what="list", key=prefix)
-                if response.status >= 300:
-                    raise _failure(
-                        response, _error_code(response), what="list", key=prefix, backend=self._backend
-                    )
-                page, marker = self._page(_xml(response, what="list", key=prefix, backend=self._backend))
-                if start_after is not None:
-                    page = _after(page, start_after)
-                if page.entries or page.common_prefixes:
-                    yield page
-                if not marker:
-                    return
-
-    @staticmethod
-    def _page(root: ET.Element) -> tuple[RawPage, str | None]:
-        """One EnumerationResults: its page, and the marker of the next one."""
+    def _page(self, root: ET.Element, prefix: str, start_after: str | None) -> tuple[RawPage, str | None]:
+        """One EnumerationResults: its page from after ``start_after`` (Azure has no StartAfter), and
+        the marker of the next one."""
         entries: list[RawEntry] = []
         prefixes: list[str] = []
         blobs = _child(root, "Blobs")
@@ -1053,7 +1065,8 @@ class _AzureClient:
                 )
             elif tag == "BlobPrefix":
                 prefixes.append(_blob_name(element))
-        return RawPage(entries, prefixes), _text(root, "NextMarker") or None
+        page = RawPage(entries, prefixes)
+        return page if start_after is None else _after(page, start_after), _text(root, "NextMarker") or None
 
 
 def _blob_name(element: ET.Element) -> str:
