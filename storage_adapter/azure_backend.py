@@ -193,7 +193,7 @@ def _check_azure_options(options: Mapping[str, Any], url: str) -> None:
 
 
 def _azure_driver(config: AdapterConfig) -> Driver:
-    return ObstoreDriver(config, azure_store, quote_listed_etags=True, filter_listing_offset=True)
+    return ObstoreDriver(config, azure_store, quote_listed_etags=True)
 
 
 # The service version of the container creation request (Shared Key, SAS and bearer tokens alike).

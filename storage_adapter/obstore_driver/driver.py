@@ -84,7 +84,6 @@ def wrapped_driver(config: AdapterConfig, name: str) -> ObstoreDriver:
         lambda _config: store,
         signed_delete_timeout_s=60.0 if s3 else None,
         quote_listed_etags=azure,
-        filter_listing_offset=azure,
         name=name,
     )
 
@@ -233,12 +232,8 @@ class ObstoreDriver:
 
     ``quote_listed_etags``: the store lists ETags without the quotes its other answers carry (Azure
     answers a PUT, GET or HEAD with ``"0x8D..."`` and lists ``0x8D...``); listed tokens are quoted, so a
-    token compares equal whichever request returned it.
-
-    ``filter_listing_offset``: the server may ignore where a listing is to start (object_store sends
-    Azure's ``startFrom``, which Azurite ignores for most prefixes): listed keys not after ``start_after``
-    are dropped here. Correct where the server lists in key order (Azure does), at the cost of the pages
-    the server did not skip.
+    token compares equal whichever request returned it. (Azure has no StartAfter either: its raw client
+    drops what precedes ``start_after`` itself.)
     """
 
     def __init__(
@@ -248,13 +243,11 @@ class ObstoreDriver:
         *,
         signed_delete_timeout_s: float | None = None,
         quote_listed_etags: bool = False,
-        filter_listing_offset: bool = False,
         name: str | None = None,
     ) -> None:
         self.name = name or config.backend
         self._prefix = config.prefix
         self._quote_listed_etags = quote_listed_etags
-        self._filter_listing_offset = filter_listing_offset
         self._signed_delete_timeout_s = signed_delete_timeout_s
         self._batch_delete_refused = False  # set once the server refused POST ?delete; never reset
         self._conditional_limit = config.spec.capabilities_for(config).streamed_conditional_limit
@@ -427,7 +420,7 @@ class ObstoreDriver:
                 batch = next(stream, None)
                 if batch is None or not batch.num_rows:
                     return
-                page = self.page(batch, start_after)
+                page = self.infos(batch)
                 if page:
                     yield page
                 if batch.num_rows < LIST_PAGE:
@@ -445,7 +438,7 @@ class ObstoreDriver:
         listed = self.listed(prefix)
         pages = _generator(
             raw.pages(
-                f"{self.full(listed)}/" if listed or self._store_prefix else "",
+                self.raw_prefix(listed),
                 start_after=None if start_after is None else self.full(self.path(start_after)),
                 page_size=LIST_PAGE,
             )
@@ -463,29 +456,26 @@ class ObstoreDriver:
         """The name in the bucket of a store path (the store's own prefix joined, as obstore joins it)."""
         return "/".join(part for part in (self._store_prefix, path) if part)
 
+    def raw_prefix(self, listed: str | None) -> str:
+        """The raw client's prefix for a listing at the store path ``listed`` (None: the root)."""
+        return f"{self.full(listed)}/" if listed or self._store_prefix else ""
+
     def raw_infos(self, entries: Sequence[RawEntry]) -> builtins.list[ObjectInfo]:
         """The raw client's entries as listed objects, named relative to the adapter's root."""
         cut = len(self.full(self._prefix)) + 1 if self._prefix or self._store_prefix else 0
-        quote = self._quote_listed_etags
         return [
-            ObjectInfo(
-                key=entry.path[cut:],
-                size=entry.size,
-                token=f'"{entry.e_tag}"'
-                if quote and entry.e_tag and not entry.e_tag.startswith('"')
-                else str(entry.e_tag),
-                last_modified=entry.last_modified,
-            )
+            ObjectInfo(entry.path[cut:], entry.size, self._listed_token(entry), entry.last_modified)
             for entry in entries
         ]
 
-    def page(self, batch: Any, start_after: str | None) -> builtins.list[ObjectInfo]:
-        """The ObjectInfos of one listed batch, from after ``start_after`` where the server may not have
-        skipped to it (``filter_listing_offset``)."""
-        infos = self.infos(batch)
-        if self._filter_listing_offset and start_after is not None:
-            return [info for info in infos if info.key > start_after]
-        return infos
+    def _listed_token(self, entry: RawEntry) -> str:
+        """A listed entry's token in the form every other answer gives it (``quote_listed_etags``)."""
+        if entry.e_tag is None:
+            raise StorageError(
+                f"list on {self.name}: the server listed {entry.path!r} without an ETag", backend=self.name
+            )
+        quote = self._quote_listed_etags and not entry.e_tag.startswith('"')
+        return f'"{entry.e_tag}"' if quote else entry.e_tag
 
     def listing(self, prefix: str, start_after: str | None) -> Any:
         """obstore's lazy listing of ``prefix`` in Arrow batches of LIST_PAGE objects (see :meth:`infos`),
@@ -521,9 +511,7 @@ class ObstoreDriver:
         if raw is not None:
             entries: builtins.list[ObjectInfo] = []
             reported: builtins.list[str] = []
-            pages = _generator(
-                raw.pages(f"{self.full(base)}/" if base or self._store_prefix else "", delimiter="/")
-            )
+            pages = _generator(raw.pages(self.raw_prefix(base), delimiter="/"))
             cut = len(self._store_prefix) + 1 if self._store_prefix else 0
             with self.translated(key, "list_dir"), closing(pages):
                 fault_point("list_with_delimiter")
@@ -590,8 +578,6 @@ class ObstoreDriver:
         )
         sizes = listed.column("size").to_pylist()
         tokens = listed.column("e_tag").to_pylist()
-        if self._quote_listed_etags:
-            tokens = [t if t is None or t.startswith('"') else f'"{t}"' for t in tokens]
         return object_infos(count, keys, sizes, tokens, times)
 
     # -- mutations (memory and S3; local mutations go through LocalMutator) -------------------------------
@@ -838,7 +824,7 @@ class ObstoreAsyncDriver(ThreadedAsyncDriver):
                 batch = await anext(stream, None)
                 if batch is None or not batch.num_rows:
                     return
-                page = self._sync.page(batch, start_after)
+                page = self._sync.infos(batch)
                 if page:
                     yield page
                 if batch.num_rows < LIST_PAGE:
