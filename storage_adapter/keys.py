@@ -71,6 +71,11 @@ def key_problem(key: str) -> str | None:
     store holds (storage_adapter.listing); :func:`validate_key` raises with it."""
     if is_plain_key(key):
         return None
+    return _whole_key_problem(key) or _shape_problem(key)
+
+
+def _whole_key_problem(key: str) -> str | None:
+    """A rule the key as a whole breaks (empty, not UTF-8, too long): such a key is shown shortened."""
     if key == "":
         return "empty key"
     try:
@@ -79,6 +84,11 @@ def key_problem(key: str) -> str | None:
         return f"not encodable as UTF-8 (lone surrogate at character {exc.start})"
     if size > MAX_KEY_BYTES:
         return f"longer than {MAX_KEY_BYTES} bytes"
+    return None
+
+
+def _shape_problem(key: str) -> str | None:
+    """A rule of the key's shape it breaks, for a key that is UTF-8 and not too long."""
     if key.startswith("/"):
         return "leading '/' (keys are relative to the adapter's root)"
     if "\\" in key:
@@ -104,12 +114,13 @@ def validate_key(key: object, backend: str | None = None) -> str:
         return key
     if not isinstance(key, str):
         raise _reject(repr(key), f"keys are str, not {type(key).__name__}", backend)
-    reason = key_problem(key)
-    if reason is None:
-        return key
-    if reason.startswith(("not encodable", "longer than")):
-        raise _reject(key if len(key) <= 64 else key[:64] + "...", reason, backend)
-    raise _reject(key, reason, backend)
+    whole = _whole_key_problem(key)
+    if whole is not None:
+        raise _reject(key if len(key) <= 64 else key[:64] + "...", whole, backend)
+    shape = _shape_problem(key)
+    if shape is not None:
+        raise _reject(key, shape, backend)
+    return key
 
 
 def validate_prefix(prefix: object, backend: str | None = None) -> str:
