@@ -16,8 +16,7 @@ BOTO3_FACTOR, S3FS_FACTOR, CAS_FLOOR_FRACTION = 2.0, 5.0, 0.5
 ASYNC_FACTOR = 1.0  # the async twin on one loop at least as fast as the sync adapter on 64 threads
 # Issue 20's hot path: (backend, size, op, our client, their client, at most this p50 ratio). The 4 MiB
 # target is the no-copy read's (``adapter-buffer``); the plain read beside it shows what the copy costs.
-# On SeaweedFS ``adapter`` confirms each child prefix (that server needs it); ``adapter-unconfirmed`` is
-# what a server that needs no confirmation (AWS, MinIO, Ceph) costs.
+# ``adapter``'s list_dir confirms each child prefix on every S3 server (docs/listing.md).
 HOT_PATH = (
     ("local", "1KiB", "get", "adapter", "fsspec", 1.0),
     ("local", "1KiB", "get", "adapter", "open().read()", 1.5),
@@ -25,7 +24,6 @@ HOT_PATH = (
     ("local", "4MiB", "get", "adapter", "open().read()", 1.2),
     ("memory", "1KiB", "list", "adapter", "obstore", 1.2),
     ("seaweedfs", "1KiB", "list_dir", "adapter", "obstore", 2.0),
-    ("seaweedfs", "1KiB", "list_dir", "adapter-unconfirmed", "obstore", 2.0),
     ("ceph", "1KiB", "list_dir", "adapter", "obstore", 2.0),  # judged where the run includes Ceph RGW
 )
 

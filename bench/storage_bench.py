@@ -143,21 +143,9 @@ def backend_clients(backend: str, run: str) -> Iterator[list[Client]]:
         # As many connections as the most requests in flight.
         s3 = endpoint.boto3_client(Config(max_pool_connections=64))
         adapter = open_adapter(endpoint.url(f"adapter-{run}"), **options)
-        unconfirmed: list[Client] = []
-        if endpoint.confirm_prefixes:
-            # What list_dir costs on a server that reports no emptied prefixes (AWS, MinIO, Ceph RGW).
-            plain = open_adapter(endpoint.url(f"unconfirmed-{run}"), **{**options, "confirm_prefixes": False})
-            unconfirmed.append(
-                Client(
-                    "adapter-unconfirmed",
-                    {"list_dir": lambda p: plain.list_dir(p).prefixes, "put": plain.write},
-                    frozenset({"put"}),
-                )
-            )
         clients = [
             adapter_client("adapter", adapter, open_async_adapter(endpoint.url(f"adapter-{run}"), **options)),
             *buffer_client(adapter),
-            *unconfirmed,
             obstore_client(raw, f"obstore-{run}", supports_update=True),
             boto3_client(s3, endpoint.bucket, f"boto3-{run}"),
             adapter_client("s3fs", open_peer(endpoint.url(f"s3fs-{run}"), **options), list_dir=False),

@@ -1,8 +1,7 @@
 """Known server quirks that an option of the adapter fixes, and the remedy a failing clause's evidence names.
 
 A server may fail clauses because of a known behaviour of its own for which the adapter already has an
-option (SeaweedFS lists emptied directories as prefixes: ``confirm_prefixes``; Ceph RGW before its 2025
-fix refuses the quoted ETag in ``If-Match``: ``unquoted_if_match``). A check that fails such a clause says
+option (Ceph RGW before its 2025 fix refuses the quoted ETag in ``If-Match``: ``unquoted_if_match``). A check that fails such a clause says
 so where the reader looks, in the clause's evidence: ``remedy: ...`` naming the quirk, the option, its
 environment variable and the documentation. :data:`QUIRKS` is the one table of them; the check applies
 it in one place (:mod:`contract_tests.conformance`), so the console, Markdown and JSON reports all show it.
@@ -66,19 +65,6 @@ class Quirk:
 # Each quirk's clauses are those measured failing without its option and passing with it (except where
 # noted): SeaweedFS 4.48 and Ceph RGW 16.2.15, ``storage-adapter check`` with and without the option.
 QUIRKS: tuple[Quirk, ...] = (
-    Quirk(
-        behaviour="SeaweedFS keeps a directory emptied by deletes and lists it as a common prefix",
-        backend=S3,
-        option="confirm_prefixes",
-        clauses=frozenset(
-            {
-                "test_list_dir_forgets_deleted_prefixes",
-                "test_delete_prefix_takes_whole_segments_and_leaves_no_trace",
-                "test_an_emptied_prefix_leaves_nothing_behind",
-            }
-        ),
-        docs="docs/s3.md#list_dir-and-emptied-prefixes",
-    ),
     Quirk(
         behaviour="Ceph RGW before its 2025 fix answers 412 to an If-Match carrying the quoted ETag it "
         "returned itself, so a CAS with the current token is refused",

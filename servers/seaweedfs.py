@@ -147,7 +147,6 @@ class SeaweedFS(S3Server):
             secret_access_key=self.identities[0].secret_access_key
             if self.identities
             else "seaweedfs-any-secret",
-            confirm_prefixes=True,  # SeaweedFS keeps emptied directories and lists them as prefixes
         )
         try:
             wait_until_bucket_answers(endpoint, self.start_timeout_s, lambda: self._process.poll() is None)

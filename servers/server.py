@@ -146,9 +146,6 @@ class S3Endpoint(ServerEndpoint):
     access_key_id: str
     secret_access_key: str = field(repr=False)
     region: str = "us-east-1"
-    # The server reports a directory emptied by deletes as a common prefix (SeaweedFS): the adapter's
-    # list_dir must confirm prefixes there (the S3 option confirm_prefixes).
-    confirm_prefixes: bool = False
 
     def url(self, prefix: str = "") -> str:
         return f"s3://{self.bucket}/{prefix}" if prefix else f"s3://{self.bucket}"
@@ -164,7 +161,6 @@ class S3Endpoint(ServerEndpoint):
             "secret_access_key": self.secret_access_key,
             "region": self.region,
             "allow_http": self.endpoint.startswith("http://"),
-            "confirm_prefixes": self.confirm_prefixes,
         }
         return pinned_options("s3", own)
 
@@ -177,7 +173,6 @@ class S3Endpoint(ServerEndpoint):
             "AWS_SECRET_ACCESS_KEY": self.secret_access_key,
             "AWS_REGION": self.region,
             "AWS_ALLOW_HTTP": "true" if self.endpoint.startswith("http://") else "false",
-            "STORAGE_ADAPTER_S3_CONFIRM_PREFIXES": "true" if self.confirm_prefixes else "false",
         }
 
     def boto3_client(self, config: Any = None) -> Any:

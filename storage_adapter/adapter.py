@@ -284,9 +284,10 @@ class ObjectStorageAdapter(AdapterCore, DerivedOperations):
 
     def list_dir(self, prefix: str = "") -> DirListing:
         """Objects directly under ``prefix`` and its child prefixes (those holding at least one object),
-        each sorted. One request; on S3 servers that report emptied directories as prefixes (SeaweedFS;
-        the option ``confirm_prefixes``) a second one beside it, plus one per prefix beyond its first
-        page, run concurrently (docs/s3.md)."""
+        each sorted; ``skipped``: the entries directly under ``prefix`` listings leave out. On S3 and
+        Azure the delimited list and, beside it, the first page of the recursive listing, which confirms
+        the prefixes (a folder marker or a directory SeaweedFS keeps after its last object makes none),
+        plus a listing per prefix beyond that page, run concurrently (docs/listing.md)."""
         prefix = self._prefix(prefix)
         with self._scrubbed:
             entries, prefixes = self._driver.list_dir(prefix)

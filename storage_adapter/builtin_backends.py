@@ -203,10 +203,6 @@ S3_OPTIONS: Mapping[str, Option] = MappingProxyType(
         # the quoted ETag it returned itself: send the ETag unquoted. CAS against CAS is then exact, but a
         # CAS racing a plain write or delete is still not atomic there (docs/ceph.md).
         "unquoted_if_match": Option(bool, env=("STORAGE_ADAPTER_S3_UNQUOTED_IF_MATCH",), default=False),
-        # For servers that report a directory emptied by deletes as a common prefix (SeaweedFS): list_dir
-        # then confirms each reported prefix (docs/s3.md). Not a compatibility mode: the contract holds
-        # in full, at the cost of more requests. AWS S3, MinIO and Ceph RGW need none of it.
-        "confirm_prefixes": Option(bool, env=("STORAGE_ADAPTER_S3_CONFIRM_PREFIXES",), default=False),
     }
 )
 UNQUOTED_IF_MATCH = "unquoted-if-match"

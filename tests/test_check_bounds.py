@@ -72,7 +72,6 @@ def _bucket_behind(
             bucket,
             endpoint.access_key_id,
             endpoint.secret_access_key,
-            confirm_prefixes=True,
         ).environment()
     }
     return proxy, env, f"stage=s3://{bucket}/check"

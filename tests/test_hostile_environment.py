@@ -27,10 +27,10 @@ from storage_adapter.registry import registered
 
 REPO = Path(__file__).resolve().parent.parent
 SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
-# What each adapter setting that a variable can carry would do wrong on the embedded SeaweedFS: no
-# prefix confirmation (its emptied-prefix clause fails) and unquoted If-Match (still accepted there, so
-# only the resolved config shows it); any other such variable gets text no option accepts.
-_WRONG = {"STORAGE_ADAPTER_S3_CONFIRM_PREFIXES": "false", "STORAGE_ADAPTER_S3_UNQUOTED_IF_MATCH": "true"}
+# What each adapter setting that a variable can carry would do wrong on the embedded SeaweedFS: unquoted
+# If-Match (still accepted there, so only the resolved config shows it); any other such variable gets text
+# no option accepts.
+_WRONG = {"STORAGE_ADAPTER_S3_UNQUOTED_IF_MATCH": "true"}
 HOSTILE = {
     "AWS_ACCESS_KEY_ID": "AKIAIOSFODNN7EXAMPLE",
     "AWS_SECRET_ACCESS_KEY": SECRET,
@@ -117,7 +117,7 @@ def test_every_option_prefers_explicit_over_environment_over_default() -> None:
             assert parse_url(url, base, env).option(name) == from_env, name
             assert parse_url(url, base, {}).option(name) == option.default, name
             checked += 1
-    assert checked >= 7  # region, endpoint-free S3 switches and the adapter's own
+    assert checked >= 6  # region, endpoint-free S3 switches and the adapter's own (unquoted_if_match)
 
 
 def test_credentials_come_from_one_source() -> None:
@@ -162,7 +162,7 @@ def test_a_user_supplied_endpoint_takes_the_users_environment(hostile: dict[str,
 
 
 def test_a_started_servers_adapter_options_leave_nothing_to_the_environment(hostile: dict[str, str]) -> None:
-    endpoint = S3Endpoint("srv", "http://127.0.0.1:1", "bkt", "srv-key", "srv-secret", confirm_prefixes=True)
+    endpoint = S3Endpoint("srv", "http://127.0.0.1:1", "bkt", "srv-key", "srv-secret")
     in_hostile = parse_url(endpoint.url(), endpoint.adapter_options())
     assert in_hostile == parse_url(endpoint.url(), endpoint.adapter_options(), environ={})
     assert in_hostile.option("session_token") is None and in_hostile.option("profile") is None
@@ -202,8 +202,8 @@ def test_peers_and_clients_of_a_started_server_ignore_the_users_environment(
 
 # The clauses an environment variable can reach: each opens its adapter in the check's process (every
 # clause does so the same way: the round trips stand for them), in spawned processes that open their own
-# (every process race), through the options an adapter variable sets (confirm_prefixes: the listings and
-# delete_prefix; the declared capabilities) and across both kinds of history the linearizability checks
+# (every process race), through the options an adapter variable sets (the listings and delete_prefix;
+# the declared capabilities) and across both kinds of history the linearizability checks
 # record, and the wire clauses' raw requests (endpoint and keys resolved from the environment, signed by
 # botocore, which reads AWS_PROFILE and the like). The rest of the contract runs on this server at default
 # sizes in scripts/test.sh's stage and in tests/test_contract_embedded.py; a whole check here cost 65 s

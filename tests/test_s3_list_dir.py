@@ -1,8 +1,9 @@
-"""S3 ``list_dir``: one request where the server needs nothing more, confirmation only where declared.
+"""S3 ``list_dir``: the delimited list and, beside it, one page of the recursive listing that confirms
+the child prefixes it reports (docs/listing.md).
 
-SeaweedFS reports a directory emptied by deletes as a common prefix; the contract forbids reporting it,
-so endpoints of such servers are opened with ``confirm_prefixes=True`` (the SeaweedFS launcher's
-``adapter_options()`` says so). Request counts are asserted (at the driver's fault points), never times.
+A prefix is a child only while an object lives under it: SeaweedFS reports a directory emptied by deletes
+as a common prefix, and a folder marker makes one on any server. Request counts are asserted (at the
+driver's fault points), never times.
 """
 
 from __future__ import annotations
@@ -38,25 +39,10 @@ def _fill(adapter: ObjectStorageAdapter, prefixes: int) -> None:
     adapter.write("d/top", b"v")
 
 
-def test_the_seaweedfs_endpoint_declares_that_it_needs_confirmation(embedded_seaweedfs: S3Endpoint) -> None:
-    assert embedded_seaweedfs.adapter_options()["confirm_prefixes"] is True
-    assert embedded_seaweedfs.environment()["STORAGE_ADAPTER_S3_CONFIRM_PREFIXES"] == "true"
-
-
-def test_every_list_dir_confirms_its_prefixes_whatever_the_option(embedded_seaweedfs: S3Endpoint) -> None:
-    """A folder marker makes a prefix with no object on any server (AWS, MinIO and Ceph too), so every
-    list_dir takes the first page of the recursive listing beside its delimited list."""
-    adapter = _fresh(embedded_seaweedfs, confirm_prefixes=False)
-    _fill(adapter, 20)
-    listing = adapter.list_dir("d")
-    assert len(listing.prefixes) == 20 and [o.key for o in listing.objects] == ["d/top"]
-    assert _requests(lambda: adapter.list_dir("d")) == Counter({"list_with_delimiter": 1, "list": 1})
-
-
 def test_confirmation_takes_one_listing_page_beside_the_delimited_list(
     embedded_seaweedfs: S3Endpoint,
 ) -> None:
-    """Where declared: the delimited list and the first page of the recursive listing, side by side;
+    """Every list_dir: the delimited list and the first page of the recursive listing, side by side;
     that page proves every prefix it shows, and when it is the whole listing, every other one empty."""
     adapter = _fresh(embedded_seaweedfs)
     _fill(adapter, 20)
