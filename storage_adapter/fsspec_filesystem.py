@@ -221,6 +221,13 @@ class AdapterFileSystem(AbstractFileSystem):  # type: ignore[misc]  # fsspec is 
             return self._directory(prefix)
         raise self._missing(prefix)
 
+    def isdir(self, path: Any) -> bool:
+        """True for the root and for a prefix with objects below it: one LIST page. (fsspec's asks
+        ``info``, which tries the path as an object first: a HEAD more, and bulk copies ask this of every
+        source and target.) A bad path raises InvalidKeyError."""
+        prefix = self._prefix(path)
+        return not prefix or self._has_objects_below(prefix)
+
     def exists(self, path: Any, **kwargs: Any) -> bool:
         """True for an object or a prefix with objects below it. A bad path raises InvalidKeyError (it is
         not merely absent)."""
@@ -478,15 +485,17 @@ class AdapterFileSystem(AbstractFileSystem):  # type: ignore[misc]  # fsspec is 
         super().mv(path1, path2, *args, **kwargs)
 
     def rm(self, path: Any, recursive: bool = False, maxdepth: int | None = None) -> None:
-        """fsspec's ``rm``, with every path checked first: a bad one, or the root (which ``delete_prefix``
-        refuses to empty too), deletes nothing."""
+        """fsspec's ``rm`` (every path ``expand_path`` finds is deleted), with every path checked first: a
+        bad one, or the root (which ``delete_prefix`` refuses to empty too), deletes nothing. The paths go
+        to ``delete_many`` (one request per batch on S3, not fsspec's one per path; a directory's name is
+        deleted as a missing key, which is no error)."""
         if "" in self._checked(path):
             raise InvalidKeyError(
                 f"rm of the root of {self.adapter.url} on {self.adapter.backend} is refused: name a prefix",
                 key="",
                 backend=self.adapter.backend,
             )
-        super().rm(path, recursive=recursive, maxdepth=maxdepth)
+        self.adapter.delete_many(self.expand_path(path, recursive=recursive, maxdepth=maxdepth))
 
     def _checked(self, path: Any) -> list[str]:
         """Each path of ``path`` (one, or a list) as the key or prefix it names (``""``: the root),
