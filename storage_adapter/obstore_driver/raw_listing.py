@@ -389,11 +389,18 @@ class _Session:
         )
 
 
+class ServerAnswer(Exception):
+    """The answer a server gave to a raw request (its status and error code, never its body): the cause
+    chained to the error raised for it, as a library's own error is for obstore's requests."""
+
+
 def _failure(response: _Response, code: str | None, *, what: str, key: str, backend: str) -> StorageError:
     """The error for an error status, by the status alone; the server's error code (only) is quoted."""
     kind = status_error_class(response.status)
-    shown = f" {code}" if code and _ERROR_CODE.fullmatch(code) else ""
-    return kind(f"{what} {key!r} on {backend}: HTTP {response.status}{shown}", key=key, backend=backend)
+    answer = f"HTTP {response.status}" + (f" {code}" if code and _ERROR_CODE.fullmatch(code) else "")
+    error = kind(f"{what} {key!r} on {backend}: {answer}", key=key, backend=backend)
+    error.__cause__ = ServerAnswer(answer)
+    return error
 
 
 def _xml(response: _Response, *, what: str, key: str, backend: str) -> ET.Element:
