@@ -360,7 +360,9 @@ class HousekeepingClauses:
     def test_listings_never_show_a_write_in_flight(self, adapter: StorageAdapter) -> None:
         """While 1 MiB bodies are written (replacing two objects, and creating one in a new prefix each
         time), list(), iter_list() and list_dir() show only keys that are written, of a whole body's size, and a prefix
-        only when an object is below it (nothing is deleted here, so list(prefix) is not empty after)."""
+        only when an object is below it (nothing is deleted here, so list(prefix) is not empty after);
+        what a write stages is no other tool's entry either: skipped() and list_dir().skipped report
+        nothing."""
         rounds = 8
         keys = {f"flat-{r % 2}" for r in range(rounds)} | {f"fresh-{r}/obj" for r in range(rounds)}
         seen: list[str] = []
@@ -379,6 +381,10 @@ class HousekeepingClauses:
                 f"list_dir() reported the prefix {prefix!r} with no object below it"
                 for prefix in listing.prefixes
                 if f"{prefix}/obj" not in keys or not adapter.list(prefix)
+            )
+            seen.extend(
+                f"reported {entry.name!r} as skipped ({entry.reason.value})"
+                for entry in [*adapter.skipped(), *listing.skipped]
             )
 
         _sweeping(write, look)

@@ -75,6 +75,7 @@ _TRANSLATION = "storage_adapter/translation.py"
 _LOCAL = "storage_adapter/local_driver.py"
 _MUTATION = "storage_adapter/local_files.py"
 _STREAMS = "storage_adapter/streams.py"
+_LISTING = "storage_adapter/listing.py"
 
 CATALOGUE: tuple[Mutant, ...] = (
     # -- adapter: the layer every backend shares --------------------------------------------------------
@@ -201,11 +202,41 @@ CATALOGUE: tuple[Mutant, ...] = (
         "iter_list(limit=True) lists one object instead of refusing a bool",
         bug_class="listings",
     ),
+    # -- the listing rule (storage_adapter/listing.py) and the exact listings it needs -----------------------
+    Mutant(
+        "listing-markers-are-objects",
+        _LISTING,
+        "skip_reason",
+        "    if is_plain_key(name):",
+        "    if is_plain_key(name) or name.endswith('/'):",
+        "a folder marker (and an object whose name ends in '/') is listed as an object another tool wrote",
+        targets=("seaweedfs",),
+        bug_class="listings",
+    ),
+    Mutant(
+        "listing-trusts-the-driver",
+        _LISTING,
+        "sort_listed",
+        "            if reason is None:",
+        "            if reason is None or entry.size:",
+        "a name no key can have is listed as an object when it holds bytes (only markers are sorted out)",
+        bug_class="listings",
+    ),
+    Mutant(
+        "obstore-lists-through-obstore",
+        _OBSTORE,
+        "ObstoreDriver.__init__",
+        "        self._raw_lists = isinstance(self._store, (S3Store, AzureStore))",
+        "        self._raw_lists = False",
+        "S3 lists through obstore's path parser: one odd name refuses the page, a marker dir/ lists as dir",
+        targets=("seaweedfs",),
+        bug_class="listings",
+    ),
     # -- keys ---------------------------------------------------------------------------------------------------
     Mutant(
         "keys-length-in-characters",
         _KEYS,
-        "validate_key",
+        "_whole_key_problem",
         'size = len(key.encode("utf-8"))',
         "size = len(key)",
         "the key length is counted in characters, not UTF-8 bytes",
@@ -215,16 +246,16 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "keys-length-off-by-one",
         _KEYS,
-        "validate_key",
-        "if size > MAX_KEY_BYTES else",
-        "if size >= MAX_KEY_BYTES else",
+        "_whole_key_problem",
+        "    if size > MAX_KEY_BYTES:",
+        "    if size >= MAX_KEY_BYTES:",
         "a key of exactly 1,024 bytes is refused",
         bug_class="keys",
     ),
     Mutant(
         "keys-fast-path-length-off-by-one",
         _KEYS,
-        "validate_key",
+        "is_plain_key",
         "len(key) <= MAX_KEY_BYTES and",
         "len(key) <= MAX_KEY_BYTES + 1 and",
         "an ASCII key of 1,025 bytes passes the fast path",
@@ -242,7 +273,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "keys-segment-limit-in-characters",
         _KEYS,
-        "validate_key",
+        "_shape_problem",
         'if len(segment.encode("utf-8")) > MAX_SEGMENT_BYTES:',
         "if len(segment) > MAX_SEGMENT_BYTES:",
         "a segment's limit is counted in characters (a 200-character segment of 400 bytes passes)",
@@ -251,7 +282,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "keys-no-dot-segment-check",
         _KEYS,
-        "validate_key",
+        "_shape_problem",
         '        if segment in (".", ".."):',
         '        if segment == "..":',
         "a '.' segment is accepted",
@@ -260,8 +291,8 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "keys-backslash-allowed",
         _KEYS,
-        "validate_key",
-        '    if "\\\\" in key:\n        raise _reject(key, "backslash", backend)\n',
+        "_shape_problem",
+        '    if "\\\\" in key:\n        return "backslash"\n',
         "",
         "a backslash is accepted in a key (it is a separator on some stores)",
         bug_class="keys",
@@ -269,7 +300,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "keys-surrogates-accepted",
         _KEYS,
-        "validate_key",
+        "_whole_key_problem",
         '        size = len(key.encode("utf-8"))\n    except UnicodeEncodeError as exc:',
         '        size = len(key.encode("utf-8", "surrogatepass"))\n    except UnicodeEncodeError as exc:',
         "a key with a lone surrogate is accepted (unlistable on local, unstorable on S3)",
@@ -383,8 +414,8 @@ CATALOGUE: tuple[Mutant, ...] = (
         "obstore-list-dir-no-confirm",
         _OBSTORE,
         "ObstoreDriver._confirmed",
-        "            return [p for p in reported if p in held]",
-        "            return reported",
+        "            return [p for p in candidates if p in held]",
+        "            return candidates",
         "list_dir reports emptied directories as prefixes (SeaweedFS keeps them) when one page shows the whole listing",
         targets=("seaweedfs",),
         bug_class="listings",
@@ -480,9 +511,9 @@ CATALOGUE: tuple[Mutant, ...] = (
         "local-list-shows-staging",
         _LOCAL,
         "LocalDriver._info",
-        "        if not entry.is_file(follow_symlinks=False) or not _is_key(key):",
-        "        if not entry.is_file(follow_symlinks=False):",
-        "listings show staging files (and other invalid names) as objects",
+        "        if entry.is_dir(follow_symlinks=False) or is_staging_name(entry.name):",
+        "        if entry.is_dir(follow_symlinks=False):",
+        "listings take staging files (writes in flight) for another tool's entries",
         targets=LOCAL,
         smoke=True,
         bug_class="listings",
@@ -947,10 +978,10 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "local-list-filter-objectstore-suffix",
         _LOCAL,
-        "_is_key",
-        "    try:\n        validate_key(key)\n    except InvalidKeyError:\n        return False\n    return True",
-        "    try:\n        validate_key(key)\n    except InvalidKeyError:\n        return '#' not in key.rsplit('/', 1)[-1][-11:]\n    return True",
-        "the listing filter hides only object_store's '#<u32>' suffix (at most 10 digits): 12-digit staging files list",
+        "LocalDriver._info",
+        "or is_staging_name(entry.name):",
+        "or '#' in entry.name[-11:]:",
+        "the listing hides only object_store's '#<u32>' suffix (at most 10 digits): 12-digit staging files are reported",
         targets=LOCAL,
         bug_class="listings",
     ),
@@ -977,9 +1008,9 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "keys-length-off-by-one-up",
         _KEYS,
-        "validate_key",
-        "if size > MAX_KEY_BYTES else",
-        "if size > MAX_KEY_BYTES + 1 else",
+        "_whole_key_problem",
+        "    if size > MAX_KEY_BYTES:",
+        "    if size > MAX_KEY_BYTES + 1:",
         "a (non-ASCII) key of 1,025 bytes is accepted",
         targets=ALL,
         bug_class="keys",
@@ -987,7 +1018,7 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "keys-staging-rule-last-segment-only-slow",
         _KEYS,
-        "validate_key",
+        "_shape_problem",
         "        if _STAGING_SUFFIX.search(segment):",
         "        if segment == key.rsplit('/', 1)[-1] and _STAGING_SUFFIX.search(segment):",
         "the reserved '#<digits>' rule is checked on the last segment only (detailed path)",
@@ -1007,8 +1038,8 @@ CATALOGUE: tuple[Mutant, ...] = (
     Mutant(
         "keys-segment-check-removed",
         _KEYS,
-        "validate_key",
-        '        if len(segment.encode("utf-8")) > MAX_SEGMENT_BYTES:\n            raise _reject(key, f"segment longer than {MAX_SEGMENT_BYTES} bytes", backend)\n',
+        "_shape_problem",
+        '        if len(segment.encode("utf-8")) > MAX_SEGMENT_BYTES:\n            return f"segment longer than {MAX_SEGMENT_BYTES} bytes"\n',
         "",
         "no segment limit: a 201-255-byte segment is valid on memory/S3 and fails on local",
         targets=ALL,
