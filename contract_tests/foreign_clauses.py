@@ -94,7 +94,10 @@ def _listable(writer: ForeignWriter, sent: dict[str, bytes]) -> dict[str, int]:
     return writer.held()
 
 
-def _plant(adapter: StorageAdapter) -> Iterator[Planted]:
+def plant_foreign(adapter: StorageAdapter) -> Iterator[Planted]:
+    """Plant the module's odd names and objects below ``adapter``'s root through its backend's raw store,
+    yield what the store then holds, and remove it all again (a generator for a pytest fixture: it skips
+    where there is no raw store, or the store holds none of the odd names)."""
     config: AdapterConfig | None = getattr(adapter, "config", None)
     make = None if config is None else config.spec.foreign_writer
     if config is None or make is None:
@@ -133,7 +136,7 @@ class ForeignObjectClauses:
 
     @pytest.fixture
     def planted(self, adapter: StorageAdapter) -> Iterator[Planted]:
-        yield from _plant(adapter)
+        yield from plant_foreign(adapter)
 
     def test_odd_names_never_break_a_listing_and_every_listed_key_reads_back(
         self, adapter: StorageAdapter, planted: Planted

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import tomllib
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 from random import Random
@@ -24,10 +24,12 @@ import pyarrow.parquet as pq
 import pytest
 from counted_reads import CountedReads
 
+from contract_tests.foreign_clauses import Planted, plant_foreign
 from storage_adapter import open_adapter
 from storage_adapter.engine import Engine
 from storage_adapter.errors import InvalidKeyError, NotFoundError, UnsupportedOperationError
 from storage_adapter.fsspec_filesystem import AdapterFileSystem
+from storage_adapter.keys import key_problem
 from storage_adapter.protocol import StorageAdapter
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -334,3 +336,49 @@ def test_a_recursive_copy_of_a_directory_follows_cp_at_any_depth(
         fs.cp(source, "", recursive=True)
         at_root = {("" if contents else "src/") + k: v for k, v in tree.items()}
         assert {k: fs.cat_file(k) for k in at_root} == at_root
+
+
+@pytest.fixture
+def planted(adapter: StorageAdapter) -> Iterator[Planted]:
+    """Other tools' entries below ``adapter``'s root (contract_tests.foreign_clauses): odd names, folder
+    markers where the store holds them, and objects around them."""
+    yield from plant_foreign(adapter)
+
+
+def test_the_face_agrees_with_itself_about_every_name_other_tools_left(
+    adapter: StorageAdapter, planted: Planted
+) -> None:
+    """ls, find, exists, info and isdir tell one story over a bucket other tools wrote to: every object is
+    a file to each of them, a prefix with an object below it a directory, a prefix holding only folder
+    markers (or only odd names) nothing at all, and no odd name appears anywhere, under any name."""
+    fs = adapter.to_fsspec()
+    objects = sorted(planted.objects)
+    directories = sorted(
+        {"/".join(key.split("/")[:depth]) for key in objects for depth in range(1, key.count("/") + 1)}
+    )
+    assert fs.find("") == objects
+    assert sorted(fs.find("", withdirs=True)) == sorted([*objects, *directories])
+    for key in objects:
+        assert fs.exists(key) and fs.isfile(key) and not fs.isdir(key), key
+        assert fs.info(key)["type"] == "file" and fs.info(key)["size"] == len(planted.objects[key]), key
+        parent = key.rsplit("/", 1)[0] if "/" in key else ""
+        assert key in fs.ls(parent, detail=False), key
+    for directory in directories:
+        assert fs.exists(directory) and fs.isdir(directory) and not fs.isfile(directory), directory
+        assert fs.info(directory)["type"] == "directory", directory
+    nothing = {name.rstrip("/") for name in planted.odd if name.endswith("/")} - set(directories)
+    nothing |= {name.split("/")[0] for name in planted.odd} - {key.split("/")[0] for key in objects}
+    nothing -= {""}
+    for name in sorted(nothing):
+        try:
+            fs.info(name)
+        except (FileNotFoundError, InvalidKeyError):
+            pass
+        else:
+            raise AssertionError(f"info({name!r}) found what only other tools' odd entries make")
+        if key_problem(name) is not None:
+            continue  # a name no key can have: the face refuses it (InvalidKeyError), checked above
+        assert not fs.exists(name) and not fs.isdir(name) and not fs.isfile(name), name
+        assert fs.find(name) == [] and name not in fs.ls("", detail=False), name
+    shown = {entry for path in ["", *directories] for entry in fs.ls(path, detail=False)}
+    assert shown == set(objects) | set(directories)
