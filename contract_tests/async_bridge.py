@@ -172,6 +172,11 @@ class SyncBridge:
     def list_dir(self, prefix: str = "") -> DirListing:
         return run(self.inner.list_dir(prefix))
 
+    def entry_pages(
+        self, prefix: str = "", *, start_after: str | None = None
+    ) -> Iterator[builtins.list[ObjectInfo | SkippedObject]]:
+        return _synchronous(self.inner.entry_pages(prefix, start_after=start_after))
+
     def skipped(self, prefix: str = "") -> builtins.list[SkippedObject]:
         return run(self.inner.skipped(prefix))
 

@@ -18,12 +18,14 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from storage_adapter.batch import DELETE_BATCH
 from storage_adapter.derived import DerivedOperations
 from storage_adapter.protocol import StorageAdapter
-from storage_adapter.types import ObjectInfo
+from storage_adapter.types import ObjectInfo, SkippedObject
+
+P = TypeVar("P", ObjectInfo, ObjectInfo | SkippedObject)  # what a counted page holds
 
 COUNTED = (
     "read_bytes",
@@ -85,9 +87,13 @@ class CountingAdapter(DerivedOperations):
         pages = self.inner.list_pages(prefix, start_after=start_after)
         return self._counted_pages(pages)
 
-    def _counted_pages(
-        self, pages: Iterator[builtins.list[ObjectInfo]]
-    ) -> Iterator[builtins.list[ObjectInfo]]:
+    def entry_pages(
+        self, prefix: str = "", *, start_after: str | None = None
+    ) -> Iterator[builtins.list[ObjectInfo | SkippedObject]]:
+        """The inner adapter's (its skipped entries with them), each page counted as a ``list_pages``."""
+        return self._counted_pages(self.inner.entry_pages(prefix, start_after=start_after))
+
+    def _counted_pages(self, pages: Iterator[builtins.list[P]]) -> Iterator[builtins.list[P]]:
         for page in pages:
             self._count("list_pages")
             yield page

@@ -275,12 +275,21 @@ class ObjectStorageAdapter(AdapterCore, DerivedOperations):
             with self._scrubbed:
                 pages.close()  # releases what the driver holds open (local: directory descriptors)
 
-    def skipped(self, prefix: str = "") -> builtins.list[SkippedObject]:
-        """Every entry under ``prefix`` that listings leave out (folder markers, names no key can have,
-        local entries that are not files), by name; one pass of the listing."""
+    def entry_pages(
+        self, prefix: str = "", *, start_after: str | None = None
+    ) -> Iterator[builtins.list[ObjectInfo | SkippedObject]]:
+        """``list_pages`` with each page's skipped entries after its objects (one pass); the arguments are
+        validated now, before any I/O."""
         prefix = self._prefix(prefix)
-        pages = self._sorted_pages(self._driver.list_pages(prefix, None))
-        return sorted((entry for _, skipped in pages for entry in skipped), key=_BY_NAME)
+        after = validate_start_after(start_after, self.backend)
+        return self._entry_pages(self._driver.list_pages(prefix, after))
+
+    def _entry_pages(
+        self, pages: Generator[Sequence[Listed], None, None]
+    ) -> Iterator[builtins.list[ObjectInfo | SkippedObject]]:
+        for objects, skipped in self._sorted_pages(pages):
+            if objects or skipped:
+                yield [*objects, *skipped]
 
     def list_dir(self, prefix: str = "") -> DirListing:
         """Objects directly under ``prefix`` and its child prefixes (those holding at least one object),

@@ -197,14 +197,24 @@ class AsyncObjectStorageAdapter(AdapterCore, AsyncDerivedOperations):
             with self._scrubbed:
                 await pages.aclose()
 
-    async def skipped(self, prefix: str = "") -> builtins.list[SkippedObject]:
-        """As :meth:`ObjectStorageAdapter.skipped`."""
+    def entry_pages(
+        self, prefix: str = "", *, start_after: str | None = None
+    ) -> AsyncIterator[builtins.list[ObjectInfo | SkippedObject]]:
+        """As :meth:`ObjectStorageAdapter.entry_pages`; the arguments are validated at this call."""
         prefix = self._prefix(prefix)
-        found = [
-            entry
-            async for _, skipped in self._sorted_pages(self._async.list_pages(prefix, None))
-            for entry in skipped
-        ]
+        after = validate_start_after(start_after, self.backend)
+        return self._entry_pages(self._async.list_pages(prefix, after))
+
+    async def _entry_pages(
+        self, pages: AsyncGenerator[Sequence[Listed], None]
+    ) -> AsyncGenerator[builtins.list[ObjectInfo | SkippedObject], None]:
+        async for objects, skipped in self._sorted_pages(pages):
+            if objects or skipped:
+                yield [*objects, *skipped]
+
+    async def skipped(self, prefix: str = "") -> builtins.list[SkippedObject]:
+        """As :meth:`ObjectStorageAdapter.skipped`: the skipped entries of ``entry_pages(prefix)``."""
+        found = [e async for page in self.entry_pages(prefix) for e in page if isinstance(e, SkippedObject)]
         return sorted(found, key=operator.attrgetter("name"))
 
     async def list_dir(self, prefix: str = "") -> DirListing:

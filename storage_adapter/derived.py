@@ -14,14 +14,15 @@ import codecs
 import contextlib
 import itertools
 import math
+import operator
 import sys
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from storage_adapter.batch import delete_each
 from storage_adapter.errors import InvalidArgumentError, InvalidKeyError, NotFoundError
 from storage_adapter.keys import validate_key, validate_prefix
-from storage_adapter.types import ObjectInfo
+from storage_adapter.types import ObjectInfo, SkippedObject
 
 
 def validate_start_after(start_after: object, backend: str) -> str | None:
@@ -125,6 +126,20 @@ class DerivedOperations:
         (every argument is validated at the call, before any I/O)."""
         limit = validate_limit(limit, self.backend)
         return taken(self.list_pages(prefix, start_after=start_after), limit)
+
+    def entry_pages(
+        self, prefix: str = "", *, start_after: str | None = None
+    ) -> Iterator[builtins.list[ObjectInfo | SkippedObject]]:
+        """The listing's pages with what they leave out (the protocol's contract). Here: ``list_pages``,
+        for a store that reports every entry it holds as an object (a wrapper over an adapter passes its
+        inner adapter's own)."""
+        pages = self.list_pages(prefix, start_after=start_after)
+        return cast("Iterator[builtins.list[ObjectInfo | SkippedObject]]", iter(pages))
+
+    def skipped(self, prefix: str = "") -> builtins.list[SkippedObject]:
+        """The skipped entries of ``entry_pages(prefix)``, by name."""
+        entries = itertools.chain.from_iterable(self.entry_pages(prefix))
+        return sorted((e for e in entries if isinstance(e, SkippedObject)), key=operator.attrgetter("name"))
 
     def delete_many(self, keys: Iterable[str]) -> int:
         """Delete every key (the protocol's contract); every key validated before any I/O. Here: one

@@ -178,12 +178,21 @@ class StorageAdapter(Protocol):
         each sorted; ``skipped``: the entries directly under ``prefix`` that listings leave out."""
         ...
 
+    def entry_pages(
+        self, prefix: str = "", *, start_after: str | None = None
+    ) -> Iterator[builtins.list[ObjectInfo | SkippedObject]]:
+        """The pages of ``list_pages(prefix, start_after=...)`` (same requests, same objects in the same
+        order) with, after the objects of each page, the entries of that page that listings leave out
+        (:class:`~storage_adapter.types.SkippedObject`); a page holding only such entries is one too. For
+        a caller that needs both in one pass (the engine's vacuum)."""
+        ...
+
     def skipped(self, prefix: str = "") -> builtins.list[SkippedObject]:
         """Every entry under ``prefix`` (recursively) that listings leave out because the adapter cannot
         address it, sorted by name (:class:`~storage_adapter.types.SkippedObject`: its exact name, size,
         the reason and the broken rule): folder markers, names no key can have, and on local entries
-        that are not regular files. Costs one listing of ``prefix``; empty where another tool left
-        nothing odd."""
+        that are not regular files. The skipped entries of ``entry_pages(prefix)``: one listing; empty
+        where another tool left nothing odd."""
         ...
 
     # -- mutations -----------------------------------------------------------------------------------
@@ -360,6 +369,12 @@ class AsyncStorageAdapter(Protocol):
 
     async def list_dir(self, prefix: str = "") -> DirListing:
         """As :meth:`StorageAdapter.list_dir`."""
+        ...
+
+    def entry_pages(
+        self, prefix: str = "", *, start_after: str | None = None
+    ) -> AsyncIterator[builtins.list[ObjectInfo | SkippedObject]]:
+        """As :meth:`StorageAdapter.entry_pages`, as an async iterator."""
         ...
 
     async def skipped(self, prefix: str = "") -> builtins.list[SkippedObject]:

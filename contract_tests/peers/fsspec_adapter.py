@@ -34,7 +34,7 @@ from storage_adapter.errors import ConfigurationError, NotFoundError, Permission
 from storage_adapter.keys import validate_key, validate_prefix
 from storage_adapter.registry import FsspecPeer
 from storage_adapter.streams import Body, ObjectReader, WholeSource, check_ranges, clip, joined
-from storage_adapter.types import Capabilities, DirListing, ObjectInfo, SkippedObject, Versioned
+from storage_adapter.types import Capabilities, DirListing, ObjectInfo, Versioned
 
 
 def peer_of(config: AdapterConfig) -> FsspecPeer:
@@ -192,11 +192,6 @@ class FsspecAdapter(DerivedOperations):
         # find() on a file returns the file itself; a prefix names whole segments below it.
         below = [i for i in infos if not prefix or i.key.startswith(prefix + "/")]
         return sorted(below, key=lambda i: i.key)
-
-    def skipped(self, prefix: str = "") -> builtins.list[SkippedObject]:
-        """None: the peer lists every name its filesystem gives (the contract judges what that shows)."""
-        self._prefix_path(prefix)
-        return []
 
     def list_dir(self, prefix: str = "") -> DirListing:
         prefix, path = self._prefix_path(prefix)

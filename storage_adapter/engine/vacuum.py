@@ -25,6 +25,7 @@ under the engine's prefixes is another tool's: never read, never deleted, report
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -35,6 +36,7 @@ from storage_adapter.engine.layout import OwnKind
 from storage_adapter.engine.manifest import Manifest, ManifestStore
 from storage_adapter.engine.tables import TableVersionStore
 from storage_adapter.protocol import StorageAdapter
+from storage_adapter.types import ObjectInfo, SkippedObject
 
 
 @dataclass(frozen=True)
@@ -112,9 +114,10 @@ def vacuum(
     The listing (streamed, kept as parsed keys only) is taken before the manifest is read; retained
     versions resolve through their whole chain (retained_closure). Deletes go in batches
     (``delete_many``: one request per 1,000 keys where the backend has a multi-object delete)."""
+    skipped: list[str] = []  # what listings leave out under the engine's prefixes: another tool's
     listing = []
     unrecognised: list[str] = []  # foreign unless a retained version references it (a commit_fragments ref)
-    for info in adapter.iter_list(layout.TABLES_PREFIX):
+    for info in _objects(adapter, layout.TABLES_PREFIX, skipped):
         parsed = _parse(info.key)
         if parsed is None:
             unrecognised.append(info.key)
@@ -140,25 +143,34 @@ def vacuum(
         else:
             deleted.append(info.key)
     staging_removed = keys_expired = 0
-    expired_history = [
-        layout.history_key(v) for v in manifests.history.stored_versions() if v <= manifest.history_floor
+    foreign = [key for key in unrecognised if key not in referenced]
+    own: dict[OwnKind, list[tuple[ObjectInfo, layout.OwnKey]]] = {k: [] for k in _OTHER_PREFIXES.values()}
+    for prefix, own_kind in _OTHER_PREFIXES.items():
+        for info in _objects(adapter, prefix, skipped):
+            found = layout.own_key(info.key)
+            if found is not None and found.kind is own_kind:
+                own[own_kind].append((info, found))
+            else:
+                foreign.append(info.key)
+    expired_history = [  # records at or below the history floor: nothing reads them
+        info.key
+        for info, found in own[OwnKind.HISTORY]
+        if found.version is not None and found.version <= manifest.history_floor
     ]
     current_map = None if manifest.table_map is None else manifest.table_map.key
-    foreign = [key for key in unrecognised if key not in referenced]
-    old_maps = []  # a reader of an older manifest may still be fetching its map: the grace covers it
-    for info in adapter.iter_list(layout.TABLE_MAPS_PREFIX):
-        if not layout.is_own_key(info.key, OwnKind.TABLE_MAP):
-            foreign.append(info.key)
-        elif info.key != current_map and codec.written_before(info, cutoff):
-            old_maps.append(info.key)
-    foreign += _foreign_objects(adapter)
+    old_maps = [  # a reader of an older manifest may still be fetching its map: the grace covers it
+        info.key
+        for info, _ in own[OwnKind.TABLE_MAP]
+        if info.key != current_map and codec.written_before(info, cutoff)
+    ]
     if not dry_run:
         adapter.delete_many(deleted)
         adapter.delete_many(expired_history)
         adapter.delete_many(old_maps)
         staging_removed = adapter.remove_orphans(min_age_s=grace_s)
         if key_window_s is not None:
-            keys_expired = _expire_keys(adapter, codec.age_cutoff(key_window_s))
+            entries = [info for info, _ in own[OwnKind.KEY_ENTRY]]
+            keys_expired = _expire_keys(adapter, entries, codec.age_cutoff(key_window_s))
     return VacuumReport(
         tuple(deleted),
         kept_referenced,
@@ -168,12 +180,14 @@ def vacuum(
         keys_expired,
         len(expired_history),
         len(old_maps),
-        tuple(sorted(foreign)),
+        tuple(sorted([*foreign, *skipped])),
     )
 
 
-# The prefixes vacuum does not list for its own work: listed here only for what another tool left.
+# The prefixes vacuum lists besides ``tables/``, each once, by the kind of object the engine keeps there:
+# its own are worked on, anything else is another tool's.
 _OTHER_PREFIXES = {
+    layout.TABLE_MAPS_PREFIX: OwnKind.TABLE_MAP,
     layout.HISTORY_PREFIX: OwnKind.HISTORY,
     layout.KEYS_PREFIX: OwnKind.KEY_ENTRY,
     layout.RECOVERY_PREFIX: OwnKind.SIDECAR,
@@ -181,28 +195,25 @@ _OTHER_PREFIXES = {
 }
 
 
-def _foreign_objects(adapter: StorageAdapter) -> list[str]:
-    """What another tool left under the engine's prefixes that vacuum's own listings (of ``tables/`` and
-    ``__tables/``) do not show: the objects of the other prefixes whose names are not of their kind, and
-    every entry listings skip under any engine prefix (one more listing of each prefix)."""
-    found = [
-        info.key
-        for prefix, kind in _OTHER_PREFIXES.items()
-        for info in adapter.iter_list(prefix)
-        if not layout.is_own_key(info.key, kind)
-    ]
-    found += [entry.name for prefix in layout.ENGINE_PREFIXES for entry in adapter.skipped(prefix)]
-    return found
+def _objects(adapter: StorageAdapter, prefix: str, skipped: list[str]) -> Iterator[ObjectInfo]:
+    """The objects under ``prefix``, streamed, in one pass that also adds to ``skipped`` the names of the
+    entries listings leave out there (``adapter.entry_pages``)."""
+    for page in adapter.entry_pages(prefix):
+        for entry in page:
+            if isinstance(entry, SkippedObject):
+                skipped.append(entry.name)
+            else:
+                yield entry
 
 
-def _expire_keys(adapter: StorageAdapter, cutoff: datetime) -> int:
-    """Delete published ledger entries last written before ``cutoff`` (in one ``delete_many``). A
-    published entry never changes again, so reading it and then deleting it races with nothing."""
+def _expire_keys(adapter: StorageAdapter, entries: list[ObjectInfo], cutoff: datetime) -> int:
+    """Delete the published ledger entries among the listed ``entries`` last written before ``cutoff``
+    (in one ``delete_many``). A published entry never changes again, so reading it and then deleting it
+    races with nothing."""
     expired = [
         info.key
-        for info in adapter.iter_list(layout.KEYS_PREFIX)
-        if layout.is_own_key(info.key, OwnKind.KEY_ENTRY)  # another tool's object there is not an entry
-        and codec.written_before(info, cutoff)
+        for info in entries
+        if codec.written_before(info, cutoff)
         and (raw := adapter.read_if_exists(info.key)) is not None
         and KeyEntry.decode(raw, info.key).state is KeyState.PUBLISHED
     ]
