@@ -28,7 +28,7 @@ from storage_adapter.errors import InvalidKeyError, NotFoundError, StorageError
 from storage_adapter.keys import validate_key
 from storage_adapter.protocol import StorageAdapter
 from storage_adapter.registry import AdapterConfig
-from storage_adapter.types import SkipReason
+from storage_adapter.types import ObjectInfo, SkippedObject, SkipReason
 
 # Odd names, relative to the clause's root, each with the bytes planted: folder markers alone, beside an
 # object and at several depths; names with control characters, empty, "." and ".." segments, a trailing
@@ -157,11 +157,17 @@ class ForeignObjectClauses:
     def test_what_a_listing_leaves_out_is_reported_once_with_its_reason(
         self, adapter: StorageAdapter, planted: Planted
     ) -> None:
-        """``skipped`` names every planted entry once with its reason, and nothing else; ``list_dir``
-        reports those directly under its prefix."""
+        """``skipped`` names every planted entry once with its reason, and nothing else; ``entry_pages``
+        gives the objects of ``list_pages`` and those entries in one pass; ``list_dir`` reports those
+        directly under its prefix."""
         reported = {entry.name: entry.reason for entry in adapter.skipped()}
         assert len(adapter.skipped()) == len(reported)
         assert reported == planted.odd
+        # entry_pages: the same objects as list_pages, in the same order, and the same skipped entries.
+        entries = [entry for page in adapter.entry_pages() for entry in page]
+        objects = [entry.key for entry in entries if isinstance(entry, ObjectInfo)]
+        assert objects == [info.key for page in adapter.list_pages() for info in page]
+        assert sorted(e.name for e in entries if isinstance(e, SkippedObject)) == sorted(planted.odd)
         # Directly under a prefix: names with no "/" below it, and the prefix's own marker.
         assert {entry.name for entry in adapter.list_dir().skipped} == {
             n for n in planted.odd if "/" not in n
