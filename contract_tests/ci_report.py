@@ -22,14 +22,16 @@ or error        and never judged; their failures must not fail a build the check
 ==============  =================================================================================
 
 Every suite's ``<properties>`` carry the run's overall status, the versions, the sizes and the budget, and
-``incomplete`` when a signal stopped the run; a run that could not start (or whose judged target answered
+``incomplete`` when a signal stopped the run; a judged target's suite also ``left_out`` when its root holds
+entries listings leave out (another tool's: docs/listing.md) or could not be surveyed; a run that could not start (or whose judged target answered
 nothing) adds a suite ``storage-adapter check`` whose one testcase is an ``<error>`` saying why (a
 ``<skipped>`` when ``--allow-unavailable`` accepted a server that cannot run here). The file validates
 against the JUnit schema of Jenkins (tests/data/junit.xsd).
 
 The step summary is GitHub-flavoured Markdown, short: the overall line, the verdict lines, the clauses that
 did not pass on judged targets with their reasons, their evidence folded in ``<details>`` (long evidence cut
-as in the console, saying where it is whole), and the matrix with its numbered reasons folded likewise.
+as in the console, saying where it is whole), the entries listings leave out folded likewise (only when a
+judged root holds any), and the matrix with its numbered reasons folded likewise.
 """
 
 from __future__ import annotations
@@ -47,6 +49,8 @@ from contract_tests.report import (
     fenced,
     fold,
     header_lines,
+    left_out,
+    left_out_lines,
     markdown_matrix,
     md_escape,
     notes,
@@ -139,6 +143,7 @@ def _target_properties(run: ConformanceRun, target: Target) -> list[tuple[str, s
         found.append(("compatibility_modes", ", ".join(verdict.compatibility_modes)))
     if verdict.inconclusive:
         found.append(("inconclusive", ", ".join(c.removeprefix("test_") for c in verdict.inconclusive)))
+    found += [("left_out", survey.line()) for survey in left_out(run) if survey.target == target.name]
     return found
 
 
@@ -252,6 +257,9 @@ def step_summary(run: ConformanceRun, whole_at: str, *, unavailable_allowed: boo
     for result in failing:
         if result.evidence:
             lines += _details(f"evidence: {evidence_title(result)}", fenced(fold(result.evidence, whole_at)))
+    if run.left_out:
+        title = f"entries listings leave out (another tool's) on {len(run.left_out)} target(s)"
+        lines += _details(title, fenced("\n".join(left_out_lines(run))))
     matrix = [*markdown_matrix(run), "", *[f"{n}. {md_escape(reason)}" for n, reason in notes(run)]]
     lines += _details(f"the matrix: {len(run.clauses)} clauses x {len(targets)} targets", matrix)
     return "\n".join(lines)

@@ -61,6 +61,7 @@ from contract_tests.report import (
     evidence_title,
     fold,
     header_lines,
+    left_out_lines,
     matrix_table,
     notes,
     ordered_targets,
@@ -478,7 +479,8 @@ def _whole_evidence_at(args: argparse.Namespace) -> str:
 
 def _print_run(run: ConformanceRun, console: Console, whole_at: str) -> None:
     """The matrix, the reason notes, each failing or inconclusive clause's evidence (folded when long: a
-    log stays readable, the report files keep it whole, ``whole_at`` says where), the verdict lines."""
+    log stays readable, the report files keep it whole, ``whole_at`` says where), the verdict lines, then
+    a line per judged target whose root holds entries listings leave out (none when there are none)."""
     for line in header_lines(run):
         console.print(line, style="yellow", highlight=False, markup=False)
     if run.not_run and not run.results:
@@ -496,6 +498,8 @@ def _print_run(run: ConformanceRun, console: Console, whole_at: str) -> None:
         verdict = run.verdict(target)
         style = "green" if verdict.conforms else ("yellow" if target.peer else "bold red")
         console.print(verdict.line(), style=style, highlight=False, markup=False)
+    for line in left_out_lines(run):
+        console.print(line, style="yellow", highlight=False, markup=False, soft_wrap=True)
     console.print(
         f"checked in {run.duration_s:.0f} s; overall: {overall(run)}", highlight=False, markup=False
     )

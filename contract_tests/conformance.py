@@ -26,12 +26,13 @@ from typing import Any, Protocol
 
 import pytest
 
-from contract_tests.plugin import ContractSizes, NotReached, target_health
+from contract_tests.plugin import ContractSizes, NotReached, declared_options, target_health
 from contract_tests.remedies import remedies
 from contract_tests.targets import Target, load_factory
 from contract_tests.verdicts import Inconclusive, split_message
 from storage_adapter.errors import StorageError
 from storage_adapter.registry import redact_environment
+from storage_adapter.types import SkippedObject, SkipReason
 
 CONTRACT_SUITE = ("--pyargs", "contract_tests")
 DEFAULT_SIZES = ContractSizes(threads=8, processes=4, increments=25)
@@ -159,6 +160,41 @@ class TargetVerdict:
         return f"{self.target.name}{role}: conforms - {counts}"
 
 
+# The entries of a survey a report names one by one; the others only count.
+LEFT_OUT_SHOWN = 20
+
+
+@dataclass(frozen=True)
+class LeftOut:
+    """What a judged target's root holds that listings leave out (``StorageAdapter.skipped("")``: folder
+    markers, names no key can have, local entries that are not files; docs/listing.md), surveyed once
+    after its clauses ran: ``count`` entries, the first ``LEFT_OUT_SHOWN`` by name in ``entries``; or
+    ``error``, the first line of why the survey could not list (then no entries). Information about what
+    another tool left there, never part of a verdict."""
+
+    target: str
+    count: int = 0
+    entries: tuple[SkippedObject, ...] = ()
+    error: str = ""
+
+    def line(self) -> str:
+        """One line naming the target, how many entries and the shown ones (``!r``: a name may hold
+        control characters) with their reasons, or that the survey failed."""
+        what = f"{self.target}: %s under the root listings leave out (another tool's)"
+        if self.error:
+            return f"{what % 'entries'}: could not survey: {self.error}"
+        shown = [
+            f"{e.name!r} ({e.reason.value})"
+            if e.reason is SkipReason.FOLDER_MARKER  # its detail only repeats what a marker is
+            else f"{e.name!r} ({e.reason.value}: {e.detail})"
+            for e in self.entries
+        ]
+        if self.count > len(self.entries):
+            shown.append(f"... and {self.count - len(self.entries)} more")
+        noun = "1 entry" if self.count == 1 else f"{self.count} entries"
+        return f"{what % noun}: {', '.join(shown)}; see docs/listing.md"
+
+
 @dataclass(frozen=True)
 class ConformanceRun:
     """Everything one check produced. ``conforms`` ignores peers."""
@@ -179,6 +215,8 @@ class ConformanceRun:
     # Why the run stopped before its end (a signal, e.g. a CI job's timeout): its results are those so far.
     incomplete: str = ""
     budget_s: float = 0.0  # the check's total budget (0: none)
+    # The judged targets whose root holds entries listings leave out, or whose survey failed (no others).
+    left_out: tuple[LeftOut, ...] = ()
 
     def result(self, clause: str, target: str) -> ClauseResult | None:
         return next((r for r in self.results if r.clause == clause and r.target == target), None)
@@ -525,6 +563,7 @@ class RunInProgress:
         self.targets: tuple[Target, ...] = ()
         self.started = time.monotonic()
         self.settings: dict[str, Any] = {}
+        self.left_out: list[LeftOut] = []
 
     def interrupt(self, why: str) -> None:
         """Mark the run interrupted; the session under way raises CheckInterrupted once pytest unwinds."""
@@ -565,6 +604,7 @@ def _assemble(progress: RunInProgress, incomplete: str = "") -> ConformanceRun:
         ),
         incomplete=incomplete,
         budget_s=settings["bounds"].budget_s,
+        left_out=tuple(progress.left_out),
     )
 
 
@@ -625,8 +665,33 @@ def run_contract(
             if target.peer is peer:
                 by_factory.setdefault(target.factory, []).append(target)
         for group in by_factory.values():
-            _run_session(suite, group, peer_sizes if peer else sizes, listener, selection, bounds, progress)
+            collector = _run_session(
+                suite, group, peer_sizes if peer else sizes, listener, selection, bounds, progress
+            )
+            # The rule for what a listing leaves out is the adapter's: peers are not surveyed. A target
+            # that answered nothing is reported as such, and a listing would only wait on it again.
+            surveyed = [t for t in group if not peer and t.url and t.name not in collector.unanswered]
+            found = (survey_left_out(t, dict(bounds.storage_options)) for t in surveyed)
+            progress.left_out += [left_out for left_out in found if left_out is not None]
     return _assemble(progress)
+
+
+def survey_left_out(target: Target, storage_options: Mapping[str, str]) -> LeftOut | None:
+    """The entries ``target``'s root holds that listings leave out, by one listing: ``skipped("")`` of an
+    adapter opened at its URL by its factory with the options its clauses' adapters got (those of
+    ``storage_options`` its backend declares). None when there are none, or when the factory's adapter
+    has no ``skipped`` (it does not claim the rule). A survey that fails (StorageError, OSError) is a
+    LeftOut with the error's first line: what another tool left is information, it never fails a check."""
+    url = target.address
+    try:
+        adapter = target.open(url, **declared_options(url, storage_options))
+        survey = getattr(adapter, "skipped", None)
+        if survey is None:
+            return None
+        found: list[SkippedObject] = survey("")
+    except (StorageError, OSError) as exc:
+        return LeftOut(target.name, error=_first_line(str(exc)) or type(exc).__name__)
+    return LeftOut(target.name, len(found), tuple(found[:LEFT_OUT_SHOWN])) if found else None
 
 
 def not_run(

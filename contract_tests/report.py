@@ -3,8 +3,10 @@
 
 All formats carry the same facts: the overall status (conforms, violations, inconclusive, or not run with
 the reason), each target's verdict line (PARTIAL when it relies on compatibility modes), every non-pass
-reason whole, and for every failing or inconclusive clause its evidence (the counterexample history,
-expected vs actual) as the clause stated it. The report files keep evidence whole; the console folds a
+reason whole, for every failing or inconclusive clause its evidence (the counterexample history,
+expected vs actual) as the clause stated it, and for every judged target whose root holds entries
+listings leave out (another tool's: docs/listing.md) how many and the first of them, with their reasons;
+nothing about those where there are none. The report files keep evidence whole; the console folds a
 long one (:func:`fold`) and says where it is whole.
 """
 
@@ -19,7 +21,14 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
-from contract_tests.conformance import PACKAGES, ClauseOutcome, ClauseResult, ConformanceRun, RunStatus
+from contract_tests.conformance import (
+    PACKAGES,
+    ClauseOutcome,
+    ClauseResult,
+    ConformanceRun,
+    LeftOut,
+    RunStatus,
+)
 from contract_tests.targets import Target
 
 _CELL_STYLE = {
@@ -100,6 +109,18 @@ def matrix_table(run: ConformanceRun) -> Table:
 
 def verdict_lines(run: ConformanceRun) -> list[str]:
     return [run.verdict(t).line() for t in ordered_targets(run)]
+
+
+def left_out(run: ConformanceRun) -> list[LeftOut]:
+    """The surveys of ``run`` that found entries listings leave out, or failed, in the targets' order."""
+    order = {t.name: i for i, t in enumerate(ordered_targets(run))}
+    return sorted(run.left_out, key=lambda found: order.get(found.target, len(order)))
+
+
+def left_out_lines(run: ConformanceRun) -> list[str]:
+    """One line per judged target whose root holds entries listings leave out (or could not be surveyed);
+    none when there are none."""
+    return [found.line() for found in left_out(run)]
 
 
 def overall(run: ConformanceRun) -> str:
@@ -197,6 +218,20 @@ def to_json(run: ConformanceRun) -> dict[str, Any]:
             }
             for t in ordered_targets(run)
         ],
+        # Judged targets whose root holds entries listings leave out (another tool's), or whose survey
+        # failed (``error``); information, never part of a verdict.
+        "left_out": [
+            {
+                "target": found.target,
+                "count": found.count,
+                "entries": [
+                    {"name": e.name, "size": e.size, "reason": e.reason.value, "detail": e.detail}
+                    for e in found.entries
+                ],
+                "error": found.error or None,
+            }
+            for found in left_out(run)
+        ],
         "results": [
             {
                 "clause": r.clause,
@@ -261,6 +296,14 @@ def to_markdown(run: ConformanceRun) -> str:
         lines += [f"### {md_escape(evidence_title(result))}", "", *fenced(result.evidence), ""]
     if not evidence(run):
         lines += ["(none)"]
+    if run.left_out:
+        lines += ["", "## Entries listings leave out", ""]
+        lines += [
+            "Another tool's entries under a judged target's root, which no listing shows (see "
+            "docs/listing.md of storage-adapter): information, never part of a verdict.",
+            "",
+            *fenced("\n".join(left_out_lines(run))),
+        ]
     lines += ["", "## Clauses", ""]
     lines += [f"- `{c.name}`: {md_escape(c.summary)}" for c in run.clauses]
     lines += ["", "## Targets", ""]
