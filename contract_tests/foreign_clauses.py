@@ -73,7 +73,7 @@ def _expected_reason(name: str, size: int) -> SkipReason | None:
     return None
 
 
-def _listable(writer: ForeignWriter, sent: dict[str, bytes]) -> dict[str, int]:
+def listable(writer: ForeignWriter, sent: dict[str, bytes]) -> dict[str, int]:
     """What the store holds (``writer.held()``: one raw listing). Where the server took a name but its
     own listing then fails (Azurite answers 500 for a name with a character XML cannot carry, where Azure
     encodes it: no client can list there), the odd names are planted again one at a time, each listed
@@ -114,7 +114,7 @@ def plant_foreign(adapter: StorageAdapter) -> Iterator[Planted]:
             except StorageError:  # this store cannot hold the name (UnsupportedOperationError, a 4xx)
                 continue
             sent[name] = data
-        held = _listable(writer, sent)
+        held = listable(writer, sent)
         planted = Planted({}, {})
         for name, size in held.items():
             reason = _expected_reason(name, size)

@@ -155,6 +155,7 @@ AZURITE_DEFAULT_TIER = frozenset(
         "test_adapter_read_memory.py",
         "test_streams.py",
         "test_fsspec_filesystem.py",
+        "test_foreign_objects_engine.py",
         "test_hypothesis_state_machine.py",
     }
 )

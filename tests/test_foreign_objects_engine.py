@@ -4,11 +4,14 @@ A real bucket holds what other tools left beside the engine's files: objects wit
 never wrote, and (local) names no key can have and symlinks, which listings skip and report. The engine
 opens, heals, commits, reads, compacts and vacuums among them, reads none of them as its metadata, deletes
 none of them, and vacuum reports them (``VacuumReport.foreign``); the idempotency store's purge and the
-local adapter's ``remove_orphans`` leave them alone too. Memory and local, each test under its own root.
+local adapter's ``remove_orphans`` leave them alone too. Memory and local, each test under its own root;
+one test on every backend (SeaweedFS and Azurite too) plants folder markers and names only S3 and Azure
+can hold through the backend's raw store.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 import uuid
@@ -22,10 +25,12 @@ import pyarrow as pa
 import pytest
 from ulid import ULID
 
+from contract_tests.foreign_clauses import listable
 from storage_adapter.adapter import open_adapter
 from storage_adapter.engine import CommitRequest, Engine, EngineSettings, layout
 from storage_adapter.engine.errors import CorruptMetadataError, CorruptSidecarError
 from storage_adapter.engine.key_ledger import entry_key
+from storage_adapter.errors import StorageError
 from storage_adapter.idempotency import IdempotencyStore
 from storage_adapter.protocol import StorageAdapter
 
@@ -313,3 +318,55 @@ def test_remove_orphans_removes_only_staging_names_of_twelve_digits(tmp_path: Pa
     (folder / young).write_bytes(FOREIGN_BODY)
     assert adapter.remove_orphans(min_age_s=60) == 1
     assert sorted(os.listdir(folder)) == sorted([*names, young])
+
+
+# -- on every backend, through its raw store: markers and names only S3 and Azure can hold --------------
+# Planted through Backend.foreign_writer (raw requests on S3 and Azure, the file system on local, obstore on
+# memory), inside the folders the engine lists: folder markers at several depths, names no key can have,
+# and an object with a valid name. A store that cannot hold one skips it (contract_tests.foreign_clauses).
+RAW_PLANTED = (
+    ("tables/", b""),
+    ("tables/t/data/", b""),
+    ("tables/t/data/col=x/", b""),
+    ("tables/t/_versions/", b""),
+    ("__recovery/", b""),
+    ("tables/t/data/tab\tname.parquet", FOREIGN_BODY),
+    ("tables/t/data//double.parquet", FOREIGN_BODY),
+    ("tables/t/_versions/bell\x07.json", FOREIGN_BODY),
+    ("__keys/back\\slash.json", FOREIGN_BODY),
+    ("tables/t/data/readme.txt", FOREIGN_BODY),
+)
+
+
+def test_the_engine_works_among_what_another_client_planted_on_every_backend(adapter: StorageAdapter) -> None:
+    """Open, commit, read, heal and vacuum (dry run and real) a table whose folders hold what another
+    client wrote there, on memory, local, SeaweedFS and Azurite; afterwards every planted entry is still
+    there, byte for byte as the raw store holds it, and vacuum names every one of them."""
+    config = adapter.config  # type: ignore[attr-defined]
+    writer = config.spec.foreign_writer(config)
+    engine_with_table(Root(adapter, None))
+    sent: dict[str, bytes] = {}
+    for name, data in RAW_PLANTED:
+        try:
+            writer.put(name, data)
+        except StorageError:  # this store cannot hold the name
+            continue
+        sent[name] = data
+    try:
+        held = {name: size for name, size in listable(writer, sent).items() if not layout.is_own_key(name)}
+        assert held, "the store held none of the planted entries"
+        reopened = Engine.open(adapter)
+        reopened.commit({"t": rows(2)}, CommitRequest(idempotency_key="k-1"))
+        assert ids(reopened.read("t")) == [0, 1, 2, 3]
+        reopened.heal()
+        assert set(reopened.vacuum(grace_s=0, dry_run=True).foreign) == set(held)
+        report = reopened.vacuum(grace_s=0)
+        assert set(report.foreign) == set(held) and not set(report.deleted) & set(held)
+        after = writer.held()
+        assert {name: after.get(name) for name in held} == held
+        assert ids(Engine.open(adapter).read("t")) == [0, 1, 2, 3]
+    finally:
+        for name in writer.held():
+            if not layout.is_own_key(name):
+                with contextlib.suppress(StorageError):
+                    writer.remove(name)
