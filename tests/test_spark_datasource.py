@@ -20,10 +20,11 @@ from typing import Any
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from spark_stream_worker import run_query  # tests/ is on the path, as the worker is run from there
 
-from storage_adapter import ConfigurationError
+from storage_adapter import ConfigurationError, StorageError
 from storage_adapter.engine import Engine, EngineSettings, SchemaMismatchError, UnknownTableError
 from storage_adapter.spark import (
     SparkInputError,
@@ -503,3 +504,36 @@ def test_a_complete_mode_stream_replaces_the_table_in_each_micro_batch(
     assert engine.snapshot().version == first + 1  # one commit for the second micro-batch
     app_id = json.loads((checkpoint / "metadata").read_text())["id"]
     assert engine.app_version(f"spark-query-{app_id}") == 1  # the watermark moved with each batch
+
+
+def test_a_read_holds_among_what_another_client_left_in_the_table_folder(engine: Engine, spark: Any) -> None:
+    """Spark reads one snapshot's files: a foreign Parquet file of the table's own schema, a folder marker
+    and a name no key can have in its data folders (planted through the backend's raw store) are read as
+    nothing, and they are all still there after."""
+    save(frame_of(spark, 30), engine)
+    config = engine.adapter.config
+    writer = config.spec.foreign_writer(config)
+    foreign = pa.table({"id": [-1], "day": ["d0"], "score": [0.0]}, schema=SCHEMA)
+    sink = pa.BufferOutputStream()
+    pq.write_table(foreign, sink)
+    planted = {
+        "tables/events/data/day=d0/foreign.parquet": sink.getvalue().to_pybytes(),
+        "tables/events/data/day=d1/tab\tname.parquet": b"not parquet",
+        "tables/events/data/empty/": b"",
+    }
+    held_before = set()
+    for name, data in planted.items():
+        try:
+            writer.put(name, data)
+            held_before.add(name)
+        except StorageError:  # a store that cannot hold the name (local: the marker)
+            continue
+    try:
+        assert load(spark, engine).count() == 30 == engine.read("events").num_rows
+        assert sorted(r.id for r in load(spark, engine).where("day = 'd0'").select("id").collect()) == [
+            i for i in range(30) if i % 3 == 0
+        ]
+        assert held_before <= set(writer.held())
+    finally:
+        for name in held_before:
+            writer.remove(name)
