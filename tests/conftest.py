@@ -147,6 +147,7 @@ AZURITE_DEFAULT_TIER = frozenset(
         "test_recovery_matrix.py",
         "test_recovery_kill9.py",
         "test_idempotency_store.py",
+        "test_idempotency_attachments.py",
         "test_idempotency_ownership.py",
         "test_idempotency_handler.py",
         "test_idempotency_crash.py",

@@ -2,6 +2,7 @@
 request wrapper, and reconciliation of stalled owners against the commit engine. See docs/idempotency.md."""
 
 from storage_adapter.idempotency.errors import (
+    AttachmentTooLargeError,
     CorruptRecordError,
     InvalidIdempotencyKeyError,
     ReplayUnavailableError,
@@ -25,7 +26,7 @@ from storage_adapter.idempotency.handler import (
 )
 from storage_adapter.idempotency.keyformat import UUID_KEYS, UUIDV7_KEYS, KeyFormat, uuid7_key
 from storage_adapter.idempotency.reconcile import ByOperation, Reconciler, ReconcileVerdict, Reconciliation
-from storage_adapter.idempotency.records import IdempotencyRecord, RecordStatus
+from storage_adapter.idempotency.records import Attachment, IdempotencyRecord, RecordStatus
 from storage_adapter.idempotency.responses import HandlerResult, Response, is_replayable
 from storage_adapter.idempotency.store import (
     Cancelled,
@@ -42,6 +43,8 @@ from storage_adapter.idempotency.store import (
 __all__ = [
     "UUIDV7_KEYS",
     "UUID_KEYS",
+    "Attachment",
+    "AttachmentTooLargeError",
     "Backoff",
     "ByOperation",
     "Cancelled",

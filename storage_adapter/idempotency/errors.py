@@ -19,6 +19,10 @@ class SummaryTooLargeError(StorageError, ValueError):
     """The response summary plus headers exceed the store's limit. Raised before anything is written."""
 
 
+class AttachmentTooLargeError(SummaryTooLargeError):
+    """An outcome's attachment is over the store's ``max_attachment_bytes``. Raised before any request."""
+
+
 class StoreUnavailableError(StorageError):
     """The idempotency store did not answer within its per-call deadline, or the backend is unavailable
     (HTTP 503 ``idempotency_store_unavailable``). The outcome of a mutation that raised this is unknown."""

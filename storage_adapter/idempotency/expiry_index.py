@@ -2,13 +2,16 @@
 
 Under the store's prefix::
 
-    records/<slot>.json            the record of (realm, key): written by reserve and the transitions
-    expiry/<slot>/<expires_at>     an index entry (empty): written and deleted by ``purge_expired`` only
+    records/<slot>.json                        the record of (realm, key): reserve and the transitions
+    expiry/<slot>/<expires_at>                 an index entry (empty): written and deleted by purge only
+    attachments/<slot>/<reservation>-<sha256>  an outcome's attachment: written by finalize before the
+                                               record names it
 
-``<slot>`` is ``<sha256(realm)[:40]>/<sha256(key)[:40]>`` and ``<expires_at>`` the record's expiry in UTC
-as ``YYYYMMDDTHHMMSS.ffffffZ``. Every part is fixed width, so key order and S3 servers' segment-by-segment
-order agree: a slot's records and entries come out of their listings in the same slot order, and
-:func:`joined` pairs them while holding one page of each.
+``<slot>`` is ``<sha256(realm)[:40]>/<sha256(key)[:40]>``, ``<expires_at>`` the record's expiry in UTC as
+``YYYYMMDDTHHMMSS.ffffffZ``, ``<reservation>`` the 32 hex digits of the reservation that wrote the
+attachment and ``<sha256>`` the 64 of its content's digest. Every part is fixed width, so key order and
+S3 servers' segment-by-segment order agree: a slot's records and entries come out of their listings in
+the same slot order, and :func:`joined` pairs them while holding one page of each.
 
 An entry only ever lets purge skip a read; it never decides anything about a record. Why skipping is
 sound is in ``IdempotencyStore.purge_expired`` and docs/idempotency.md.
@@ -62,10 +65,29 @@ class Layout:
         """The prefix every index entry is under."""
         return f"{self.prefix}/expiry"
 
+    @property
+    def attachments(self) -> str:
+        """The prefix every attachment is under."""
+        return f"{self.prefix}/attachments"
+
+    def slot_of(self, realm: str, key: str) -> str:
+        """The slot of (realm, key): where its record, entries and attachments are."""
+        return f"{_digest(realm)}/{_digest(key)}"
+
     def record(self, realm: str, key: str) -> str:
         """The record's object key. Realm and key are hashed: any realm or key format is a safe object key,
         and the realm is part of the location so realms never share a record."""
-        return f"{self.records}/{_digest(realm)}/{_digest(key)}.json"
+        return self.record_at(self.slot_of(realm, key))
+
+    def record_at(self, slot: str) -> str:
+        """The object key of the record in ``slot``."""
+        return f"{self.records}/{slot}.json"
+
+    def attachment(self, slot: str, reservation_id: str, sha256: str) -> str:
+        """The object key of the attachment that reservation ``reservation_id`` wrote in ``slot`` with
+        content of digest ``sha256``: a reservation's own name (no other reservation ever writes it), and
+        a name of one content (a write of it never changes what a record naming it describes)."""
+        return f"{self.attachments}/{slot}/{reservation_id}-{sha256}"
 
     def entry(self, slot: str, expires_at: datetime) -> str | None:
         """The index entry saying the record in ``slot`` expires at ``expires_at``; None when the expiry

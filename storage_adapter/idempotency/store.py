@@ -11,6 +11,10 @@ Concurrency rules (the reasons are in docs/idempotency.md):
 * Nothing overwrites or deletes a record another party may own. ``purge_expired`` first turns an expired
   record into a tombstone by CAS, and only the purger whose CAS won deletes it. It reads only the records
   its own expiry index (storage_adapter.idempotency.expiry_index) does not show to be not yet due.
+* An outcome's attachment is written as its own object before the finalize CAS that names it, under a
+  name of its reservation and content, so a record naming one always finds it whole. It is deleted only
+  when no record can ever name it: by finalize when the CAS did not land (LostOwnership, NotFound,
+  Cancelled, or another outcome already stored).
 
 Every storage request runs under a per-call deadline; a slow or unavailable backend raises
 :class:`StoreUnavailableError` instead of hanging the caller.
@@ -18,6 +22,8 @@ Every storage request runs under a per-call deadline; a slow or unavailable back
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import os
 import socket
 import uuid
@@ -30,11 +36,17 @@ from typing import Any, TypeVar
 from storage_adapter.batch import DELETE_BATCH
 from storage_adapter.errors import NotFoundError, StorageError
 from storage_adapter.idempotency.deadline import call_with_deadline
-from storage_adapter.idempotency.errors import CorruptRecordError, SummaryTooLargeError
+from storage_adapter.idempotency.errors import (
+    AttachmentTooLargeError,
+    CorruptRecordError,
+    SummaryTooLargeError,
+)
 from storage_adapter.idempotency.expiry_index import Entry, Layout, joined
 from storage_adapter.idempotency.iso8601 import iso8601_duration
 from storage_adapter.idempotency.keyformat import UUID_KEYS, KeyFormat
 from storage_adapter.idempotency.records import (
+    ATTACHMENT_SIZE_BOUND,
+    Attachment,
     IdempotencyRecord,
     RecordStatus,
     canonical_json,
@@ -126,6 +138,9 @@ class IdempotencyStore:
     ``skew_grace``: clock skew tolerated between parties; a lease is stale only when it expired more than
     this long ago by the reader's clock. ``call_timeout``: per-request deadline (None: none).
     ``tombstone_grace``: how long a purger's tombstone is left alone before another purge adopts it.
+    ``max_summary_bytes``: the most an outcome's summary and headers may take in the record.
+    ``max_attachment_bytes``: the largest outcome attachment ``finalize`` writes and ``attachment`` reads
+    (64 MiB by default, at most ATTACHMENT_SIZE_BOUND, 4 GiB); it does not count against the summary's.
     """
 
     def __init__(
@@ -142,9 +157,14 @@ class IdempotencyStore:
         tombstone_grace: timedelta = timedelta(minutes=10),
         executor_id: str | None = None,
         prefix: str = "idempotency",
+        max_attachment_bytes: int = 64 * 1024 * 1024,
     ) -> None:
         if lease <= timedelta(0) or lifetime <= lease:
             raise ValueError(f"need 0 < lease < lifetime, got lease={lease}, lifetime={lifetime}")
+        if type(max_attachment_bytes) is not int or not 0 <= max_attachment_bytes <= ATTACHMENT_SIZE_BOUND:
+            raise ValueError(
+                f"max_attachment_bytes must be an int in 0..{ATTACHMENT_SIZE_BOUND}, got {max_attachment_bytes!r}"
+            )
         self.adapter = adapter
         self.lifetime = lifetime
         self.lease = lease
@@ -153,6 +173,7 @@ class IdempotencyStore:
         self.skew_grace = skew_grace
         self.call_timeout = None if call_timeout is None else call_timeout.total_seconds()
         self.max_summary_bytes = max_summary_bytes
+        self.max_attachment_bytes = max_attachment_bytes
         self.tombstone_grace = tombstone_grace
         self.executor_id = executor_id or f"{socket.gethostname()}:{os.getpid()}"
         self.prefix = prefix
@@ -283,6 +304,7 @@ class IdempotencyStore:
             error_subtype=None,
             summary=None,
             headers=(),
+            attachment=None,
         )
 
     # -- fenced transitions ---------------------------------------------------------------------------
@@ -305,14 +327,37 @@ class IdempotencyStore:
         summary: Any,
         headers: tuple[tuple[str, str], ...] = (),
         error_subtype: str | None = None,
+        attachment: bytes | None = None,
     ) -> Transition:
         """Store the terminal outcome. Finalized | NotFound | LostOwnership (fenced: nothing written).
 
+        ``attachment``: an outcome body of any size up to ``max_attachment_bytes`` (a table's metadata),
+        kept as its own object beside the record and read back with :meth:`attachment`. It is written
+        first, whole, under a name of this reservation and of its content; then the record is finalized
+        by the usual fenced CAS, naming it (``record.attachment``). So a record naming an attachment
+        always finds it whole. When the record does not land with it (NotFound, LostOwnership, Cancelled,
+        or another outcome this reservation already stored), the object is deleted again (best effort).
+        When the CAS raises, the object is kept: that CAS may have landed, or may still land (a request
+        past its deadline keeps running). One more request (a PUT) than a finalize without one.
+
         Raises, before any request (nothing written): SummaryTooLargeError when summary + headers exceed
-        the limit; TypeError/ValueError for an outcome the record could not hold (``http_status`` not an
-        int, headers not (str, str) pairs, ``error_subtype`` not a str or None, a summary that is not JSON
-        within the bounds of storage_adapter.stored_json).
+        the limit, AttachmentTooLargeError (a SummaryTooLargeError) when the attachment is over
+        ``max_attachment_bytes``; TypeError/ValueError for an outcome the record could not hold
+        (``http_status`` not an int, headers not (str, str) pairs, ``error_subtype`` not a str or None, a
+        summary that is not JSON within the bounds of storage_adapter.stored_json, an attachment that is
+        not bytes).
         """
+        described: Attachment | None = None
+        if attachment is not None:
+            if not isinstance(attachment, bytes):
+                raise TypeError(f"an attachment must be bytes, not {type(attachment).__name__}")
+            if len(attachment) > self.max_attachment_bytes:
+                raise AttachmentTooLargeError(
+                    f"attachment of {owned.record.key!r} is {len(attachment)} bytes, over the limit of "
+                    f"{self.max_attachment_bytes} (max_attachment_bytes)",
+                    key=owned.record.key,
+                )
+            described = Attachment.of(owned.record.reservation_id, attachment)
 
         def settle(record: IdempotencyRecord) -> IdempotencyRecord:
             return record.next(
@@ -322,6 +367,7 @@ class IdempotencyStore:
                 summary=summary,
                 headers=tuple(headers),
                 error_subtype=error_subtype,
+                attachment=described,
             )
 
         encode_record(settle(owned.record))  # the outcome is checked now, not after a request
@@ -332,7 +378,67 @@ class IdempotencyStore:
                 f"{self.max_summary_bytes}: store a pointer, not the result",
                 key=owned.record.key,
             )
-        return self._transition(owned, settle, lambda record, token: Finalized(record))
+        if attachment is None or described is None:
+            return self._transition(owned, settle, lambda record, token: Finalized(record))
+        name = self._attachment_name(owned.record, described)
+        self._request(f"write {name}", partial(self.adapter.write, name, attachment))
+        # An exception from here on leaves the object: the CAS may have landed or may land late.
+        outcome = self._transition(owned, settle, lambda record, token: Finalized(record))
+        if not (isinstance(outcome, Finalized) and outcome.record.attachment == described):
+            # No record names it, and none ever will: the record left this reservation (LostOwnership,
+            # NotFound), or it is terminal under it without this object (Cancelled, or Finalized with
+            # another outcome). The name is this reservation's and this content's own: nobody else
+            # writes it.
+            self._delete_quietly(name)
+        return outcome
+
+    def attachment(self, record: IdempotencyRecord) -> bytes | None:
+        """The attachment ``record`` names (None when it names none), read with one ranged GET of at most
+        its recorded size + 1 bytes and verified against its size and SHA-256.
+
+        Raises CorruptRecordError naming the object when it is missing, of another size or content, or
+        described as larger than this store's ``max_attachment_bytes`` (then before any request);
+        StoreUnavailableError. Nothing is written: the record and the object stay as they are."""
+        described = record.attachment
+        if described is None:
+            return None
+        name = self._attachment_name(record, described)
+
+        def corrupt(reason: str) -> CorruptRecordError:
+            return CorruptRecordError(
+                f"corrupt attachment {name!r} of idempotency record "
+                f"{self.location(record.realm, record.key)!r}: {reason} (left in place)",
+                key=name,
+            )
+
+        if described.size > self.max_attachment_bytes:
+            raise corrupt(
+                f"the record says {described.size} bytes, over this store's max_attachment_bytes "
+                f"({self.max_attachment_bytes}): not read"
+            )
+        try:
+            data = self._request(f"read {name}", lambda: self.adapter.read_range(name, 0, described.size + 1))
+        except NotFoundError:
+            raise corrupt("missing") from None
+        if len(data) != described.size:
+            longer = "more than " if len(data) > described.size else ""
+            raise corrupt(f"{longer}{len(data)} bytes, the record says {described.size}")
+        if hashlib.sha256(data).hexdigest() != described.sha256:
+            raise corrupt(f"its SHA-256 is not the record's {described.sha256}")
+        return data
+
+    def attachment_location(self, record: IdempotencyRecord) -> str | None:
+        """The object key of the attachment ``record`` names; None when it names none."""
+        return None if record.attachment is None else self._attachment_name(record, record.attachment)
+
+    def _attachment_name(self, record: IdempotencyRecord, described: Attachment) -> str:
+        slot = self.layout.slot_of(record.realm, record.key)
+        return self.layout.attachment(slot, described.reservation_id, described.sha256)
+
+    def _delete_quietly(self, name: str) -> None:
+        """Delete an object nobody can need (best effort: a failure leaves it to the purge)."""
+        with contextlib.suppress(StorageError):
+            self._request(f"delete {name}", partial(self.adapter.delete, name))
 
     def outcome_size(
         self, summary: Any, headers: tuple[tuple[str, str], ...] = (), error_subtype: str | None = None
@@ -351,7 +457,10 @@ class IdempotencyStore:
 
         def give_up(record: IdempotencyRecord) -> IdempotencyRecord:
             return record.next(
-                status=RecordStatus.CANCELLED, finalized_at=self.clock(), error_subtype=error_subtype
+                status=RecordStatus.CANCELLED,
+                finalized_at=self.clock(),
+                error_subtype=error_subtype,
+                attachment=None,
             )
 
         return self._transition(owned, give_up, lambda record, token: Cancelled(record))
