@@ -31,7 +31,7 @@ from storage_adapter.engine import CommitRequest, Engine, EngineSettings, layout
 from storage_adapter.engine.errors import CorruptMetadataError, CorruptSidecarError
 from storage_adapter.engine.key_ledger import entry_key
 from storage_adapter.errors import StorageError
-from storage_adapter.idempotency import IdempotencyStore
+from storage_adapter.idempotency import Finalized, IdempotencyStore, Owned
 from storage_adapter.protocol import StorageAdapter
 
 SCHEMA = pa.schema([("id", pa.int64())])
@@ -289,19 +289,31 @@ def test_purge_neither_fails_on_nor_deletes_foreign_objects_in_the_store(root: R
     store = IdempotencyStore(root.adapter, lifetime=timedelta(hours=1))
     key = str(uuid.uuid4())
     owned = store.reserve("r", key, operation="op", resource="x", fingerprint="f")
-    store.finalize(owned, http_status=201, summary={}, headers=(), error_subtype="none")  # type: ignore[arg-type]
+    assert isinstance(owned, Owned)
+    done = store.finalize(owned, http_status=201, summary={}, attachment=b"metadata")
+    assert isinstance(done, Finalized)
+    attachment = store.attachment_location(done.record)
+    assert attachment is not None
+    slot, mine = attachment.split("/", 2)[2].rsplit("/", 1)
     foreign = [
         "idempotency/readme.txt",
         "idempotency/records/readme.json",
         "idempotency/records/ab/cd.json",
         "idempotency/expiry/readme.txt",
         f"idempotency/expiry/{'a' * 40}/{'b' * 40}/notes.txt",
+        "idempotency/attachments/readme.txt",
+        f"idempotency/attachments/{slot}/notes.txt",
+        f"idempotency/attachments/{slot}/{mine}.bak",
+        f"idempotency/attachments/{slot}/{mine.split('-')[0]}",
+        f"idempotency/attachments/{'a' * 40}/{'b' * 40}/{mine.upper()}",
     ]
     for name in foreign:
         root.plant(name)
     assert store.purge_expired(datetime.now(UTC)) == 0  # not due: the record is kept and indexed
+    assert store.attachment(done.record) == b"metadata"
     assert store.purge_expired(datetime.now(UTC) + timedelta(days=1)) == 1
     assert root.still_there(foreign) == foreign
+    assert not root.adapter.exists(attachment)  # purged with its record
 
 
 def test_remove_orphans_removes_only_staging_names_of_twelve_digits(tmp_path: Path) -> None:

@@ -1,7 +1,10 @@
 """Outcome attachments: a finalized record's body of any size, kept as its own object beside the record
 (``IdempotencyStore.finalize(..., attachment=...)``, ``IdempotencyStore.attachment(record)``), on every
 backend (the ``adapter`` fixture): written before the record, removed when the record does not land,
-verified when read; the stored descriptor decoded strictly. Request counts are exact on every backend."""
+verified when read, removed with the record by purge, orphans cleaned, foreign objects left alone; the
+stored descriptor decoded strictly.
+Request counts are exact on every backend; the purge's are asserted on memory, as in
+tests/test_idempotency_store.py."""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ import hashlib
 import json
 import random
 import uuid
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -16,6 +20,7 @@ from test_idempotency_store import BINDING, Clock, make_store, new_key
 
 from contract_tests.counting import CountingAdapter
 from storage_adapter.adapter import open_adapter
+from storage_adapter.errors import StorageError
 from storage_adapter.idempotency import (
     Attachment,
     AttachmentTooLargeError,
@@ -192,6 +197,33 @@ def test_a_retried_finalize_keeps_the_attachment_the_record_names(adapter: Any) 
     assert isinstance(done, Finalized) and again == done and other == done
     assert store.attachment(done.record) == b"first"
     assert attachment_keys(adapter, store) == [store.attachment_location(done.record)]
+
+
+def test_a_failing_record_cas_leaves_the_attachment_to_the_purge(adapter: Any) -> None:
+    """The record's CAS raises after the attachment's PUT: the CAS may have landed, or may still land (a
+    request past its deadline keeps running), so the attachment is kept; the record is not finalized, and
+    the object goes with the record when the purge removes it."""
+    clock = Clock()
+    store = make_store(adapter, clock)
+    key = new_key()
+    owned = reserved(store, key)
+
+    def fail(location: str) -> None:
+        raise StorageError("injected: the record's CAS failed", key=location)
+
+    with pytest.raises(StorageError, match="injected"):
+        make_store(Wrapped(adapter, fail), clock).finalize(
+            owned, http_status=201, summary=None, attachment=b"left"
+        )
+    stored = store.load("r", key)
+    assert stored is not None and stored.record.status is RecordStatus.IN_PROGRESS
+    [left] = attachment_keys(adapter, store)
+    assert isinstance(store.cancel(owned), Cancelled)  # the owner gives the key up
+    assert store.purge_expired(clock.now) == 0  # a live record: its slot's attachments stay
+    assert attachment_keys(adapter, store) == [left]
+    clock.advance(hours=2)
+    assert store.purge_expired(clock.now) == 1
+    assert attachment_keys(adapter, store) == [] and store.load("r", key) is None
 
 
 class RangeLog:
@@ -380,3 +412,135 @@ def test_a_tombstone_keeps_the_attachment_for_its_purger_and_successors_never_in
     assert isinstance(store.cancel(owned), Cancelled)
     retry = store.reserve("r", owned.record.key, **BINDING)  # takes the cancelled record over
     assert isinstance(retry, Owned) and retry.previous is not None and retry.record.attachment is None
+
+
+# -- purge ---------------------------------------------------------------------------------------------------
+def test_purge_removes_attachments_with_their_records_and_leaves_live_ones(adapter: Any) -> None:
+    clock = Clock()
+    short = make_store(adapter, clock, lifetime=timedelta(minutes=10))
+    long = make_store(adapter, clock, lifetime=timedelta(hours=2))
+    due = [attached(short, payload(1000, seed=i)) for i in range(3)]
+    live = attached(long, payload(1000, seed=9))
+    assert long.purge_expired(clock.now) == 0  # nothing due: every attachment stays
+    assert len(attachment_keys(adapter, long)) == 4
+    clock.advance(minutes=20)
+    assert long.purge_expired(clock.now) == 3
+    assert attachment_keys(adapter, long) == [long.attachment_location(live)]
+    assert long.attachment(live) == payload(1000, seed=9)
+    assert all(long.load("r", record.key) is None for record in due)
+
+
+def test_purge_removes_orphans_and_keeps_the_unnamed_attachments_of_live_records(adapter: Any) -> None:
+    """An attachment whose slot holds no record (its attempt died after the PUT and its record was purged
+    since, or a purger died between the record's delete and the attachments') is deleted; one in the slot
+    of a live record that does not name it (a finalize whose CAS failed) waits for that record."""
+    clock = Clock()
+    store = make_store(adapter, clock)
+    live = attached(store, b"named")
+    slot = store.layout.slot(store.location("r", live.key))
+    assert slot is not None
+    unnamed = store.layout.attachment(slot, uuid.uuid4().hex, hashlib.sha256(b"unnamed").hexdigest())
+    orphan_slot = store.layout.slot(store.location("r", new_key()))
+    assert orphan_slot is not None
+    orphans = [
+        store.layout.attachment(orphan_slot, uuid.uuid4().hex, hashlib.sha256(b"o%d" % i).hexdigest())
+        for i in range(2)
+    ]
+    for name in (unnamed, *orphans):
+        adapter.write(name, b"planted")
+    assert store.purge_expired(clock.now) == 0
+    assert attachment_keys(adapter, store) == sorted([store.attachment_location(live), unnamed])
+    clock.advance(hours=2)
+    assert store.purge_expired(clock.now) == 1
+    assert attachment_keys(adapter, store) == []
+
+
+class HiddenRecord:
+    """Delegates to an adapter whose record listings leave out one record: the listing passed its slot
+    before the record was created (the race of a new record with the purge, made deterministic)."""
+
+    def __init__(self, inner: Any, hidden: str) -> None:
+        self.inner, self.hidden = inner, hidden
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def list_pages(self, prefix: str = "", **options: Any) -> Any:
+        for page in self.inner.list_pages(prefix, **options):
+            kept = [info for info in page if info.key != self.hidden]
+            if kept:
+                yield kept
+
+
+def test_an_attachment_listed_without_its_record_is_deleted_only_once_the_record_is_seen_gone(
+    adapter: Any,
+) -> None:
+    clock = Clock()
+    store = make_store(adapter, clock)
+    record = attached(store, b"racing")
+    location = store.location("r", record.key)
+    counting = CountingAdapter(HiddenRecord(adapter, location))  # type: ignore[arg-type]
+    purger = make_store(counting, clock)
+    assert purger.purge_expired(clock.now) == 0
+    assert counting.counts["exists"] == 1  # the record of the slot was looked for, and found
+    assert store.attachment(record) == b"racing"
+
+
+def test_purge_never_touches_foreign_objects_under_attachments(adapter: Any) -> None:
+    clock = Clock()
+    store = make_store(adapter, clock)
+    record = attached(store, b"mine")
+    slot = store.layout.slot(store.location("r", record.key))
+    rid, digest = uuid.uuid4().hex, hashlib.sha256(b"x").hexdigest()
+    prefix = store.layout.attachments
+    foreign = sorted(
+        [
+            f"{prefix}/readme.txt",
+            f"{prefix}/{slot}/notes.txt",
+            f"{prefix}/{slot}/{rid}",  # no digest
+            f"{prefix}/{slot}/{rid.upper()}-{digest}",
+            f"{prefix}/{slot}/{rid}-{digest}.bak",
+            f"{prefix}/{slot}/{rid}-{digest}/x",
+            f"{prefix}/{'0' * 40}/{rid}-{digest}",  # no key segment
+            f"{prefix}/{'0' * 40}/{'1' * 40}/{rid}-{digest[:-1]}",
+        ]
+    )
+    for name in foreign:
+        adapter.write(name, b"another tool's")
+    clock.advance(hours=2)
+    assert store.purge_expired(clock.now) == 1
+    assert attachment_keys(adapter, store) == foreign
+    assert all(adapter.read_bytes(name) == b"another tool's" for name in foreign)
+
+
+def test_purge_request_counts_with_attachments() -> None:
+    """Memory: one listing page more per 1,000 attachments; records purged with theirs cost nothing more
+    (their keys join the batched delete of index entries); an orphan costs one existence check."""
+    counting = CountingAdapter(open_adapter(f"memory://att-{uuid.uuid4().hex[:8]}"))
+    clock = Clock()
+    store = make_store(counting, clock)
+    with_attachments = [attached(store, b"a%d" % i) for i in range(3)]
+    for _ in range(2):
+        assert isinstance(store.finalize(reserved(store), http_status=200, summary=None), Finalized)
+    counting.reset()
+    assert store.purge_expired(clock.now) == 0  # the first purge reads and indexes all five
+    assert counting.counts == {"list_pages": 2, "read_versioned": 5, "write": 5}
+    counting.reset()
+    assert store.purge_expired(clock.now) == 0  # records, index, attachments: one page each
+    assert counting.counts == {"list_pages": 3}
+    orphan_slot = store.layout.slot(store.location("r", new_key()))
+    assert orphan_slot is not None
+    counting.inner.write(store.layout.attachment(orphan_slot, uuid.uuid4().hex, "0" * 64), b"orphan")
+    clock.advance(hours=2)
+    counting.reset()
+    assert store.purge_expired(clock.now) == 5
+    assert counting.counts == {
+        "list_pages": 3,
+        "exists": 1,  # the orphan's slot
+        "read_versioned": 5,
+        "write_if_match": 5,
+        "delete": 5,
+        "delete_many": 1,  # 5 index entries, 3 attachments and the orphan
+    }
+    assert attachment_keys(counting.inner, store) == []
+    assert all(store.load("r", record.key) is None for record in with_attachments)

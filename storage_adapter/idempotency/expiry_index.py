@@ -5,19 +5,21 @@ Under the store's prefix::
     records/<slot>.json                        the record of (realm, key): reserve and the transitions
     expiry/<slot>/<expires_at>                 an index entry (empty): written and deleted by purge only
     attachments/<slot>/<reservation>-<sha256>  an outcome's attachment: written by finalize before the
-                                               record names it
+                                               record names it; deleted by finalize when the record does
+                                               not land, else by purge with the record (or as an orphan)
 
 ``<slot>`` is ``<sha256(realm)[:40]>/<sha256(key)[:40]>``, ``<expires_at>`` the record's expiry in UTC as
 ``YYYYMMDDTHHMMSS.ffffffZ``, ``<reservation>`` the 32 hex digits of the reservation that wrote the
-attachment and ``<sha256>`` the 64 of its content's digest. Every part is fixed width, so key order and
-S3 servers' segment-by-segment order agree: a slot's records and entries come out of their listings in
-the same slot order, and :func:`joined` pairs them while holding one page of each.
+attachment and ``<sha256>`` the 64 of its content's digest. Every part is fixed width, so key order and S3
+servers' segment-by-segment order agree: a slot's records, entries and attachments come out of their
+listings in the same slot order, and :func:`joined` pairs them while holding one page of each.
 
 An entry only ever lets purge skip a read; it never decides anything about a record. Why skipping is
-sound is in ``IdempotencyStore.purge_expired`` and docs/idempotency.md.
+sound is in ``IdempotencyStore.purge_expired`` and docs/idempotency.md, with why deleting an attachment
+is.
 
-Records and entries are known by the exact shape of their names (above): any other object under the
-prefix is another tool's, and purge neither reads nor deletes it (:func:`joined` leaves it out).
+Records, entries and attachments are known by the exact shape of their names (above): any other object
+under the prefix is another tool's, and purge neither reads nor deletes it (:func:`joined` leaves it out).
 """
 
 from __future__ import annotations
@@ -25,8 +27,9 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from typing import TypeVar
 
 from storage_adapter.types import ObjectInfo
 
@@ -36,6 +39,7 @@ _ENTRY_TAIL = re.compile(
     rf"({_HEX40}/{_HEX40})/([0-9]{{4}})([0-9]{{2}})([0-9]{{2}})T([0-9]{{2}})([0-9]{{2}})([0-9]{{2}})"
     r"\.([0-9]{6})Z"
 )
+_ATTACHMENT_TAIL = re.compile(rf"({_HEX40}/{_HEX40})/[0-9a-f]{{32}}-[0-9a-f]{{64}}")
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,15 @@ class Entry:
     key: str
     slot: str | None
     expires_at: datetime | None
+
+
+@dataclass(frozen=True)
+class Listing:
+    """A listed attachment. ``slot`` is None only for the marker :func:`_ordered` ends a stream out of
+    slot order with."""
+
+    key: str
+    slot: str | None
 
 
 @dataclass(frozen=True)
@@ -120,16 +133,23 @@ class Layout:
             expires_at = None
         return Entry(entry_key, match[1], expires_at)
 
+    def parse_attachment(self, attachment_key: str) -> Listing | None:
+        """The slot of an object found under the attachments prefix; None when its name is not of an
+        attachment's shape (another tool's object: never read, never deleted)."""
+        match = _ATTACHMENT_TAIL.fullmatch(_tail(attachment_key, self.attachments))
+        return None if match is None else Listing(attachment_key, match[1])
+
 
 @dataclass(frozen=True)
 class Listed:
-    """A listed record and the index entries listed for its slot. ``slot`` is None when the listings could
-    not be paired for it (a listing out of slot order): its entries are then unknown, and purge reads it
-    and leaves the index alone."""
+    """A listed record, the index entries and the attachments (keys) listed for its slot. ``slot`` is None
+    when the listings could not be paired for it (a listing out of slot order): its entries and
+    attachments are then unknown, and purge reads it and leaves the index and the attachments alone."""
 
     info: ObjectInfo
     slot: str | None
     entries: tuple[Entry, ...] = ()
+    attachments: tuple[str, ...] = ()
 
     def expiry(self) -> datetime | None:
         """The earliest expiry its entries claim; None when there is no entry or one carries no expiry."""
@@ -140,17 +160,29 @@ class Listed:
 
 
 def joined(
-    layout: Layout, records: Iterable[ObjectInfo], index: Iterable[ObjectInfo], garbage: list[str]
+    layout: Layout,
+    records: Iterable[ObjectInfo],
+    index: Iterable[ObjectInfo],
+    garbage: list[str],
+    attachments: Iterable[ObjectInfo] = (),
+    strays: list[Listing] | None = None,
 ) -> Iterator[Listed]:
-    """Each listed record with its entries, from two listings in slot order, holding one page of each.
-    Objects of neither listing's shape (another tool's) are left out of both: never read, never garbage.
+    """Each listed record with its entries and attachments, from three listings in slot order, holding one
+    page of each. Objects of no listing's shape (another tool's) are left out: never read, never garbage.
 
     Appends to ``garbage`` the key of every entry whose slot no listed record has (deleting an entry is
-    always safe: it costs the next purge one read at most). Should either listing step back in slot order
-    (no known server does), pairing stops there: every later record comes with ``slot=None``, and no later
-    entry is called garbage."""
+    always safe: it costs the next purge one read at most), and to ``strays`` every attachment whose slot
+    no listed record has (whether one can be deleted is the caller's to find out: the record may have been
+    created after its listing passed the slot). Should the records or the entries step back in slot order
+    (no known server does), pairing stops there: every later record comes with ``slot=None``, and no
+    later entry or attachment is garbage or a stray; should only the attachments step back, pairing stops
+    for them alone."""
     entries = _ordered(entry for info in index if (entry := layout.parse_entry(info.key)) is not None)
+    attached = _ordered(
+        item for info in attachments if (item := layout.parse_attachment(info.key)) is not None
+    )
     pending = next(entries, None)
+    waiting = next(attached, None)
     previous = ""
     paired = True
     for info in records:
@@ -170,23 +202,37 @@ def joined(
             else:
                 garbage.append(pending.key)
             pending = next(entries, None)
-        yield Listed(info, slot, tuple(found))
+        held: list[str] = []
+        while waiting is not None and waiting.slot is not None and waiting.slot <= slot:
+            if waiting.slot == slot:
+                held.append(waiting.key)
+            elif strays is not None:
+                strays.append(waiting)
+            waiting = next(attached, None)
+        yield Listed(info, slot, tuple(found), tuple(held))
     while paired and pending is not None and pending.slot is not None:
         garbage.append(pending.key)
         pending = next(entries, None)
+    while paired and waiting is not None and waiting.slot is not None:
+        if strays is not None:
+            strays.append(waiting)
+        waiting = next(attached, None)
 
 
-def _ordered(entries: Iterator[Entry]) -> Iterator[Entry]:
-    """The entries in order. A step back in slot order ends the stream with one Entry whose slot is None:
-    the sign on which :func:`joined` stops pairing."""
+S = TypeVar("S", Entry, Listing)
+
+
+def _ordered(items: Iterator[S]) -> Iterator[S]:
+    """The entries (or attachments) in order. A step back in slot order ends the stream with one item
+    whose slot is None: the sign on which :func:`joined` stops pairing."""
     previous = ""
-    for entry in entries:
-        assert entry.slot is not None  # parse_entry gives every entry its slot
-        if entry.slot < previous:
-            yield Entry(entry.key, None, None)
+    for item in items:
+        assert item.slot is not None  # parse_entry and parse_attachment give every item its slot
+        if item.slot < previous:
+            yield replace(item, slot=None)
             return
-        previous = entry.slot
-        yield entry
+        previous = item.slot
+        yield item
 
 
 def _tail(key: str, prefix: str) -> str:

@@ -14,7 +14,8 @@ Concurrency rules (the reasons are in docs/idempotency.md):
 * An outcome's attachment is written as its own object before the finalize CAS that names it, under a
   name of its reservation and content, so a record naming one always finds it whole. It is deleted only
   when no record can ever name it: by finalize when the CAS did not land (LostOwnership, NotFound,
-  Cancelled, or another outcome already stored).
+  Cancelled, or another outcome already stored), by purge after deleting its record, or as an orphan
+  once its slot's record is seen gone (docs/idempotency.md: "Attachments").
 
 Every storage request runs under a per-call deadline; a slow or unavailable backend raises
 :class:`StoreUnavailableError` instead of hanging the caller.
@@ -41,7 +42,7 @@ from storage_adapter.idempotency.errors import (
     CorruptRecordError,
     SummaryTooLargeError,
 )
-from storage_adapter.idempotency.expiry_index import Entry, Layout, joined
+from storage_adapter.idempotency.expiry_index import Entry, Layout, Listing, joined
 from storage_adapter.idempotency.iso8601 import iso8601_duration
 from storage_adapter.idempotency.keyformat import UUID_KEYS, KeyFormat
 from storage_adapter.idempotency.records import (
@@ -336,9 +337,10 @@ class IdempotencyStore:
         first, whole, under a name of this reservation and of its content; then the record is finalized
         by the usual fenced CAS, naming it (``record.attachment``). So a record naming an attachment
         always finds it whole. When the record does not land with it (NotFound, LostOwnership, Cancelled,
-        or another outcome this reservation already stored), the object is deleted again (best effort).
-        When the CAS raises, the object is kept: that CAS may have landed, or may still land (a request
-        past its deadline keeps running). One more request (a PUT) than a finalize without one.
+        or another outcome this reservation already stored), the object is deleted again (best effort:
+        what is left is removed by ``purge_expired``). When the CAS raises, the object is kept: that CAS
+        may have landed, or may still land (a request past its deadline keeps running); it then goes with
+        the record. One more request (a PUT) than a finalize without one.
 
         Raises, before any request (nothing written): SummaryTooLargeError when summary + headers exceed
         the limit, AttachmentTooLargeError (a SummaryTooLargeError) when the attachment is over
@@ -511,26 +513,41 @@ class IdempotencyStore:
         grace (a slower purger leaves it for a later purge to adopt). Corrupt records are left in place;
         after the rest are purged, CorruptRecordError names them (its ``purged`` attribute has the count).
 
-        Only records and index entries are touched, known by the shapes of their names (expiry_index):
-        another tool's object under the prefix is neither read nor deleted.
+        Only records, index entries and attachments are touched, known by the shapes of their names
+        (expiry_index): another tool's object under the prefix is neither read nor deleted.
+
+        Attachments go with their records: those listed in the slot of a record this purge deleted are
+        deleted after it; those listed in a slot no listed record has are deleted once an existence check
+        of the slot's record, made after listing them, finds none (a record always exists when its
+        attachment is written, and a record naming one is removed only by purge: once the slot's record
+        is gone, no record will ever name it). Those of a live record's slot, named or not, stay.
 
         Every judgement comes from a fresh read of the record. Purge keeps an expiry index (one empty
         object per record it read and kept, see storage_adapter.idempotency.expiry_index) only to skip
         the reads of records its entries say expire at or after ``before``: with N records, E of them due,
-        a purge costs 2 x ceil(N/1000) listing requests, one read per record due, new since the last purge
-        or unindexed, one index write per record read and kept, and a CAS and a DELETE per purged record;
-        stale entries go in batches of 1000 (docs/idempotency.md).
+        A attachments, a purge costs 2 x ceil(N/1000) + ceil(A/1000) listing requests, one read per record
+        due, new since the last purge or unindexed, one index write per record read and kept, a CAS and a
+        DELETE per purged record and an existence check per slot of orphaned attachments; stale entries
+        and the attachments deleted go in batches of 1000 (docs/idempotency.md).
         """
         purged = 0
         corrupt: list[str] = []
-        stale: list[str] = []  # index entries to delete: garbage, and those of records purged or rewritten
-        # Both listings are streamed (one page of each held at a time) and paired slot by slot. The
+        # Index entries and attachments to delete: garbage, entries of records purged or rewritten,
+        # attachments of records purged and orphans.
+        doomed: list[str] = []
+        strays: list[Listing] = []  # attachments listed in a slot without a listed record
+        # The listings are streamed (one page of each held at a time) and paired slot by slot. The
         # deadline bounds the calls that open them; pages are then taken as they come.
         records = self._request("list records", lambda: self.adapter.list_pages(self.layout.records))
         index = self._request("list expiry index", lambda: self.adapter.list_pages(self.layout.index))
+        attachments = self._request(
+            "list attachments", lambda: self.adapter.list_pages(self.layout.attachments)
+        )
         listed_records = (info for page in records for info in page)
         listed_entries = (info for page in index for info in page)
-        for listed in joined(self.layout, listed_records, listed_entries, stale):
+        listed_attachments = (info for page in attachments for info in page)
+        for listed in joined(self.layout, listed_records, listed_entries, doomed, listed_attachments, strays):
+            self._orphans(strays, doomed)
             # Skipping the read is sound: a record's expires_at is set once, by reserve's write_if_absent
             # (no transition, takeover or tombstone changes it), and a record is removed only by a purge,
             # once expires_at < before; with before not ahead of the clocks, a record created later in the
@@ -548,13 +565,18 @@ class IdempotencyStore:
                 corrupt.append(key)
                 stored = None
             if stored is not None and self._purgeable(stored.record, before):
-                purged += self._tombstone_and_delete(key, stored)
+                if self._tombstone_and_delete(key, stored):
+                    purged += 1
+                    # Listed before the record was deleted, so written while it (or an earlier record of
+                    # the slot) existed: no later record names any of them.
+                    doomed.extend(listed.attachments)
                 stored = None  # purged, or changed since we judged it: either way the next purge reads it
             if listed.slot is not None:
-                self._reindex(listed.slot, listed.entries, stored, before, stale)
-            if len(stale) >= DELETE_BATCH:
-                self._delete_entries(stale)
-        self._delete_entries(stale)
+                self._reindex(listed.slot, listed.entries, stored, before, doomed)
+            if len(doomed) >= DELETE_BATCH:
+                self._delete_doomed(doomed)
+        self._orphans(strays, doomed)
+        self._delete_doomed(doomed)
         if corrupt:
             error = CorruptRecordError(
                 f"purge left {len(corrupt)} corrupt record(s) in place: {corrupt}", key=corrupt[0]
@@ -596,11 +618,34 @@ class IdempotencyStore:
         if wanted is not None and useful and wanted not in listed:
             self._request(f"write {wanted}", partial(self.adapter.write, wanted, b""))
 
-    def _delete_entries(self, keys: list[str]) -> None:
-        """Delete the index entries ``keys`` (batched) and empty the list."""
+    def _delete_doomed(self, keys: list[str]) -> None:
+        """Delete the index entries and attachments ``keys`` (batched) and empty the list."""
         if keys:
-            self._request(f"delete {len(keys)} index entries", partial(self.adapter.delete_many, list(keys)))
+            self._request(
+                f"delete {len(keys)} index entries and attachments",
+                partial(self.adapter.delete_many, list(keys)),
+            )
             keys.clear()
+
+    def _orphans(self, strays: list[Listing], doomed: list[str]) -> None:
+        """Move to ``doomed`` the listed attachments of ``strays`` whose slot's record is gone, by one
+        existence check per slot made now, after they were listed; empty ``strays``.
+
+        Sound: an attachment is written by the owner of a reservation while it holds the record, and only
+        a record of that reservation (finalized, then its purge's tombstone) ever names it. Once the slot
+        holds no record, that record has been deleted (by a purge: nothing else deletes records), and any
+        record created there later has a new reservation: no record names the attachment again. A slot
+        whose record exists (created after its listing passed the slot) keeps its attachments."""
+        checked: dict[str, bool] = {}
+        for stray in strays:
+            slot = stray.slot
+            assert slot is not None  # joined hands over only paired attachments
+            if slot not in checked:
+                location = self.layout.record_at(slot)
+                checked[slot] = self._request(f"exists {location}", partial(self.adapter.exists, location))
+            if not checked[slot]:
+                doomed.append(stray.key)
+        strays.clear()
 
     def _purgeable(self, record: IdempotencyRecord, before: datetime) -> bool:
         now = self.clock()
