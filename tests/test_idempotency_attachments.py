@@ -2,7 +2,7 @@
 (``IdempotencyStore.finalize(..., attachment=...)``, ``IdempotencyStore.attachment(record)``), on every
 backend (the ``adapter`` fixture): written before the record, removed when the record does not land,
 verified when read, removed with the record by purge, orphans cleaned, foreign objects left alone; the
-stored descriptor decoded strictly.
+stored descriptor decoded strictly; ``run_idempotent`` finalizing a ``HandlerResult`` that carries one.
 Request counts are exact on every backend; the purge's are asserted on memory, as in
 tests/test_idempotency_store.py."""
 
@@ -27,13 +27,19 @@ from storage_adapter.idempotency import (
     Cancelled,
     CorruptRecordError,
     Finalized,
+    HandlerResult,
     IdempotencyRecord,
     IdempotencyStore,
+    IdempotentRequest,
     LostOwnership,
     NotFound,
     Owned,
+    ReconcileVerdict,
+    Reconciliation,
     RecordStatus,
     SummaryTooLargeError,
+    payload_fingerprint,
+    run_idempotent,
 )
 from storage_adapter.idempotency.records import ATTACHMENT_SIZE_BOUND, decode_record, encode_record
 
@@ -544,3 +550,78 @@ def test_purge_request_counts_with_attachments() -> None:
     }
     assert attachment_keys(counting.inner, store) == []
     assert all(store.load("r", record.key) is None for record in with_attachments)
+
+
+# -- run_idempotent -------------------------------------------------------------------------------------
+def request(key: str) -> IdempotentRequest:
+    return IdempotentRequest(realm="r", key=key, operation="commit", resource="t", payload={"a": 1})
+
+
+def test_run_idempotent_finalizes_a_result_with_its_attachment(adapter: Any) -> None:
+    store = IdempotencyStore(adapter)
+    key = new_key()
+    metadata = payload(300 * 1024, seed=5)
+    runs: list[int] = []
+
+    def handler(ctx: Any) -> HandlerResult:
+        runs.append(1)
+        return HandlerResult(201, {"metadata-location": "s3://x"}, (("Location", "/t"),), attachment=metadata)
+
+    def replayer(record: IdempotencyRecord) -> HandlerResult:
+        assert record.http_status is not None
+        return HandlerResult(record.http_status, store.attachment(record), record.headers)
+
+    first = run_idempotent(store, request(key), handler, replayer=replayer)
+    assert (first.status, first.summary, first.replayed) == (201, {"metadata-location": "s3://x"}, False)
+    stored = store.load("r", key)
+    assert stored is not None and stored.record.status is RecordStatus.FINALIZED
+    assert store.attachment(stored.record) == metadata
+    again = run_idempotent(store, request(key), handler, replayer=replayer)
+    assert again.replayed and (again.status, again.summary, again.headers) == (201, metadata, first.headers)
+    assert runs == [1]
+    name = store.attachment_location(stored.record)
+    assert name is not None
+    adapter.write(name, b"damaged")  # a replayer meeting a corrupt attachment: 500, never a raw error
+    broken = run_idempotent(store, request(key), handler, replayer=replayer)
+    assert (broken.status, broken.problem_type) == (500, "idempotency_record_corrupt") and runs == [1]
+    assert name in str(broken.summary)
+
+
+def test_run_idempotent_with_an_unkeepable_attachment(adapter: Any) -> None:
+    """Not bytes: the handler returned a result the store cannot keep (ValueError, record cancelled as
+    unsettled). Over the ceiling: the handler's answer, nothing stored, record cancelled as unsettled
+    (like a summary too large)."""
+    store = IdempotencyStore(adapter, max_attachment_bytes=10)
+    key = new_key()
+    with pytest.raises(ValueError, match="cannot keep"):
+        run_idempotent(store, request(key), lambda ctx: HandlerResult(201, attachment="text"))  # type: ignore[arg-type]
+    other = new_key()
+    response = run_idempotent(store, request(other), lambda ctx: HandlerResult(201, attachment=b"x" * 11))
+    assert (response.status, response.replayed) == (201, False)
+    for each in (key, other):
+        stored = store.load("r", each)
+        assert stored is not None and stored.record.status is RecordStatus.CANCELLED
+        assert stored.record.error_subtype == "idempotency_outcome_unsettled"
+    assert attachment_keys(adapter, store) == []
+
+
+def test_a_reconciled_outcome_whose_attachment_could_not_be_stored_is_503(adapter: Any) -> None:
+    """A dead owner's effect reconciled APPLIED, with an attachment the store cannot keep: there is no
+    record a replayer could read it from, so the answer is 503 (nothing stored; the record is released as
+    unsettled) and the next retry reconciles again."""
+    clock = Clock()
+    store = IdempotencyStore(adapter, clock=clock, max_attachment_bytes=4)
+    key = new_key()
+    binding = {"operation": "commit", "resource": "t", "fingerprint": payload_fingerprint({"a": 1})}
+    assert isinstance(store.reserve("r", key, **binding), Owned)  # its owner dies
+    clock.advance(minutes=5)
+
+    class Applied:
+        def reconcile(self, record: IdempotencyRecord) -> Reconciliation:
+            return Reconciliation(ReconcileVerdict.APPLIED, HandlerResult(201, attachment=b"too large"))
+
+    response = run_idempotent(store, request(key), lambda ctx: HandlerResult(500), reconciler=Applied())
+    assert (response.status, response.problem_type) == (503, "idempotency_store_unavailable")
+    stored = store.load("r", key)
+    assert stored is not None and stored.record.status is RecordStatus.CANCELLED
+    assert attachment_keys(adapter, store) == []

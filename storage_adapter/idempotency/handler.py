@@ -25,7 +25,7 @@ from storage_adapter.idempotency.errors import (
 from storage_adapter.idempotency.fingerprint import payload_fingerprint
 from storage_adapter.idempotency.lease_keeper import LeaseKeeper
 from storage_adapter.idempotency.reconcile import Reconciler, ReconcileVerdict, Reconciliation
-from storage_adapter.idempotency.records import IdempotencyRecord, RecordStatus, encode_record
+from storage_adapter.idempotency.records import Attachment, IdempotencyRecord, RecordStatus, encode_record
 from storage_adapter.idempotency.responses import (
     IN_PROGRESS,
     KEY_CONFLICT,
@@ -317,6 +317,15 @@ class Ownership:
                 outcome = HandlerResult(500, {"reason": answer.reason}, error_subtype=RECONCILE_FAILED)
             keeper.stop()
             settled = _settle(store, keeper.owned, outcome, policy)
+            if settled is None and outcome.attachment is not None:
+                # The answer is the stored record's replay, and its body is an attachment no record
+                # names: there is nothing a replayer could read. The effect is on record in the
+                # engine: the retry reconciles it again.
+                return problem(
+                    503,
+                    STORE_UNAVAILABLE,
+                    f"the reconciled outcome of key {keeper.owned.record.key!r} could not be stored; retry",
+                )
             record = settled if settled is not None else _record_of(keeper.owned, outcome)
             return replay(record, self.replayer)
         if self.reconciler is not None:
@@ -444,6 +453,7 @@ def _settle(
                 summary=result.summary,
                 headers=result.headers,
                 error_subtype=result.error_subtype,
+                attachment=result.attachment,
             )
             break
         except StoreUnavailableError:
@@ -469,19 +479,26 @@ def _best_effort(call: Callable[[], Any], policy: Policy) -> Any:
 
 
 def _record_of(owned: Owned, result: HandlerResult) -> IdempotencyRecord:
+    """The record finalizing ``result`` would store (its attachment described, not written). TypeError
+    for an attachment that is not bytes."""
+    attachment = result.attachment
     return owned.record.next(
         status=RecordStatus.FINALIZED,
         http_status=result.status,
         summary=result.summary,
         headers=result.headers,
         error_subtype=result.error_subtype,
+        attachment=None if attachment is None else Attachment.of(owned.record.reservation_id, attachment),
     )
 
 
 def replay(record: IdempotencyRecord, replayer: Replayer | None = None) -> Response:
     """The answer of a duplicate of the finalized ``record`` (``replayed=True``): the terminal 500 of an
-    AMBIGUOUS verdict, else ``replayer(record)`` (default: the stored outcome as is), or 500
-    ``idempotency_replay_failed`` when the replayer raises ReplayUnavailableError."""
+    AMBIGUOUS verdict, else ``replayer(record)`` (default: the stored outcome as is, without the
+    attachment: a replayer that needs it reads ``store.attachment(record)``), or 500
+    ``idempotency_replay_failed`` when the replayer raises ReplayUnavailableError. A replayer reading the
+    store may raise its errors: CorruptRecordError (a missing or damaged attachment) is 500
+    ``idempotency_record_corrupt``, an unavailable store 503; nothing is re-run either way."""
     if record.error_subtype == RECONCILE_FAILED:
         return problem(
             500, RECONCILE_FAILED, f"the outcome of key {record.key!r} could not be reconciled", replayed=True
@@ -498,4 +515,6 @@ def replay(record: IdempotencyRecord, replayer: Replayer | None = None) -> Respo
         return problem(
             500, REPLAY_FAILED, f"stored outcome of key {record.key!r} cannot be reproduced: {exc}"
         )
+    except (CorruptRecordError, StoreUnavailableError, BackendUnavailableError) as exc:
+        return _failure(exc, REPLAY_FAILED)
     return Response(result.status, result.summary, result.headers, True, result.error_subtype)

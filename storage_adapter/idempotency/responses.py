@@ -27,12 +27,17 @@ NON_DETERMINISTIC_4XX = frozenset({401, 403, 408, 429})
 @dataclass(frozen=True)
 class HandlerResult:
     """What the wrapped handler produced: a status, a compact JSON ``summary`` (a pointer for large
-    results), allow-listed ``headers`` and, for errors, a problem ``error_subtype``."""
+    results), allow-listed ``headers`` and, for errors, a problem ``error_subtype``. ``attachment``: an
+    outcome body of any size up to the store's ``max_attachment_bytes`` (a table's full metadata), stored
+    beside the record when the outcome is finalized (``IdempotencyStore.finalize(attachment=...)``); a
+    replayer reads it back with ``store.attachment(record)``. It does not count against the summary's
+    limit."""
 
     status: int
     summary: Any = None
     headers: tuple[tuple[str, str], ...] = ()
     error_subtype: str | None = None
+    attachment: bytes | None = None
 
 
 @dataclass(frozen=True)
