@@ -3,7 +3,10 @@
 Python cannot cancel a blocked call: a request that misses its deadline keeps running on a daemon thread
 and its effect (if any) lands later. That is safe for the idempotency store because every mutation is
 conditional and fenced: a late reservation is an in-progress record whose lease goes stale and is
-reconciled; a late finalize or heartbeat only succeeds if the record is still exactly what it read.
+reconciled; a late finalize or heartbeat only succeeds if the record is still exactly what it read. The
+one unconditional write, an outcome's attachment, has a name of its reservation and its content: a late
+PUT writes the bytes a record naming it describes, or an orphan the purge removes; and it is deleted only
+once no record can name it again, so a late DELETE never hits one a record needs.
 """
 
 from __future__ import annotations
