@@ -945,9 +945,9 @@ def judge(
         if effects > 1:
             bad("double_effect", f"request id {plan.request_id} is in the table {effects} times")
         if acks and effects == 0:
-            bad("lost_ack", f"answered {acks[0].status} {acks[0].summary} but no row was committed")
+            bad("lost_ack", f"answered {acks[0].status} {_short(acks[0].summary)} but no row was committed")
         if len({json.dumps([a.status, a.summary], sort_keys=True) for a in acks}) > 1:
-            shown = [f"{a.phase}#{a.attempt}:{a.status} {a.summary}" for a in acks]
+            shown = [f"{a.phase}#{a.attempt}:{a.status} {_short(a.summary)}" for a in acks]
             bad("answer_mismatch", f"2xx answers differ: {shown}")
         for answer in acks:
             version = answer.summary.get("version") if isinstance(answer.summary, dict) else None
@@ -984,24 +984,36 @@ def judge(
                 and record.http_status is not None
                 and 200 <= record.http_status < 300
             )
-            if finalized_2xx and acks and stored_answer(record) != acks[0].summary:
+            if finalized_2xx and acks and stored_answer(record, store) != acks[0].summary:
                 bad(
                     "answer_mismatch",
-                    f"stored outcome {record.http_status} {record.summary} differs from the answer {acks[0].summary}",
+                    f"stored outcome {record.http_status} {_short(record.summary)} differs from the answer "
+                    f"{_short(acks[0].summary)}",
                 )
         if not any(a.definite for a in log.answers) and log.answers and log.answers[-1].phase == "settle":
             bad("stuck", "no definite answer even from clean retries after the lease expired")
     return violations
 
 
-def stored_answer(record: IdempotencyRecord) -> Any:
+def stored_answer(record: IdempotencyRecord, store: IdempotencyStore) -> Any:
     """The answer a finalized record replays, as the client reads it: the summary, or the JSON body of
-    an HTTP response stored by the middleware (``{"body": ...}``)."""
+    an HTTP response stored by the middleware (``{"body": ...}`` in the record, or its attachment)."""
     summary = record.summary
+    body: str | bytes | None = None
     if isinstance(summary, dict) and set(summary) == {"body"} and isinstance(summary["body"], str):
+        body = summary["body"]
+    elif record.attachment is not None:
+        body = store.attachment(record)
+    if body is not None:
         with contextlib.suppress(ValueError):
-            return json.loads(summary["body"])
+            return json.loads(body)
     return summary
+
+
+def _short(value: Any, limit: int = 300) -> str:
+    """``value`` as a violation shows it: an Iceberg-size answer cut to ``limit`` characters."""
+    text = str(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
 # -- targets --------------------------------------------------------------------------------------------------

@@ -70,7 +70,9 @@ SERVICE = Path(__file__).resolve().parent.parent / "examples" / "catalog_service
 HTTP_TARGETS = ("local", "seaweedfs")  # a memory store dies with its server process: nothing to restart
 NAMESPACE = "chaos"
 TABLES = tuple(f"{NAMESPACE}.t{i}" for i in range(8))
-REALM = "chaos"  # sent as x-tenant: the example service's realm
+REALM = "chaos"  # the principal the campaign's bearer token proves: the example service's realm
+TOKEN = "chaos-campaign-token"
+AUTHORIZATION = {"authorization": f"Bearer {TOKEN}"}
 # Commit steps a generation may die at (SIGKILL) or fail at (InjectedFault); publish.before_cas is left
 # out because the startup heal's roll-forward passes it too, and a server must come up.
 POINTS = tuple(point for point in COMMIT_POINTS if point != "publish.before_cas")
@@ -111,6 +113,8 @@ class HttpChaosConfig:
     cut_rate: float = 0.1  # attempts whose client drops the connection a few bytes into the body
     drop_rate: float = 0.1  # attempts whose client gives up before the answer
     hedge_rate: float = 0.1  # attempts followed by a concurrent duplicate
+    prefix: str = "/catalog"  # the service's API is mounted under it, as catalogs commonly are
+    metadata_bytes: int = 100_000  # table metadata in each commit answer: Iceberg-size responses
 
     @property
     def lease_window_s(self) -> float:
@@ -218,7 +222,7 @@ class Service:
         self.config = config
         self.workdir = workdir
         self.port = _free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
+        self.base = f"http://127.0.0.1:{self.port}{config.prefix}"
         self.process: subprocess.Popen[bytes] | None = None
         self.logs: list[Path] = []
         self.env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
@@ -253,6 +257,12 @@ class Service:
             str(c.retention),
             "--engine-lease",
             str(c.engine_lease_s),
+            "--prefix",
+            c.prefix,
+            "--token",
+            f"{TOKEN}={REALM}",
+            "--metadata-bytes",
+            str(c.metadata_bytes),
         ]
         with log.open("wb") as stderr:
             self.process = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
@@ -261,7 +271,8 @@ class Service:
             if self.process.poll() is not None:
                 return False
             with contextlib.suppress(httpx.TransportError):
-                if httpx.get(f"{self.base}/v1/config", timeout=1.0).status_code == 200:
+                ready = httpx.get(f"{self.base}/v1/config", headers=AUTHORIZATION, timeout=1.0)
+                if ready.status_code == 200:
                     return True
             time.sleep(0.05)
         raise RuntimeError(f"the catalog service did not answer within {READY_TIMEOUT_S:g} s (log: {log})")
@@ -317,7 +328,7 @@ class HttpCampaign:
         self.started = time.monotonic()
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self.client = httpx.Client(headers={"x-tenant": REALM, "connection": "close"})
+        self.client = httpx.Client(headers={**AUTHORIZATION, "connection": "close"})
 
     def _t(self) -> str:
         return f"{time.monotonic() - self.started:8.3f}s"
@@ -377,7 +388,7 @@ class HttpCampaign:
             body = json.loads(content)
         except ValueError:
             body = content.decode(errors="replace")
-        problem = body.get("type") if isinstance(body, dict) else None
+        problem = _problem_type(body)
         answer = Answer(phase, n, status, body, replayed, problem, sent_s=sent)
         defined = (
             (200 <= status < 300 and isinstance(body, dict) and isinstance(body.get("version"), int))
@@ -494,6 +505,13 @@ class HttpCampaign:
 
     def _engine_settings(self) -> EngineSettings:
         return EngineSettings(retention=self.config.retention, lease_s=self.config.engine_lease_s)
+
+
+def _problem_type(body: object) -> str | None:
+    """The problem type of an error answer: the service's errors are Iceberg's ``{"error": {"type"}}``."""
+    error = body.get("error") if isinstance(body, dict) else None
+    kind = error.get("type") if isinstance(error, dict) else None
+    return kind if isinstance(kind, str) else None
 
 
 def http_digest(plans: Sequence[HttpRequestPlan], generations: Sequence[Generation]) -> str:

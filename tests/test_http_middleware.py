@@ -27,6 +27,7 @@ from storage_adapter.http import (
     HttpSettings,
     IdempotencyMiddleware,
     IdempotentRoute,
+    NotIdempotentError,
     catalog_config,
     owner_context,
 )
@@ -55,7 +56,7 @@ class Service:
     async def post(self, request: Request) -> Response:
         self.runs += 1
         context = owner_context(request.scope)
-        assert context is not None and request.state.idempotency is context
+        assert request.state.idempotency is context
         self.commit_keys.append(context.commit_key)
         return await self.answer(request)
 
@@ -215,6 +216,10 @@ async def _json(status: int, body: Any) -> Response:
 
 
 def test_an_app_exception_is_not_no_effect_unless_it_is_no_effect() -> None:
+    """An exception is a complete 500: Starlette's own when Starlette made one (it answers, then raises),
+    the layer's ``idempotency_app_error`` when the exception reaches the middleware bare; NoEffect a 503
+    with Retry-After, the key free again."""
+
     async def run() -> None:
         service = Service()
         app = wrapped(service, memory_store())
@@ -226,7 +231,8 @@ def test_an_app_exception_is_not_no_effect_unless_it_is_no_effect() -> None:
                 raise ConnectionResetError("after the write")
 
             service.answer = reset
-            assert (await post(http, key)).status_code == 500
+            failed = await post(http, key)
+            assert (failed.status_code, failed.text) == (500, "Internal Server Error")
             service.answer = service.created
             retry = await post(http, key)
             assert (retry.status_code, retry.json()["type"]) == (500, "idempotency_reconcile_failed")
@@ -237,11 +243,47 @@ def test_an_app_exception_is_not_no_effect_unless_it_is_no_effect() -> None:
                 raise NoEffect("refused before any write")
 
             service.answer = refuse
-            assert (await post(http, key)).status_code == 500
+            refused = await post(http, key)
+            assert (refused.status_code, refused.json()["type"]) == (503, "idempotency_no_effect")
+            assert refused.headers["retry-after"] == "1"
             service.answer = service.created
             assert (await post(http, key)).status_code == 201 and service.runs == 3
 
+        async def bare(scope: Any, receive: Any, send: Any) -> None:
+            raise ConnectionResetError("after the write")
+
+        async with client(IdempotencyMiddleware(bare, memory_store(), ROUTES)) as http:
+            failed = await post(http, uuid7_key())
+            assert (failed.status_code, failed.json()["type"]) == (500, "idempotency_app_error")
+            assert failed.headers["content-length"] == str(len(failed.content))
+
     asyncio.run(run())
+
+
+def test_a_route_the_middleware_passed_through_has_no_owner_context() -> None:
+    """A template that does not match the path the framework routes would leave idempotency off
+    silently: the route's ``owner_context`` raises instead, naming what the middleware saw."""
+    seen: list[BaseException] = []
+
+    async def endpoint(request: Request) -> Response:
+        try:
+            owner_context(request.scope)
+        except NotIdempotentError as exc:
+            seen.append(exc)
+        return Response(status_code=204)
+
+    app = Starlette(routes=[Route("/other/{name}", endpoint, methods=["POST"])])
+
+    async def run() -> None:
+        async with client(IdempotencyMiddleware(app, memory_store(), ROUTES)) as http:
+            assert (await http.post("/other/a", json={})).status_code == 204
+        async with client(app) as http:  # no middleware at all
+            assert (await http.post("/other/a", json={})).status_code == 204
+
+    asyncio.run(run())
+    assert len(seen) == 2
+    assert "POST '/other/a'" in str(seen[0]) and "POST /things/{name}" in str(seen[0])
+    assert "no IdempotencyMiddleware" in str(seen[1])
 
 
 @pytest.mark.parametrize("status", [503, 409])

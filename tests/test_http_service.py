@@ -29,6 +29,23 @@ ROOT = Path(__file__).resolve().parent.parent
 SERVICE = ROOT / "examples" / "catalog_service.py"
 TABLE_URL = "/v1/namespaces/default/tables/rows"
 ARGS = ["--lease", "1", "--skew-grace", "0.2", "--wait", "3", "--engine-lease", "1", "--lifetime", "1800"]
+# Two principals, proven by their bearer tokens; the API is mounted under /catalog, and every commit
+# answer carries Iceberg-size table metadata (stored as the record's attachment).
+TOKENS = {"token-of-a": "tenant-a", "token-of-b": "tenant-b"}
+PREFIX = "/catalog"
+METADATA_BYTES = 100_000
+SERVICE_ARGS = [
+    *ARGS,
+    "--prefix",
+    PREFIX,
+    "--metadata-bytes",
+    str(METADATA_BYTES),
+    *(arg for token, principal in TOKENS.items() for arg in ("--token", f"{token}={principal}")),
+]
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
 
 
 class Running:
@@ -36,12 +53,12 @@ class Running:
 
     def __init__(self, url: str, env: dict[str, str], log: Path) -> None:
         port = _free_port()
-        self.base = f"http://127.0.0.1:{port}"
-        args = [sys.executable, str(SERVICE), url, "--port", str(port), "--failpoints-route", *ARGS]
+        self.base = f"http://127.0.0.1:{port}{PREFIX}"
+        args = [sys.executable, str(SERVICE), url, "--port", str(port), "--failpoints-route", *SERVICE_ARGS]
         with log.open("wb") as stderr:
             self.process = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
         self.log = log
-        self.http = httpx.Client(base_url=self.base, timeout=60)
+        self.http = httpx.Client(base_url=self.base, timeout=60, headers=bearer("token-of-a"))
         deadline = time.monotonic() + 120
         while True:
             assert self.process.poll() is None, log.read_text()
@@ -52,8 +69,10 @@ class Running:
                 assert time.monotonic() < deadline, "the service did not start"
                 time.sleep(0.05)
 
-    def post(self, key: str | None, request_id: str, **body: Any) -> httpx.Response:
-        headers = {} if key is None else {"Idempotency-Key": key}
+    def post(
+        self, key: str | None, request_id: str, token: str = "token-of-a", **body: Any
+    ) -> httpx.Response:
+        headers = bearer(token) if key is None else {"Idempotency-Key": key, **bearer(token)}
         return self.http.post(TABLE_URL, json={"request_id": request_id, **body}, headers=headers)
 
     def effects(self, request_id: str) -> int:
@@ -98,13 +117,44 @@ def test_config_shows_the_key_lifetime_as_an_iso8601_duration(service: Running) 
     assert config["idempotency-key-lifetime"] == "PT30M"
 
 
+def error_type(answer: httpx.Response) -> str:
+    """The type of an error answer: the service's, and the middleware's, are Iceberg's ErrorModel."""
+    assert answer.headers["content-type"] == "application/json", answer.text
+    error = answer.json()["error"]
+    assert error["code"] == answer.status_code and isinstance(error["message"], str)
+    return str(error["type"])
+
+
 def test_a_missing_or_malformed_key_is_400_and_runs_nothing(service: Running) -> None:
     request_id = uuid.uuid4().hex
     for key in (None, "", "not-a-key", str(uuid.uuid4()), uuid7_key().upper()):
         answer = service.post(key, request_id)
         assert answer.status_code == 400, key
-        assert answer.json()["type"] == "idempotency_key_invalid"
+        assert error_type(answer) == "idempotency_key_invalid"
     assert service.effects(request_id) == 0
+
+
+def test_keys_belong_to_the_principal_a_token_proves_never_to_a_header(service: Running) -> None:
+    key, request_id = uuid7_key(), uuid.uuid4().hex
+    for headers in ({}, bearer("not-a-token"), {"Authorization": "Basic dXNlcjpwYXNz"}):
+        answer = service.http.post(
+            TABLE_URL,
+            json={"request_id": request_id},
+            headers={"Idempotency-Key": key, "Authorization": ""} | headers,
+        )
+        assert (answer.status_code, error_type(answer)) == (401, "NotAuthorizedException")
+    first = service.post(key, request_id)
+    assert first.status_code == 200
+    # Another principal with the same key: its own request (a header naming the first's realm does not
+    # make it the first's), so its own effect, never the first's answer.
+    other = service.http.post(
+        TABLE_URL,
+        json={"request_id": request_id},
+        headers={"Idempotency-Key": key, "x-tenant": "tenant-a", **bearer("token-of-b")},
+    )
+    assert other.status_code == 200 and "idempotent-replayed" not in other.headers
+    assert other.json()["version"] != first.json()["version"]
+    assert service.effects(request_id) == 2
 
 
 def test_a_retry_gets_the_first_answer_and_one_effect(service: Running) -> None:
@@ -117,6 +167,7 @@ def test_a_retry_gets_the_first_answer_and_one_effect(service: Running) -> None:
         for name in ("content-type", "etag", "location"):
             assert again.headers[name] == first.headers[name]
         assert again.headers["idempotent-replayed"] == "true"
+    assert len(first.json()["metadata"]["properties"]["padding"]) == METADATA_BYTES
     assert service.effects(request_id) == 1
 
 
@@ -124,7 +175,7 @@ def test_the_same_key_with_another_body_is_422_and_runs_nothing(service: Running
     key, request_id, other = uuid7_key(), uuid.uuid4().hex, uuid.uuid4().hex
     assert service.post(key, request_id).status_code == 200
     conflict = service.post(key, other)
-    assert (conflict.status_code, conflict.json()["type"]) == (422, "idempotency_key_conflict")
+    assert (conflict.status_code, error_type(conflict)) == (422, "idempotency_key_conflict")
     assert service.post(key, request_id, payload="another payload").status_code == 422
     assert (service.effects(request_id), service.effects(other)) == (1, 0)
 
@@ -134,7 +185,7 @@ def test_concurrent_duplicates_have_one_effect_and_are_replayed_or_told_to_retry
 
     async def send_all() -> list[httpx.Response]:
         async with httpx.AsyncClient(base_url=service.base, timeout=60) as http:
-            body, headers = {"request_id": request_id}, {"Idempotency-Key": key}
+            body, headers = {"request_id": request_id}, {"Idempotency-Key": key, **bearer("token-of-a")}
             return await asyncio.gather(*(http.post(TABLE_URL, json=body, headers=headers) for _ in range(8)))
 
     answers = asyncio.run(send_all())
@@ -169,7 +220,7 @@ def test_a_5xx_is_not_replayed(service: Running) -> None:
         failed = service.post(key, request_id)
     finally:
         service.arm("")
-    assert (failed.status_code, failed.json()["type"]) == (503, "commit_failed")
+    assert (failed.status_code, error_type(failed)) == (503, "commit_failed")
     retry = service.post(key, request_id)  # not the 503 again: reconciled (NOT_APPLIED), then run
     assert retry.status_code == 200 and "idempotent-replayed" not in retry.headers
     assert service.effects(request_id) == 1
@@ -205,12 +256,14 @@ def test_storage_requests_per_http_request() -> None:
     finally:
         sys.path.remove(str(SERVICE.parent))
     root = Split(f"memory://costs-{uuid.uuid4().hex[:8]}")
-    app = catalog_service.build(root)  # type: ignore[arg-type]
+    app = catalog_service.build(root, principals={"token": "tenant"})  # type: ignore[arg-type]
     measured: dict[str, dict[str, Counter[str]]] = {}
 
     async def measure() -> None:
         transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
-        async with httpx.AsyncClient(transport=transport, base_url="http://catalog") as http:
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://catalog", headers=bearer("token")
+        ) as http:
 
             async def cost(name: str, key: str | None, request_id: str, status: int, fault: str = "") -> None:
                 root.reset()

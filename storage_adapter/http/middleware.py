@@ -4,18 +4,25 @@ A pure ASGI middleware (no framework; it runs under Starlette, FastAPI or any AS
 idempotency store. The table of answers, the configuration and the costs are in docs/idempotency.md
 ("Over HTTP"). In short, for a request to a configured route:
 
-* no key, or not in the key format (UUIDv7 by default): 400, nothing stored, the app does not run;
+* no key, two keys, or a key not in the key format (UUIDv7 by default): 400, nothing stored, the app
+  does not run;
 * the same key with another method, path, query or body (or another operation or resource): 422;
 * the key finalized: the stored status, body and allow-listed headers, with ``idempotent-replayed: true``;
 * the key held by another request: waits on the event loop (no thread held), replays when it finalizes,
   else 503 with ``Retry-After`` (409 when configured);
 * a new key: the app runs once, under the key's lease; its response streams to the client as it comes,
-  and is stored (2xx and deterministic 4xx) up to ``max_response_bytes`` before the last chunk is sent;
-  a larger body is answered to this client and replayed as 500 ``idempotency_replay_failed``; a 5xx is
-  never stored, and the attempt is reconciled before any rerun, as after an exception from the app.
+  and its outcome is stored (2xx, 3xx and deterministic 4xx; a large body as the record's attachment)
+  when its last body chunk arrives, before that chunk goes out: what runs after the response (a
+  background task) runs after the client has it, and cannot change the stored answer;
+* every outcome is a complete response: an app exception before its response is complete is a 500
+  (Starlette's own, or ``idempotency_app_error``), ``NoEffect`` a 503 with ``Retry-After`` that leaves the
+  key free; a 5xx is never stored, and the attempt is reconciled before any rerun.
 
+Routes match the path the framework routes (after ``root_path``), so a service mounted under a prefix
+keeps its idempotency; a route the middleware passed through has no ``owner_context`` (it raises).
 The app reaches its ownership (``commit_key`` for the engine, ``lost``) as ``owner_context(scope)``,
-``request.state.idempotency`` under Starlette. Store requests, reconciliation and settlement run in a
+``request.state.idempotency`` under Starlette. The layer's own answers are rendered by
+``HttpSettings.errors`` (problem+json, or the Iceberg REST ``ErrorModel``). Store requests, reconciliation and settlement run in a
 bounded pool of worker threads (the store's API is blocking); the event loop is never blocked.
 """
 
@@ -23,7 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
+import logging
 import re
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -32,6 +39,7 @@ from functools import partial
 from typing import Any, TypeVar
 
 from storage_adapter.errors import StorageError
+from storage_adapter.http.renderers import ErrorRenderer, problem_json
 from storage_adapter.http.stored import (
     REPLAY_HEADERS,
     http_result,
@@ -48,6 +56,7 @@ from storage_adapter.idempotency import (
     IdempotentRequest,
     InvalidIdempotencyKeyError,
     KeyFormat,
+    NoEffect,
     Owned,
     OwnerContext,
     Ownership,
@@ -72,14 +81,27 @@ T = TypeVar("T")
 HEADER = b"idempotency-key"
 LIFETIME_FIELD = "idempotency-key-lifetime"  # the Iceberg REST catalog config's field
 STATE_KEY = "idempotency"  # scope["state"][STATE_KEY]: the app's OwnerContext
+# The middleware's own answers, besides the store's (storage_adapter.idempotency.responses):
 REQUEST_TOO_LARGE = "idempotency_request_too_large"  # 413: the body is fingerprinted, so it is bounded
+NO_EFFECT = "idempotency_no_effect"  # 503 + Retry-After: the app raised NoEffect; the key is free again
+APP_ERROR = "idempotency_app_error"  # 500: the app raised before a complete response; the retry reconciles
+UNAUTHENTICATED = "idempotency_unauthenticated"  # 401: the realm function found no principal
+# A 5xx is held back whole up to this size, so an exception after it can still turn it into NoEffect's
+# 503; a larger one is streamed (and settled as unsettled at its last chunk).
+HELD_ERROR_BYTES = 64 * 1024
+# Extensions that let an app send a body other than as http.response.body messages (a file by path,
+# trailers after the last chunk): hidden from an idempotent route, so the middleware sees the whole body.
+_HIDDEN_EXTENSIONS = frozenset({"http.response.pathsend", "http.response.zerocopy", "http.response.trailers"})
+_log = logging.getLogger("storage_adapter.http")
 _NAME = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 @dataclass(frozen=True)
 class IdempotentRoute:
     """A route whose requests are idempotent by key: ``method`` and a ``path`` template whose ``{name}``
-    segments match one path segment each (``/v1/namespaces/{namespace}/tables/{table}``), the
+    segments match one path segment each (``/v1/namespaces/{namespace}/tables/{table}``), matched as
+    the framework routes (``route_path``: the path after the scope's ``root_path``, so the same
+    templates hold under ``uvicorn --root-path``, a ``Mount`` or a sub-application), the
     ``operation`` the store and the reconciler know it by, and the ``resource`` it changes, a template
     over the same names (``{namespace}.{table}``)."""
 
@@ -121,7 +143,10 @@ class HttpSettings:
     largest response body stored for replay (None: the store's ``max_summary_bytes``; a body whose
     stored form is over the store's limit is not stored either). ``replay_headers``: the response
     headers stored and replayed (never ``set-cookie``). ``store_threads``: the worker threads that run
-    the store's blocking requests."""
+    the store's blocking requests. ``errors``: the body of the layer's own answers (``problem_json``;
+    ``iceberg_error`` for an Iceberg REST catalog, whose clients parse its ``ErrorModel``).
+    ``max_response_bytes`` defaults to the store's ``max_attachment_bytes`` (64 MiB): a body larger
+    than the record holds inline is stored as its attachment."""
 
     key_format: KeyFormat = UUIDV7_KEYS
     wait: Policy = field(default_factory=Policy)
@@ -131,11 +156,26 @@ class HttpSettings:
     max_response_bytes: int | None = None
     replay_headers: tuple[str, ...] = REPLAY_HEADERS
     store_threads: int = 16
+    errors: ErrorRenderer = problem_json
 
     def __post_init__(self) -> None:
         if self.in_progress_status not in (409, 503):
             raise ValueError(f"in_progress_status must be 409 or 503, got {self.in_progress_status}")
         replay_headers(self.replay_headers)  # refuses set-cookie and the framing headers
+
+
+Realm = Callable[[Scope], str | None]
+
+
+def route_path(scope: Scope) -> str:
+    """The path a request is routed by, as Starlette routes it: ``path`` after the scope's
+    ``root_path`` (set by ``uvicorn --root-path`` and extended by every ``Mount``), when ``path`` starts
+    with it at a segment boundary; else ``path`` itself (a server that leaves the root path out)."""
+    path: str = scope["path"]
+    root: str = scope.get("root_path", "")
+    if root and path.startswith(root) and (len(path) == len(root) or path[len(root)] == "/"):
+        return path[len(root) :]
+    return path
 
 
 def fixed_realm(name: str) -> Callable[[Scope], str]:
@@ -146,14 +186,31 @@ def fixed_realm(name: str) -> Callable[[Scope], str]:
 DEFAULT_REALM = fixed_realm("default")
 
 
+def principal_realm(scope: Scope) -> str | None:
+    """The realm of the authenticated principal: ``scope["user"]`` as an authentication middleware sets
+    it (Starlette's ``AuthenticationMiddleware``: its ``identity``, else its ``display_name``); None,
+    answered 401 ``idempotency_unauthenticated``, when the request has no authenticated user. Keys are
+    bound to who the service proved the caller is, never to what the caller says it is."""
+    user = scope.get("user")
+    if user is None or not getattr(user, "is_authenticated", False):
+        return None
+    try:
+        name = user.identity
+    except (AttributeError, NotImplementedError):
+        name = getattr(user, "display_name", None)
+    return name if isinstance(name, str) and name else None
+
+
 def header_realm(header: str, default: str) -> Callable[[Scope], str]:
-    """The realm named by a request header (a tenant), ``default`` when it is absent. A principal set by
-    an authentication middleware is read the same way, from the scope, by a function of your own."""
+    """The realm named by a request header, ``default`` when it is absent. The client chooses its
+    headers: use it only behind a gateway that authenticates the caller and sets this header itself
+    (dropping any the client sent); otherwise a client names another tenant's realm and acts in it.
+    ``principal_realm`` binds keys to an authenticated principal."""
     wanted = header.lower().encode("latin-1")
 
     def realm(scope: Scope) -> str:
-        value = _header(scope, wanted)
-        return value if value else default
+        values = _headers(scope, wanted)
+        return values[0] if values and values[0] else default
 
     return realm
 
@@ -164,17 +221,55 @@ def catalog_config(store: IdempotencyStore) -> dict[str, str]:
     return {LIFETIME_FIELD: store.lifetime_iso8601}
 
 
-def owner_context(scope: Scope) -> OwnerContext | None:
-    """The app's ownership of the request's key (None outside an idempotent route): pass ``commit_key``
-    and ``key_issued_at`` to the engine, check ``lost`` before an irreversible step."""
+class NotIdempotentError(LookupError):
+    """``owner_context`` of a request the middleware did not make idempotent: the message names the
+    method, the route path and the root path the middleware saw, and its routes (a template that does
+    not match the path the framework routes is the usual cause)."""
+
+
+@dataclass(frozen=True)
+class _PassedThrough:
+    """What the middleware saw of a request it passed through, for ``owner_context``'s error."""
+
+    method: str
+    path: str
+    root_path: str
+    routes: tuple[IdempotentRoute, ...]
+
+
+def owner_context(scope: Scope) -> OwnerContext:
+    """The app's ownership of the request's key: pass ``commit_key`` and ``key_issued_at`` to the
+    engine, check ``lost`` before an irreversible step. Raises NotIdempotentError when the request is not
+    idempotent (no middleware around the app, or no route of it matched): a route that needs a key never
+    runs without one silently."""
     state = scope.get("state")
-    return state.get(STATE_KEY) if isinstance(state, dict) else None
+    found = state.get(STATE_KEY) if isinstance(state, dict) else None
+    if isinstance(found, OwnerContext):
+        return found
+    if isinstance(found, _PassedThrough):
+        routes = ", ".join(f"{route.method} {route.path}" for route in found.routes) or "none"
+        raise NotIdempotentError(
+            f"the idempotency middleware passed {found.method} {found.path!r} (root path "
+            f"{found.root_path!r}) through: none of its routes matches it ({routes})"
+        )
+    raise NotIdempotentError("no IdempotencyMiddleware handled this request")
+
+
+def _owned_scope(scope: Scope, ownership: Ownership) -> Scope:
+    """The app's scope under ``ownership``: its context in ``state``, and no extension that would send the
+    body around the middleware."""
+    owned = {**scope, "state": {**scope.get("state", {}), STATE_KEY: ownership.context}}
+    extensions = scope.get("extensions")
+    if isinstance(extensions, dict) and _HIDDEN_EXTENSIONS & extensions.keys():
+        owned["extensions"] = {k: v for k, v in extensions.items() if k not in _HIDDEN_EXTENSIONS}
+    return owned
 
 
 class IdempotencyMiddleware:
     """Idempotency-Key semantics for the ``routes`` of ``app``; every other request passes through.
 
-    ``realm`` names the tenant or principal a key belongs to (keys of two realms never meet).
+    ``realm`` names the tenant or principal a key belongs to (keys of two realms never meet; None: the
+    request is answered 401 without running the app).
     ``reconciler`` answers, before any rerun, whether an attempt that died, raised or answered 5xx had
     its effect (``EngineReconciler`` over the engine the app commits to, describing a commit with
     ``http_result`` exactly as the app answers); without one such a retry gets the terminal 500
@@ -187,7 +282,7 @@ class IdempotencyMiddleware:
         store: IdempotencyStore,
         routes: Sequence[IdempotentRoute],
         *,
-        realm: Callable[[Scope], str] = DEFAULT_REALM,
+        realm: Realm = DEFAULT_REALM,
         reconciler: Reconciler | None = None,
         settings: HttpSettings = HttpSettings(),
     ) -> None:
@@ -199,7 +294,7 @@ class IdempotencyMiddleware:
         self.settings = settings
         self.replay_headers = replay_headers(settings.replay_headers)
         self.max_response_bytes = (
-            store.max_summary_bytes if settings.max_response_bytes is None else settings.max_response_bytes
+            store.max_attachment_bytes if settings.max_response_bytes is None else settings.max_response_bytes
         )
         self._pool = ThreadPoolExecutor(settings.store_threads, thread_name_prefix="idempotency-http")
 
@@ -211,19 +306,29 @@ class IdempotencyMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        method, path = scope["method"], scope["path"]
+        method, path = scope["method"], route_path(scope)
         for route in self.routes:
             resource = route.resource_of(method, path)
             if resource is not None:
-                await self._idempotent(route, resource, scope, receive, send)
+                await self._idempotent(route, resource, path, scope, receive, send)
                 return
-        await self.app(scope, receive, send)
+        passed = _PassedThrough(method, path, scope.get("root_path", ""), self.routes)
+        await self.app({**scope, "state": {**scope.get("state", {}), STATE_KEY: passed}}, receive, send)
 
     async def _idempotent(
-        self, route: IdempotentRoute, resource: str, scope: Scope, receive: Receive, send: Send
+        self, route: IdempotentRoute, resource: str, path: str, scope: Scope, receive: Receive, send: Send
     ) -> None:
+        realm = self.realm(scope)
+        if realm is None:
+            await self._answer(send, problem(401, UNAUTHENTICATED, "this request carries no principal"))
+            return
+        keys = _headers(scope, HEADER)
+        if len(keys) > 1:
+            detail = f"{len(keys)} Idempotency-Key headers on one request: send exactly one"
+            await self._answer(send, problem(400, KEY_INVALID, detail))
+            return
         try:
-            key = self.settings.key_format.validate(_header(scope, HEADER))
+            key = self.settings.key_format.validate(keys[0] if keys else None)
         except InvalidIdempotencyKeyError as exc:
             await self._answer(send, problem(400, KEY_INVALID, str(exc)))
             return
@@ -235,11 +340,11 @@ class IdempotencyMiddleware:
             return
         payload = {
             "method": scope["method"],
-            "path": scope["path"],
+            "path": path,
             "query": scope.get("query_string", b"").decode("latin-1"),
             "body": hashlib.sha256(body).hexdigest(),
         }
-        request = IdempotentRequest(self.realm(scope), key, route.operation, resource, payload)
+        request = IdempotentRequest(realm, key, route.operation, resource, payload)
         try:
             claim = await self._claim(request, key)
         except InvalidIdempotencyKeyError as exc:  # the store's own key format is narrower
@@ -251,10 +356,10 @@ class IdempotencyMiddleware:
         if isinstance(claim, Response):
             await self._answer(send, claim)
         elif isinstance(claim, IdempotencyRecord):
-            await self._answer(send, replay(claim, replay_response))
+            await self._answer(send, await self._in_thread(replay, claim, self._replayer))
         else:
             ownership = Ownership(
-                self.store, claim, request, self.reconciler, replay_response, self.settings.wait
+                self.store, claim, request, self.reconciler, self._replayer, self.settings.wait
             )
             await self._own(ownership, scope, body, receive, send)
 
@@ -274,48 +379,98 @@ class IdempotencyMiddleware:
     async def _own(
         self, ownership: Ownership, scope: Scope, body: bytes, receive: Receive, send: Send
     ) -> None:
-        capture = _Capture(send, self.max_response_bytes)
-        state = {**scope.get("state", {}), STATE_KEY: ownership.context}
+        """Run the app once under ``ownership`` and settle on what the client receives (the table of
+        outcomes is in docs/idempotency.md, "Every outcome a complete response")."""
+        capture = _Capture(send, self.max_response_bytes, partial(self._settle, ownership))
         try:
             answer = await self._in_thread(ownership.start)
-            if answer is not None:
-                await self._answer(send, answer)
-                return
-            await self.app({**scope, "state": state}, _replay_body(body, receive), capture.send)
-            result = self._result(capture)
         except BaseException as exc:
-            # An exception is not proof that nothing happened: the attempt is left unsettled, so a retry
-            # reconciles (NoEffect says otherwise). Shielded: a cancelled request still releases its key.
             await asyncio.shield(self._in_thread(ownership.abandon, exc))
             raise
-        await self._in_thread(partial(ownership.finish, result, maybe_applied=result.status >= 500))
-        await capture.release()
+        if answer is not None:
+            await self._answer(send, answer)
+            return
+        try:
+            await self.app(_owned_scope(scope, ownership), _replay_body(body, receive), capture.send)
+        except Exception as exc:
+            await self._after_failure(ownership, capture, exc)
+            return
+        except BaseException as exc:
+            if not capture.settled:  # shielded: a cancelled request still releases its key
+                await asyncio.shield(self._in_thread(ownership.abandon, exc))
+            raise
+        if capture.settled:
+            return
+        if capture.holds_whole_response:
+            await self._settle(ownership, capture)  # a 5xx: cancelled as unsettled, then sent
+            await capture.release()
+            return
+        failure = RuntimeError("the application returned without completing its response")
+        await self._after_failure(ownership, capture, failure)
+
+    async def _after_failure(self, ownership: Ownership, capture: _Capture, exc: Exception) -> None:
+        """The app raised ``exc`` (or returned without a complete response). The client always gets a
+        complete answer unless part of a response already went out."""
+        if capture.settled:
+            # The client has its complete answer and the outcome is stored: a background task that
+            # failed afterwards changes neither.
+            _log.error("the application raised after its response was complete", exc_info=exc)
+            return
+        await asyncio.shield(self._in_thread(ownership.abandon, exc))
+        if capture.forwarded:
+            raise exc  # a response cut in the middle: the server closes the connection, the only honest end
+        if isinstance(exc, NoEffect):
+            detail = f"the request had no effect and may be retried with the same key: {exc}"
+            await self._answer(send=capture.send_on, response=problem(503, NO_EFFECT, detail))
+            return
+        _log.error("the application raised before its response was complete", exc_info=exc)
+        if capture.holds_whole_response:
+            await capture.release()  # the framework's own complete error response (Starlette's 500)
+            return
+        detail = (
+            f"the application failed ({type(exc).__name__}); the request may have had its effect: "
+            "retry with the same key to learn its outcome"
+        )
+        await self._answer(capture.send_on, problem(500, APP_ERROR, detail))
+
+    async def _settle(self, ownership: Ownership, capture: _Capture) -> None:
+        """Store the outcome of the app's complete response (a 5xx: cancel as unsettled), before its last
+        chunk goes out. Shielded: a client that leaves does not leave the key in progress."""
+        result = self._result(capture)
+        settle = partial(ownership.finish, result, maybe_applied=result.status >= 500)
+        await asyncio.shield(self._in_thread(settle))
 
     def _result(self, capture: _Capture) -> HandlerResult:
-        """The outcome to store for the app's response: the whole body when it fits, else the record that
-        says it was not stored."""
-        if capture.status is None or not capture.complete:
-            raise RuntimeError("the application returned without completing its response")
+        """The outcome to store for the app's response: the whole body when it is within
+        ``max_response_bytes`` (in the record when small, else as the record's attachment), else the
+        record that says it was not stored."""
+        assert capture.status is not None
         if capture.size <= self.max_response_bytes:
             result = http_result(capture.status, bytes(capture.body), capture.headers, self.replay_headers)
             if self.store.outcome_size(result.summary, result.headers) <= self.store.max_summary_bytes:
                 return result
         return not_stored(capture.status, capture.size, capture.headers, self.replay_headers)
 
+    def _replayer(self, record: IdempotencyRecord) -> HandlerResult:
+        return replay_response(record, self.store)
+
     async def _in_thread(self, call: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._pool, partial(call, *args))
 
     async def _answer(self, send: Send, response: Response) -> None:
-        """Send a response of the idempotency layer: a replay (stored body and headers), or a problem."""
+        """Send a response of the idempotency layer: a replay (stored body and headers), or one of its
+        own answers, rendered by ``HttpSettings.errors``."""
         status, headers = response.status, list(response.headers)
         if isinstance(response.summary, bytes):
             body = response.summary
-        else:
-            body = json.dumps(response.summary, separators=(",", ":")).encode()
+        else:  # the layer's own answer: a problem {"type", "status", "detail"}
+            content_type, body = self.settings.errors(status, response.problem_type or "", _detail(response))
+            headers = [(n, v) for n, v in headers if n.lower() != "content-type"]
+            headers.append(("content-type", content_type))
         if response.problem_type == IN_PROGRESS:
             status = self.settings.in_progress_status
             headers.append(("retry-after", str(self.settings.retry_after_s)))
-        elif response.problem_type == STORE_UNAVAILABLE:
+        elif response.problem_type in (STORE_UNAVAILABLE, NO_EFFECT):
             headers.append(("retry-after", str(self.settings.retry_after_s)))
         if response.replayed:
             headers.append(("idempotent-replayed", "true"))
@@ -326,25 +481,38 @@ class IdempotencyMiddleware:
 
 
 class _Capture:
-    """Passes the app's response through to the client as it comes, keeping a copy of its body (none once
-    it is past ``limit``: only its size then), and holds the last body message back until the outcome is
-    stored: a client that has the whole response has an outcome a retry replays."""
+    """The app's ``send``: passes its response through to the client as it comes, keeping a copy of the
+    body (none once it is past ``limit``: only its size then), and settles the outcome when the last body
+    chunk arrives, before passing it on: a client that has the whole response has an outcome every retry
+    replays, and what runs after (a background task) runs after the client has it.
 
-    def __init__(self, send: Send, limit: int) -> None:
+    A 5xx is held back whole (up to ``HELD_ERROR_BYTES``) until the app returns: an exception after it
+    may still say ``NoEffect`` (Starlette answers 500 for any exception, then raises it)."""
+
+    def __init__(self, send: Send, limit: int, settle: Callable[[_Capture], Awaitable[None]]) -> None:
         self.send_on = send
         self.limit = limit
+        self.settle = settle
         self.status: int | None = None
         self.headers: list[tuple[str, str]] = []
         self.body = bytearray()
         self.size = 0
+        self.held: list[Message] = []
+        self.holding = False
         self.complete = False
-        self.held: Message | None = None
+        self.settled = False
+        self.forwarded = False  # a message went to the client
+
+    @property
+    def holds_whole_response(self) -> bool:
+        return self.holding and self.complete
 
     async def send(self, message: Message) -> None:
         kind = message["type"]
         if kind == "http.response.start":
             self.status = message["status"]
             self.headers = [(n.decode("latin-1"), v.decode("latin-1")) for n, v in message.get("headers", [])]
+            self.holding = self.status >= 500
         elif kind == "http.response.body":
             chunk = message.get("body", b"")
             self.size += len(chunk)
@@ -352,15 +520,27 @@ class _Capture:
                 self.body += chunk
             else:
                 self.body.clear()  # past the limit it is not stored: memory stays bounded
-            if not message.get("more_body", False):
-                self.complete = True
-                self.held = message
-                return
-        await self.send_on(message)
+            self.complete = not message.get("more_body", False)
+            if self.holding and self.size > HELD_ERROR_BYTES:
+                await self.release()  # too large to hold: streamed, and settled at its last chunk
+            if self.complete and not self.holding:
+                await self.settle(self)
+                self.settled = True
+        if self.holding:
+            self.held.append(message)
+        else:
+            await self._forward(message)
 
     async def release(self) -> None:
-        if self.held is not None:
-            await self.send_on(self.held)
+        """Send what is held (a 5xx) and stop holding."""
+        self.holding = False
+        held, self.held = self.held, []
+        for message in held:
+            await self._forward(message)
+
+    async def _forward(self, message: Message) -> None:
+        self.forwarded = True
+        await self.send_on(message)
 
 
 async def _read_body(receive: Receive, limit: int) -> bytes | Response | None:
@@ -393,8 +573,11 @@ def _replay_body(body: bytes, receive: Receive) -> Receive:
     return replayed
 
 
-def _header(scope: Scope, name: bytes) -> str | None:
-    for key, value in scope.get("headers", []):
-        if key.lower() == name:
-            return str(value.decode("latin-1"))
-    return None
+def _headers(scope: Scope, name: bytes) -> list[str]:
+    """Every value of the request header ``name`` (lowercase bytes), in order."""
+    return [value.decode("latin-1") for key, value in scope.get("headers", []) if key.lower() == name]
+
+
+def _detail(response: Response) -> str:
+    summary = response.summary
+    return str(summary.get("detail", "")) if isinstance(summary, dict) else ""

@@ -8,7 +8,12 @@ import base64
 import binascii
 from collections.abc import Iterable
 
-from storage_adapter.idempotency import HandlerResult, IdempotencyRecord, ReplayUnavailableError
+from storage_adapter.idempotency import (
+    HandlerResult,
+    IdempotencyRecord,
+    IdempotencyStore,
+    ReplayUnavailableError,
+)
 
 # The headers a replay carries by default: what a client acts on besides the body.
 REPLAY_HEADERS = ("content-type", "location", "etag")
@@ -18,6 +23,10 @@ NEVER_REPLAYED = frozenset({"set-cookie", "content-length", "transfer-encoding",
 # The error subtype of a finalized record whose response body was over the size the middleware stores: the
 # request was applied once, and every duplicate is told its response cannot be reproduced.
 RESPONSE_NOT_STORED = "idempotency_response_not_stored"
+# A body up to this size is kept in the record itself (as text, or base64); a larger one is the record's
+# attachment, an object of its own written before the record is finalized (one PUT more, one GET more per
+# replay), so the record stays small and every response up to the store's max_attachment_bytes replays.
+INLINE_BODY_BYTES = 8 * 1024
 
 
 def replay_headers(names: Iterable[str]) -> frozenset[str]:
@@ -41,13 +50,17 @@ def http_result(
     headers: Iterable[tuple[str, str]] = (),
     allowed: frozenset[str] = frozenset(REPLAY_HEADERS),
 ) -> HandlerResult:
-    """The outcome to store for an HTTP response: its status, its body (as text when it is UTF-8, else
-    base64) and its ``allowed`` headers. A reconciler describes a landed effect with it."""
+    """The outcome to store for an HTTP response: its status, its body and its ``allowed`` headers. A body
+    up to ``INLINE_BODY_BYTES`` is in the summary (as text when it is UTF-8, else base64); a larger one is
+    the result's attachment (the summary says its size). A reconciler describes a landed effect with it."""
+    kept = kept_headers(headers, allowed)
+    if len(body) > INLINE_BODY_BYTES:
+        return HandlerResult(status, {"body_attachment": len(body)}, kept, attachment=body)
     try:
         summary = {"body": body.decode("utf-8")}
     except UnicodeDecodeError:
         summary = {"body_base64": base64.b64encode(body).decode("ascii")}
-    return HandlerResult(status, summary, kept_headers(headers, allowed))
+    return HandlerResult(status, summary, kept)
 
 
 def not_stored(
@@ -59,11 +72,13 @@ def not_stored(
     )
 
 
-def replay_response(record: IdempotencyRecord) -> HandlerResult:
+def replay_response(record: IdempotencyRecord, store: IdempotencyStore) -> HandlerResult:
     """The replayer of the HTTP middleware: the stored status, headers and body (``bytes``, as the
-    summary of the result). Raises ReplayUnavailableError for a response that was not stored (over the
-    limit) and for a record that holds no HTTP response (not written by the middleware or a reconciler
-    using ``http_result``): the duplicate gets 500 ``idempotency_replay_failed``, never a second run."""
+    summary of the result; an attachment read from ``store`` and checked against its size and digest).
+    Raises ReplayUnavailableError for a response that was not stored (over the limit) and for a record
+    that holds no HTTP response (not written by the middleware or a reconciler using ``http_result``):
+    the duplicate gets 500 ``idempotency_replay_failed``, never a second run. A missing or damaged
+    attachment raises the store's CorruptRecordError (500 ``idempotency_record_corrupt``)."""
     status, summary = record.http_status, record.summary
     if record.error_subtype == RESPONSE_NOT_STORED:
         size = summary.get("body_bytes") if isinstance(summary, dict) else None
@@ -74,7 +89,11 @@ def replay_response(record: IdempotencyRecord) -> HandlerResult:
         )
     body: bytes | None = None
     if isinstance(summary, dict) and len(summary) == 1:
-        if isinstance(summary.get("body"), str):
+        if isinstance(summary.get("body_attachment"), int):
+            body = store.attachment(record)
+            if body is not None and len(body) != summary["body_attachment"]:
+                body = None
+        elif isinstance(summary.get("body"), str):
             body = summary["body"].encode("utf-8")
         elif isinstance(summary.get("body_base64"), str):
             try:

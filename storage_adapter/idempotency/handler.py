@@ -2,7 +2,7 @@
 
 The status-code table and the state machine are in docs/idempotency.md. In short: 400 bad key, 422 key
 reused for a different request, replay of stored outcomes, bounded wait then 409 while another owner
-works, reconciliation of stale owners, 503 when the store cannot answer, and only 2xx/deterministic 4xx
+works, reconciliation of stale owners, 503 when the store cannot answer, and only 2xx, 3xx and deterministic 4xx
 stored.
 """
 

@@ -53,8 +53,10 @@ class Response:
 
 
 def is_replayable(status: int) -> bool:
-    """Only 2xx and deterministic 4xx outcomes are finalized and replayed; 5xx never are."""
-    return 200 <= status < 300 or (400 <= status < 500 and status not in NON_DETERMINISTIC_4XX)
+    """2xx, 3xx and deterministic 4xx outcomes are final: finalized and replayed (a 3xx answered after
+    the effect, a 303 to the created resource, is its answer: never a reason to run again). 5xx never
+    are, nor the 4xx that depend on time or credentials."""
+    return 200 <= status < 400 or (400 <= status < 500 and status not in NON_DETERMINISTIC_4XX)
 
 
 def problem(status: int, problem_type: str, detail: str, *, replayed: bool = False) -> Response:
