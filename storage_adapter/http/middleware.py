@@ -69,7 +69,13 @@ from storage_adapter.idempotency import (
     replay,
     store_failure,
 )
-from storage_adapter.idempotency.responses import IN_PROGRESS, KEY_INVALID, STORE_UNAVAILABLE, problem
+from storage_adapter.idempotency.responses import (
+    IN_PROGRESS,
+    KEY_INVALID,
+    NON_DETERMINISTIC_4XX,
+    STORE_UNAVAILABLE,
+    problem,
+)
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -437,7 +443,10 @@ class IdempotencyMiddleware:
         """Store the outcome of the app's complete response (a 5xx: cancel as unsettled), before its last
         chunk goes out. Shielded: a client that leaves does not leave the key in progress."""
         result = self._result(capture)
-        settle = partial(ownership.finish, result, maybe_applied=result.status >= 500)
+        # Not stored and not one of the refusals that say nothing happened (401, 403, 408, 429): a 5xx,
+        # or a status no HTTP answer should have; the retry reconciles before any rerun.
+        maybe_applied = result.status not in NON_DETERMINISTIC_4XX
+        settle = partial(ownership.finish, result, maybe_applied=maybe_applied)
         await asyncio.shield(self._in_thread(settle))
 
     def _result(self, capture: _Capture) -> HandlerResult:
