@@ -16,6 +16,7 @@ import httpx
 import pytest
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
+from starlette.middleware.gzip import GZipMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -29,6 +30,7 @@ from storage_adapter.http import (
     IdempotentRoute,
     NotIdempotentError,
     catalog_config,
+    http_result,
     owner_context,
 )
 from storage_adapter.idempotency import (
@@ -299,6 +301,7 @@ def test_an_in_progress_duplicate_waits_then_gets_retry_after(status: int) -> No
             duplicate = await post(http, key)
             assert (duplicate.status_code, duplicate.headers["retry-after"]) == (status, "2")
             assert duplicate.json()["type"] == "idempotency_in_progress"
+            assert duplicate.json()["status"] == status  # the body says what the status line says
             waiting = asyncio.create_task(post(http, key))  # waits, and replays once the owner finalizes
             await asyncio.sleep(0.05)
             release.set()
@@ -405,5 +408,106 @@ def test_waiting_duplicates_hold_no_thread() -> None:
         assert peak - before <= 8, (before, peak)  # 4 pool threads, each store request's deadline thread
         assert {a.status_code for a in answers} == {201} and {a.content for a in answers} == {first.content}
         assert service.runs == 1
+
+    asyncio.run(run())
+
+
+def test_what_is_stored_is_what_was_sent_and_the_scope_is_the_requests_own() -> None:
+    """Cases found from outside (issue 42): a small body JSON escapes past the record's limit, a body
+    compressed inside the middleware, a 204, a stream that fails before its first byte, and middleware
+    around this one reading what the app wrote into the scope."""
+    escaped = bytes(range(1, 32)) * 100  # 3,100 bytes of valid UTF-8 that JSON writes as 6 bytes each
+    seen: list[tuple[Any, Any]] = []
+
+    async def answer(request: Request) -> Response:
+        request.state.user = "u-42"
+        kind = request.path_params["name"]
+        if kind == "escaped":
+            return Response(escaped, 201, media_type="application/octet-stream")
+        if kind == "empty":
+            return Response(status_code=204)
+        if kind == "stream":
+
+            async def chunks() -> AsyncIterator[bytes]:
+                if not refused:
+                    refused.append(True)
+                    raise NoEffect("refused before the first byte")
+                yield b"streamed"
+
+            return StreamingResponse(chunks(), 201)
+        return JSONResponse({"padding": "x" * 2000}, 201)
+
+    refused: list[bool] = []
+
+    class Outer:  # as metrics and tracing instrumentations read the scope after the call
+        def __init__(self, app: Any) -> None:
+            self.app = app
+
+        async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+            await self.app(scope, receive, send)
+            if scope["type"] == "http":
+                seen.append((getattr(scope.get("route"), "path", None), scope.get("state", {}).get("user")))
+
+    routes = [Route("/things/{name}", answer, methods=["POST", "GET"])]
+    store = memory_store()
+    inside_gzip = [
+        Middleware(Outer),
+        Middleware(IdempotencyMiddleware, store=store, routes=ROUTES, settings=HttpSettings(wait=QUICK)),
+        Middleware(GZipMiddleware, minimum_size=100),
+    ]
+
+    async def run() -> None:
+        async with client(Starlette(routes=routes, middleware=inside_gzip)) as http:
+            for name in ("escaped", "gzipped", "empty"):
+                key = uuid7_key()
+                encoding = "gzip" if name == "gzipped" else "identity"
+                headers = {"Idempotency-Key": key, "Accept-Encoding": encoding}
+                first = await http.post(f"/things/{name}", json={}, headers=headers)
+                again = await http.post(f"/things/{name}", json={}, headers=headers)
+                assert (again.status_code, again.content) == (first.status_code, first.content), name
+                assert again.headers.get("content-encoding") == first.headers.get("content-encoding"), name
+                assert again.headers["idempotent-replayed"] == "true", name
+                if name == "gzipped":
+                    assert first.headers["content-encoding"] == "gzip" and first.json()["padding"]
+                if name == "empty":  # RFC 9110: no content-length on a 204
+                    assert "content-length" not in first.headers and "content-length" not in again.headers
+            assert (await http.get("/things/a")).status_code == 201  # passed through
+        no_gzip = [Middleware(Outer), inside_gzip[1]]  # GZipMiddleware itself holds a start line back
+        async with client(Starlette(routes=routes, middleware=no_gzip)) as http:
+            key = uuid7_key()
+            first = await post(http, key, path="/things/stream")
+            # NoEffect before the stream's first byte: a whole 503, and the key was free
+            assert (first.status_code, first.json()["type"]) == (503, "idempotency_no_effect")
+            again = await post(http, key, path="/things/stream")
+            assert (again.status_code, again.content) == (201, b"streamed")
+
+    asyncio.run(run())
+    # the first of each pair ran the app, which wrote the route and its state: visible around it
+    assert ("/things/{name}", "u-42") in seen and seen[-1] == ("/things/{name}", "u-42")
+    assert sum(route == "/things/{name}" and user == "u-42" for route, user in seen) == 6
+
+
+def test_the_stored_form_of_an_inline_body_is_within_the_inline_limit() -> None:
+    """What a reconciler's ``describe`` stores goes through ``http_result`` alone: a body is inline only
+    when its stored form (JSON escapes a control byte as six) is within INLINE_BODY_BYTES; and a response
+    whose headers leave no room for an inline body is stored with its body as the attachment."""
+    escaped = bytes(range(1, 32)) * 100
+    result = http_result(201, escaped)
+    assert result.attachment == escaped and result.summary == {"body_attachment": len(escaped)}
+    small = http_result(201, b'{"ok":true}')
+    assert small.attachment is None and small.summary == {"body": '{"ok":true}'}
+
+    big_etag = '"' + "e" * 9500 + '"'
+
+    async def answer(request: Request) -> Response:
+        return Response(b"x" * 7500, 201, headers={"etag": big_etag}, media_type="text/plain")
+
+    app = Starlette(routes=[Route("/things/{name}", answer, methods=["POST"])])
+
+    async def run() -> None:
+        async with client(IdempotencyMiddleware(app, memory_store(), ROUTES)) as http:
+            key = uuid7_key()
+            first, again = await post(http, key), await post(http, key)
+            assert (again.status_code, again.content, again.headers["etag"]) == (201, first.content, big_etag)
 
     asyncio.run(run())

@@ -41,6 +41,7 @@ from typing import Any, TypeVar
 from storage_adapter.errors import StorageError
 from storage_adapter.http.renderers import ErrorRenderer, problem_json
 from storage_adapter.http.stored import (
+    INLINE_BODY_BYTES,
     REPLAY_HEADERS,
     http_result,
     not_stored,
@@ -98,6 +99,7 @@ HELD_ERROR_BYTES = 64 * 1024
 # Extensions that let an app send a body other than as http.response.body messages (a file by path,
 # trailers after the last chunk): hidden from an idempotent route, so the middleware sees the whole body.
 _HIDDEN_EXTENSIONS = frozenset({"http.response.pathsend", "http.response.zerocopy", "http.response.trailers"})
+_NO_CONTENT_LENGTH = frozenset({204, 304})
 _log = logging.getLogger("storage_adapter.http")
 _NAME = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
@@ -262,13 +264,14 @@ def owner_context(scope: Scope) -> OwnerContext:
 
 
 def _owned_scope(scope: Scope, ownership: Ownership) -> Scope:
-    """The app's scope under ``ownership``: its context in ``state``, and no extension that would send the
-    body around the middleware."""
-    owned = {**scope, "state": {**scope.get("state", {}), STATE_KEY: ownership.context}}
+    """The request's own scope under ``ownership`` (what the app writes into it stays visible around the
+    middleware): its context in the per-request ``state``, and no extension that would send the body
+    around the middleware."""
+    scope.setdefault("state", {})[STATE_KEY] = ownership.context
     extensions = scope.get("extensions")
     if isinstance(extensions, dict) and _HIDDEN_EXTENSIONS & extensions.keys():
-        owned["extensions"] = {k: v for k, v in extensions.items() if k not in _HIDDEN_EXTENSIONS}
-    return owned
+        scope["extensions"] = {k: v for k, v in extensions.items() if k not in _HIDDEN_EXTENSIONS}
+    return scope
 
 
 class IdempotencyMiddleware:
@@ -318,8 +321,12 @@ class IdempotencyMiddleware:
             if resource is not None:
                 await self._idempotent(route, resource, path, scope, receive, send)
                 return
-        passed = _PassedThrough(method, path, scope.get("root_path", ""), self.routes)
-        await self.app({**scope, "state": {**scope.get("state", {}), STATE_KEY: passed}}, receive, send)
+        # The scope itself, marked in its per-request state as Starlette's request.state is: what the app
+        # writes into it (scope["route"], request.state) stays visible to the middleware around this one.
+        scope.setdefault("state", {})[STATE_KEY] = _PassedThrough(
+            method, path, scope.get("root_path", ""), self.routes
+        )
+        await self.app(scope, receive, send)
 
     async def _idempotent(
         self, route: IdempotentRoute, resource: str, path: str, scope: Scope, receive: Receive, send: Send
@@ -455,9 +462,11 @@ class IdempotencyMiddleware:
         record that says it was not stored."""
         assert capture.status is not None
         if capture.size <= self.max_response_bytes:
-            result = http_result(capture.status, bytes(capture.body), capture.headers, self.replay_headers)
-            if self.store.outcome_size(result.summary, result.headers) <= self.store.max_summary_bytes:
-                return result
+            body, status, headers = bytes(capture.body), capture.status, capture.headers
+            for inline_bytes in (INLINE_BODY_BYTES, 0):  # the body in the record, else its attachment
+                result = http_result(status, body, headers, self.replay_headers, inline_bytes)
+                if self.store.outcome_size(result.summary, result.headers) <= self.store.max_summary_bytes:
+                    return result
         return not_stored(capture.status, capture.size, capture.headers, self.replay_headers)
 
     def _replayer(self, record: IdempotencyRecord) -> HandlerResult:
@@ -470,20 +479,20 @@ class IdempotencyMiddleware:
         """Send a response of the idempotency layer: a replay (stored body and headers), or one of its
         own answers, rendered by ``HttpSettings.errors``."""
         status, headers = response.status, list(response.headers)
+        if response.problem_type == IN_PROGRESS:
+            status = self.settings.in_progress_status
         if isinstance(response.summary, bytes):
             body = response.summary
-        else:  # the layer's own answer: a problem {"type", "status", "detail"}
+        else:  # the layer's own answer: a problem {"type", "status", "detail"}, its code the status sent
             content_type, body = self.settings.errors(status, response.problem_type or "", _detail(response))
             headers = [(n, v) for n, v in headers if n.lower() != "content-type"]
             headers.append(("content-type", content_type))
-        if response.problem_type == IN_PROGRESS:
-            status = self.settings.in_progress_status
-            headers.append(("retry-after", str(self.settings.retry_after_s)))
-        elif response.problem_type in (STORE_UNAVAILABLE, NO_EFFECT):
+        if response.problem_type in (IN_PROGRESS, STORE_UNAVAILABLE, NO_EFFECT):
             headers.append(("retry-after", str(self.settings.retry_after_s)))
         if response.replayed:
             headers.append(("idempotent-replayed", "true"))
-        headers.append(("content-length", str(len(body))))
+        if status not in _NO_CONTENT_LENGTH:  # RFC 9110: a 204 or 304 carries none
+            headers.append(("content-length", str(len(body))))
         raw = [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in headers]
         await send({"type": "http.response.start", "status": status, "headers": raw})
         await send({"type": "http.response.body", "body": body, "more_body": False})
@@ -493,7 +502,9 @@ class _Capture:
     """The app's ``send``: passes its response through to the client as it comes, keeping a copy of the
     body (none once it is past ``limit``: only its size then), and settles the outcome when the last body
     chunk arrives, before passing it on: a client that has the whole response has an outcome every retry
-    replays, and what runs after (a background task) runs after the client has it.
+    replays, and what runs after (a background task) runs after the client has it. The start line goes out
+    with the first body chunk, so a failure before any byte of the body (a streamed body whose generator
+    raises first) is still answered with a complete response.
 
     A 5xx is held back whole (up to ``HELD_ERROR_BYTES``) until the app returns: an exception after it
     may still say ``NoEffect`` (Starlette answers 500 for any exception, then raises it)."""
@@ -508,6 +519,7 @@ class _Capture:
         self.size = 0
         self.held: list[Message] = []
         self.holding = False
+        self.start: Message | None = None  # a 2xx-4xx start, until its first body chunk
         self.complete = False
         self.settled = False
         self.forwarded = False  # a message went to the client
@@ -522,6 +534,9 @@ class _Capture:
             self.status = message["status"]
             self.headers = [(n.decode("latin-1"), v.decode("latin-1")) for n, v in message.get("headers", [])]
             self.holding = self.status >= 500
+            if not self.holding:
+                self.start = message  # sent with the first body chunk: a failure before it is answered whole
+                return
         elif kind == "http.response.body":
             chunk = message.get("body", b"")
             self.size += len(chunk)
@@ -549,6 +564,9 @@ class _Capture:
 
     async def _forward(self, message: Message) -> None:
         self.forwarded = True
+        if self.start is not None:
+            start, self.start = self.start, None
+            await self.send_on(start)
         await self.send_on(message)
 
 

@@ -14,6 +14,7 @@ from storage_adapter.idempotency import (
     IdempotencyStore,
     ReplayUnavailableError,
 )
+from storage_adapter.idempotency.records import canonical_json
 
 # The headers a replay carries by default: what a client acts on besides the body.
 REPLAY_HEADERS = ("content-type", "location", "etag")
@@ -23,10 +24,15 @@ NEVER_REPLAYED = frozenset({"set-cookie", "content-length", "transfer-encoding",
 # The error subtype of a finalized record whose response body was over the size the middleware stores: the
 # request was applied once, and every duplicate is told its response cannot be reproduced.
 RESPONSE_NOT_STORED = "idempotency_response_not_stored"
-# A body up to this size is kept in the record itself (as text, or base64); a larger one is the record's
-# attachment, an object of its own written before the record is finalized (one PUT more, one GET more per
-# replay), so the record stays small and every response up to the store's max_attachment_bytes replays.
+# A body whose stored form (JSON text, or base64) is up to this size is kept in the record itself; a
+# larger one is the record's attachment, an object of its own written before the record is finalized (one
+# PUT more, one GET more per replay), so the record stays small and every response up to the store's
+# max_attachment_bytes replays. The stored form, not the body, is measured: JSON escapes a control byte
+# as six.
 INLINE_BODY_BYTES = 8 * 1024
+# Replayed with the body whatever is configured: they say how its bytes are to be read (a body gzipped by
+# a middleware inside this one is stored gzipped).
+ALWAYS_REPLAYED = frozenset({"content-encoding"})
 
 
 def replay_headers(names: Iterable[str]) -> frozenset[str]:
@@ -40,8 +46,10 @@ def replay_headers(names: Iterable[str]) -> frozenset[str]:
 
 
 def kept_headers(headers: Iterable[tuple[str, str]], allowed: frozenset[str]) -> tuple[tuple[str, str], ...]:
-    """The pairs of ``headers`` whose lowercased name is in ``allowed``, names lowercased, order kept."""
-    return tuple((name.lower(), value) for name, value in headers if name.lower() in allowed)
+    """The pairs of ``headers`` whose lowercased name is in ``allowed`` or ``ALWAYS_REPLAYED``, names
+    lowercased, order kept."""
+    kept = allowed | ALWAYS_REPLAYED
+    return tuple((name.lower(), value) for name, value in headers if name.lower() in kept)
 
 
 def http_result(
@@ -49,18 +57,21 @@ def http_result(
     body: bytes,
     headers: Iterable[tuple[str, str]] = (),
     allowed: frozenset[str] = frozenset(REPLAY_HEADERS),
+    inline_bytes: int = INLINE_BODY_BYTES,
 ) -> HandlerResult:
     """The outcome to store for an HTTP response: its status, its body and its ``allowed`` headers. A body
-    up to ``INLINE_BODY_BYTES`` is in the summary (as text when it is UTF-8, else base64); a larger one is
-    the result's attachment (the summary says its size). A reconciler describes a landed effect with it."""
+    whose stored form (text when it is UTF-8, else base64) is up to ``inline_bytes`` is in the summary; a
+    larger one is the result's attachment (the summary says its size). A reconciler describes a landed
+    effect with it."""
     kept = kept_headers(headers, allowed)
-    if len(body) > INLINE_BODY_BYTES:
-        return HandlerResult(status, {"body_attachment": len(body)}, kept, attachment=body)
-    try:
-        summary = {"body": body.decode("utf-8")}
-    except UnicodeDecodeError:
-        summary = {"body_base64": base64.b64encode(body).decode("ascii")}
-    return HandlerResult(status, summary, kept)
+    if len(body) <= inline_bytes:  # a stored form is never shorter than the body
+        try:
+            summary = {"body": body.decode("utf-8")}
+        except UnicodeDecodeError:
+            summary = {"body_base64": base64.b64encode(body).decode("ascii")}
+        if len(canonical_json(summary)) <= inline_bytes:
+            return HandlerResult(status, summary, kept)
+    return HandlerResult(status, {"body_attachment": len(body)}, kept, attachment=body)
 
 
 def not_stored(
