@@ -1,5 +1,6 @@
 """PySpark at the edge of the product: the ``storage_adapter`` data source, Spark loads, the native-writer
-path (``write``: Spark's own Parquet writer, one engine commit) and the session builder (docs/spark.md).
+path (``write``: Spark's own Parquet writer, one engine commit), the native read (``read``: Spark's own
+Parquet reader over one snapshot's files) and the session builder (docs/spark.md).
 
 Needs the ``spark`` extra (PySpark, pyarrow). Nothing below this package imports it.
 """
@@ -15,6 +16,7 @@ from storage_adapter.spark.datasource import (
 )
 from storage_adapter.spark.load import BulkLoad, SparkInputError, bulk_load, write_tables
 from storage_adapter.spark.native import write
+from storage_adapter.spark.native_read import read
 from storage_adapter.spark.session import spark_session
 
 __all__ = [
@@ -23,6 +25,7 @@ __all__ = [
     "SparkInputError",
     "StorageAdapterDataSource",
     "bulk_load",
+    "read",
     "register",
     "relayed_error",
     "schema_from_spark",

@@ -364,32 +364,43 @@ def _fsync(root: str, keys: Sequence[str]) -> None:
     map_bounded(sync, [root, *(f"{root}/{folder}" for folder in sorted(folders))])
 
 
-def hadoop_location(adapter: StorageAdapter, spark: Any) -> HadoopRoot:
+def hadoop_location(adapter: StorageAdapter, spark: Any, *, reading: bool = False) -> HadoopRoot:
     """The root of ``adapter`` as Spark's Hadoop filesystems name it, with the settings that reach it (its
     backend's ``hadoop_root``: ``file://`` as it is; ``s3://bucket/prefix`` as ``s3a://bucket/prefix``
     with the adapter's S3 options as per-bucket ``fs.s3a.bucket.<bucket>.*`` settings), when the driver's
     JVM can load the filesystem it needs. UnsupportedOperationError naming the data source as the way
-    otherwise (an adapter the registry did not open, a backend no Hadoop filesystem reaches)."""
+    otherwise (an adapter the registry did not open, a backend no Hadoop filesystem reaches), for Spark's
+    Parquet reader when ``reading`` (the native read), its writer otherwise."""
     if not isinstance(adapter, ObjectStorageAdapter):
-        raise _unreachable(adapter, "it was not opened through the registry, which names Hadoop roots")
+        raise _unreachable(
+            adapter, "it was not opened through the registry, which names Hadoop roots", reading
+        )
     config = adapter.config
     backend = backend_named(config.backend)
     if backend.hadoop_root is None:
-        raise _unreachable(adapter, f"Spark's Hadoop filesystems do not reach {backend.name} storage")
+        raise _unreachable(
+            adapter, f"Spark's Hadoop filesystems do not reach {backend.name} storage", reading
+        )
     root = backend.hadoop_root(config, adapter.url)
     if root.filesystem_class is not None and not _has_class(spark, root.filesystem_class):
         raise _unreachable(
             adapter,
             f"this Spark cannot load {root.filesystem_class} (not on the driver's classpath: the PySpark "
             "wheel ships no hadoop-aws); a cluster needs hadoop-aws matching its Hadoop and the AWS SDK bundle",
+            reading,
         )
     return root
 
 
-def _unreachable(adapter: StorageAdapter, reason: str) -> UnsupportedOperationError:
+def _unreachable(adapter: StorageAdapter, reason: str, reading: bool = False) -> UnsupportedOperationError:
+    way = (
+        "Read with the data source (spark.read.format('storage_adapter'))"
+        if reading
+        else "Write with the data source (df.write.format('storage_adapter'))"
+    )
     return UnsupportedOperationError(
-        f"Spark's Parquet writer cannot reach {adapter.url}: {reason}. Write with the data source "
-        "(df.write.format('storage_adapter')), which reaches any root through the adapter",
+        f"Spark's Parquet {'reader' if reading else 'writer'} cannot reach {adapter.url}: {reason}. {way}, "
+        "which reaches any root through the adapter",
         key=adapter.url,
         backend=adapter.backend,
     )
