@@ -22,6 +22,9 @@ Per backend and round, interleaved:
   the same snapshot (``Engine.files``): the target's row. Beside it, a one-column query (``count`` and
   ``sum(score)``), reported without a target: Spark's Parquet reader decodes one column there, while
   Spark hands a Python data source no column list to prune with;
+* **native read** (issue 43): the same full scan and one-column query through ``storage_adapter.spark.read``
+  (Spark's own Parquet reader over the same snapshot's files, resolved through the engine each time), in
+  the same rounds, against ``spark.read.parquet`` of those files (target: at least 0.95x, both);
 * **publishes per load**: the manifest versions one data-source append adds, at 1, 4 and 16 Spark
   partitions (exact: a request count, not a time).
 
@@ -64,10 +67,10 @@ from typing import Any
 import pyarrow as pa
 
 from storage_adapter.engine import Engine
-from storage_adapter.spark import spark_session, write
+from storage_adapter.spark import read, spark_session, write
 
 SCHEMA = pa.schema([("id", pa.int64()), ("label", pa.string()), ("score", pa.float64())])
-NATIVE_TARGET, OWN_SHARE_TARGET, READ_TARGET = 0.9, 1.10, 0.67
+NATIVE_TARGET, OWN_SHARE_TARGET, READ_TARGET, NATIVE_READ_TARGET = 0.9, 1.10, 0.67, 0.95
 PUBLISH_PARTITIONS = (1, 4, 16)
 
 
@@ -107,6 +110,8 @@ class SparkIoResult:
     parquet_narrow_read_s: float | None
     publishes_per_load: dict[str, int]
     rounds: dict[str, list[float]]
+    native_read_s: float | None = None
+    native_narrow_read_s: float | None = None
 
     @property
     def write_ratio(self) -> float | None:
@@ -149,6 +154,21 @@ class SparkIoResult:
         if self.parquet_narrow_read_s is None:
             return None
         return self.parquet_narrow_read_s / self.datasource_narrow_read_s
+
+    @property
+    def native_read_ratio(self) -> float | None:
+        """The native read's full-read throughput (storage_adapter.spark.read) over ``spark.read.parquet``'s
+        of the same files (>= 0.95 is the target)."""
+        if self.parquet_read_s is None or self.native_read_s is None:
+            return None
+        return self.parquet_read_s / self.native_read_s
+
+    @property
+    def native_column_read_ratio(self) -> float | None:
+        """The same for the one-column query (>= 0.95 is the target)."""
+        if self.parquet_narrow_read_s is None or self.native_narrow_read_s is None:
+            return None
+        return self.parquet_narrow_read_s / self.native_narrow_read_s
 
     def per_round(self, numerator: str, denominator: str) -> list[float]:
         """``numerator`` over ``denominator`` in each round (both measured in that round)."""
@@ -378,10 +398,15 @@ def one_round(
         reads += [
             ("parquet_read", lambda: full_scan(spark.read.parquet(*files))),
             ("parquet_narrow_read", lambda: narrow_scan(spark.read.parquet(*files))),
+            ("native_read", lambda: full_scan(read(spark, backend.engine, table))),
+            ("native_narrow_read", lambda: narrow_scan(read(spark, backend.engine, table))),
         ]
     for name, action in _turned(reads, turn):
         result = timed(spark, samples, name, action, backend.server_pid)
-        if name == "datasource_narrow_read" and result != (rows, sum(i * 0.5 for i in range(rows))):
+        if name in ("datasource_narrow_read", "native_narrow_read") and result != (
+            rows,
+            sum(i * 0.5 for i in range(rows)),
+        ):
             raise AssertionError(f"data source read {result} (rows, sum of score), wrote {rows} rows")
         if name == "parquet_narrow_read" and result[0] != rows:
             raise AssertionError(f"spark.read.parquet of the snapshot's files read {result[0]} rows")
@@ -411,6 +436,8 @@ def measure(spark: Any, backend: Backend, rows: int, rounds: int, partitions: in
         files = snapshot_files(backend, warm_table)
         full_scan(spark.read.parquet(*files))
         narrow_scan(spark.read.parquet(*files))
+        full_scan(read(spark, backend.engine, warm_table))
+        narrow_scan(read(spark, backend.engine, warm_table))
     samples: dict[str, list[float]] = {}
     for turn in range(rounds):
         one_round(spark, backend, rows, partitions, samples, turn)
@@ -439,6 +466,8 @@ def measure(spark: Any, backend: Backend, rows: int, rounds: int, partitions: in
         parquet_narrow_read_s=median("parquet_narrow_read"),
         publishes_per_load=publishes,
         rounds=samples,
+        native_read_s=median("native_read"),
+        native_narrow_read_s=median("native_narrow_read"),
     )
 
 
@@ -522,6 +551,14 @@ def markdown(results: list[SparkIoResult], master: str, rounds: int) -> str:
             native = _rounds(r, "parquet_write", "native_write")
             lines.append(f"* {r.backend}: native path throughput / df.write.parquet {native}")
             lines.append(f"* {r.backend}: full read ratio {_rounds(r, 'parquet_read', 'datasource_read')}")
+            if r.native_read_s is not None:
+                lines.append(
+                    f"* {r.backend}: native read / spark.read.parquet, full "
+                    f"{_ratio(r.native_read_ratio, NATIVE_READ_TARGET)}: "
+                    f"{_rounds(r, 'parquet_read', 'native_read')}; one column "
+                    f"{_ratio(r.native_column_read_ratio, NATIVE_READ_TARGET)}: "
+                    f"{_rounds(r, 'parquet_narrow_read', 'native_narrow_read')}"
+                )
             ceiling = _rounds(r, "parquet_read", "idle_read")
             lines.append(
                 f"* {r.backend}: read ceiling (spark.read.parquet / do-nothing Python source) {ceiling}"
@@ -547,6 +584,7 @@ def _cpu(r: SparkIoResult) -> str:
         ("datasource_read", "data source full read"),
         ("idle_read", "do-nothing full read"),
         ("parquet_read", "spark.read.parquet full read"),
+        ("native_read", "native full read"),
     ):
         if f"{name}_cpu" in r.rounds:
             shown.append(f"{label} {statistics.median(r.rounds[f'{name}_cpu']):.2f}")
@@ -593,6 +631,8 @@ def main(argv: list[str] | None = None) -> int:
             narrow_read_ratio=r.narrow_read_ratio,
             ceiling_ratio=r.ceiling_ratio,
             read_ceiling_ratio=r.read_ceiling_ratio,
+            native_read_ratio=r.native_read_ratio,
+            native_column_read_ratio=r.native_column_read_ratio,
             own_share=r.own_share,
             master=args.master,
         )
