@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from storage_adapter import UnsupportedOperationError, open_adapter
+from storage_adapter import ConfigurationError, UnsupportedOperationError, open_adapter
 from storage_adapter.engine import (
     Engine,
     EngineSettings,
@@ -73,7 +73,8 @@ def test_exactly_the_snapshots_rows_whatever_else_the_data_folder_holds(engine: 
     assert spark_rows(frame) == rows_of(engine.read("events", latest)) == rows_of(events(range(100, 130)))
     older = read(spark, engine.adapter.url, "events", version=first)
     assert spark_rows(older) == rows_of(engine.read("events", first)) == rows_of(events(range(0, 40)))
-    listed = spark.read.parquet(f"{engine.adapter.url}/{layout.data_prefix('events')}").count()
+    folder = f"{engine.adapter.url}/{layout.data_prefix('events')}"
+    listed = spark.read.schema(frame.schema).parquet(folder).count()
     assert listed == 30 + 40 + 10 + 5  # what the listing would have given
 
 
@@ -200,3 +201,10 @@ def test_refusals_are_typed_and_before_any_spark_job(tmp_path: Path, spark: Any)
         hadoop_location(s3, spark, reading=True)  # what read asks first, before the manifest: no request
     assert "Parquet reader" in str(unreachable.value)
     assert "spark.read.format('storage_adapter')" in str(unreachable.value)
+
+
+def test_a_root_spark_would_read_as_a_glob_pattern_is_refused(tmp_path: Path, spark: Any) -> None:
+    engine = Engine.open(f"file://{tmp_path}/lake[1]")
+    engine.create_table("events", SCHEMA)
+    with pytest.raises(ConfigurationError, match="glob"):
+        read(spark, engine, "events")

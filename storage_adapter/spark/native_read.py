@@ -64,7 +64,7 @@ def read(
     Spark's Parquet reader cannot read exactly (nanosecond timestamps, time of day); ConfigurationError
     for a root whose path Spark would read as a glob pattern. A table with no files is an empty DataFrame
     of its schema."""
-    if not (hasattr(spark, "read") and hasattr(spark, "createDataFrame")):
+    if not (hasattr(spark, "read") and hasattr(spark, "conf")):
         raise SparkInputError(
             f"read of table {table!r} needs a SparkSession, not {type(spark).__name__}", key=table
         )
@@ -78,6 +78,12 @@ def read(
         engine = Engine.open(root, read_only=True, options=options)
     adapter = engine.adapter
     hadoop = hadoop_location(adapter, spark, reading=True)
+    if _GLOB & set(hadoop.uri):
+        raise ConfigurationError(
+            f"root {hadoop.uri} holds a character Spark reads as a glob pattern ({sorted(_GLOB & set(hadoop.uri))}):"
+            f" table {table!r} cannot be read by path there; read with the data source",
+            key=adapter.url,
+        )
     snapshot = engine.snapshot(version)  # HistoryExpiredError outside the retained history
     try:
         schema = snapshot.schema(table)
@@ -102,16 +108,10 @@ def read(
         sum(f.rows for f in files),
         sum(f.bytes for f in files),
     )
-    if not files:
-        return spark.createDataFrame([], struct)
-    if _GLOB & set(hadoop.uri):
-        raise ConfigurationError(
-            f"root {hadoop.uri} holds a character Spark reads as a glob pattern ({sorted(_GLOB & set(hadoop.uri))}):"
-            f" table {table!r} cannot be read by path there; read with the data source",
-            key=adapter.url,
-        )
-    paths = [f"{hadoop.uri}/{data_file.key}" for data_file in files]
-    return spark.read.options(**hadoop.settings, **READ_OPTIONS).schema(struct).parquet(*paths)
+    reader = spark.read.options(**hadoop.settings, **READ_OPTIONS).schema(struct)
+    if not files:  # Spark's Parquet reader over no files: the same plan and schema, no rows
+        return reader.parquet()
+    return reader.parquet(*(f"{hadoop.uri}/{data_file.key}" for data_file in files))
 
 
 def _unreadable(field: pa.Field) -> str | None:
