@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from storage_adapter import ConfigurationError, UnsupportedOperationError, open_adapter
+from storage_adapter import ConfigurationError, UnsupportedOperationError
 from storage_adapter.engine import (
     Engine,
     EngineSettings,
@@ -27,7 +27,6 @@ from storage_adapter.engine import (
 )
 from storage_adapter.engine.request import CommitRequest
 from storage_adapter.spark import SparkInputError, read, write
-from storage_adapter.spark.native import hadoop_location
 
 SCHEMA = pa.schema([("id", pa.int64()), ("day", pa.string()), ("score", pa.float64())])
 
@@ -192,13 +191,15 @@ def test_refusals_are_typed_and_before_any_spark_job(tmp_path: Path, spark: Any)
     assert "spark.read.format('storage_adapter')" in str(mismatch.value)
     with pytest.raises(SparkInputError):
         read(object(), engine, "events")
+    with pytest.raises(ConfigurationError, match="already open"):
+        read(spark, engine, "events", options={"region": "x"})
     memory = Engine.open(f"memory://native-read-{uuid.uuid4().hex}")
     memory.create_table("events", SCHEMA)
     with pytest.raises(UnsupportedOperationError, match=r"spark\.read\.format\('storage_adapter'\)"):
         read(spark, memory, "events")
-    s3 = open_adapter("s3://lake/warehouse", endpoint="http://127.0.0.1:9", allow_http=True, anonymous=True)
+    s3 = {"endpoint": "http://127.0.0.1:9", "allow_http": True, "anonymous": True}  # nothing listens there
     with pytest.raises(UnsupportedOperationError, match="no hadoop-aws") as unreachable:
-        hadoop_location(s3, spark, reading=True)  # what read asks first, before the manifest: no request
+        read(spark, "s3://lake/warehouse", "events", options=s3)  # refused before any request
     assert "Parquet reader" in str(unreachable.value)
     assert "spark.read.format('storage_adapter')" in str(unreachable.value)
 

@@ -25,6 +25,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from storage_adapter.adapter import open_adapter
 from storage_adapter.engine import layout
 from storage_adapter.engine.engine import Engine
 from storage_adapter.engine.errors import SchemaMismatchError, UnknownTableError
@@ -73,17 +74,17 @@ def read(
             raise ConfigurationError(
                 f"options open a URL: the engine for {table!r} is already open", key=table
             )
-        engine = root
+        adapter = root.adapter
     else:
-        engine = Engine.open(root, read_only=True, options=options)
-    adapter = engine.adapter
-    hadoop = hadoop_location(adapter, spark, reading=True)
+        adapter = open_adapter(root, **dict(options or {}))
+    hadoop = hadoop_location(adapter, spark, reading=True)  # before any request to the root
     if _GLOB & set(hadoop.uri):
         raise ConfigurationError(
             f"root {hadoop.uri} holds a character Spark reads as a glob pattern ({sorted(_GLOB & set(hadoop.uri))}):"
             f" table {table!r} cannot be read by path there; read with the data source",
             key=adapter.url,
         )
+    engine = root if isinstance(root, Engine) else Engine.open(adapter, read_only=True)
     snapshot = engine.snapshot(version)  # HistoryExpiredError outside the retained history
     try:
         schema = snapshot.schema(table)
