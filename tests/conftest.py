@@ -4,7 +4,7 @@ The storage-contract plugin (contract_tests.plugin) is active here; ``adapter`` 
 name its prefixed fixtures for this project's tests: a test taking ``adapter`` runs once per embedded
 backend (memory, local, SeaweedFS and Azurite: pyproject.toml's ``storage_embedded``) under a fresh
 prefix. ``spark`` is one SparkSession for
-the whole run.
+the whole run; ``connect_server`` one Spark Connect server (its clients run in subprocesses).
 """
 
 from __future__ import annotations
@@ -35,6 +35,16 @@ def spark() -> Iterator[Any]:
     session = spark_session("local[4]", "storage-adapter-tests")
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A Spark Connect server from the PySpark wheel (tests/connect_server.py), for the whole run."""
+    from connect_server import ConnectServer  # tests/ is on the path
+
+    server = ConnectServer.start(tmp_path_factory.mktemp("connect-server"))
+    yield server
+    server.stop()
 
 
 @pytest.fixture

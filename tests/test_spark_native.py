@@ -176,6 +176,19 @@ def test_a_table_spark_cannot_write_exactly_is_refused_before_any_job(
     assert staged(engine, "exact") == [] and engine.read("exact").num_rows == 0
 
 
+def test_a_refused_write_creates_no_table(engine: Engine, spark: Any) -> None:
+    """create_table=True creates the table only once everything else is known to be right (issue 43: a
+    wrong option was refused after the table existed)."""
+    for wrong in ({"mode": "bogus"}, {"app_version": 1}, {"mode": "append", "replace_where": {"day": "d0"}}):
+        with pytest.raises(ValueError):
+            write(frame_of(spark, 10), engine, "never", create_table=True, **wrong)
+    memory = Engine.open("memory://native-refused-create")
+    with pytest.raises(UnsupportedOperationError):
+        write(frame_of(spark, 10), memory, "never", create_table=True)
+    assert engine.snapshot().tables == [] and memory.snapshot().tables == []
+    assert engine.adapter.list("tables") == []
+
+
 def test_roots_spark_cannot_reach_name_the_data_source(spark: Any) -> None:
     """memory (per-process) and S3 without hadoop-aws (the PySpark wheel has none): refused before any
     job, naming the data source as the way."""

@@ -54,6 +54,7 @@ from storage_adapter.protocol import StorageAdapter
 from storage_adapter.registry import HadoopRoot, backend_named
 from storage_adapter.spark.datasource import schema_from_spark, schema_to_spark
 from storage_adapter.spark.load import BulkLoad, check_spark_frame, log_load
+from storage_adapter.spark.session import is_connect
 from storage_adapter.types import ObjectInfo
 
 log = logging.getLogger(__name__)
@@ -119,10 +120,6 @@ def write(
     else:
         engine = Engine.open(root, options=options)
     spark = frame.sparkSession
-    hadoop = hadoop_location(engine.adapter, spark)
-    if create_table:
-        with contextlib.suppress(TableExistsError):  # created meanwhile by another writer: use it
-            engine.create_table(table, nullable(schema_from_spark(frame.schema)), partition_by=partition_by)
     request = CommitRequest(
         mode=mode,
         idempotency_key=idempotency_key,
@@ -130,7 +127,16 @@ def write(
         replace_where=None if replace_where is None else {table: replace_where},
         app_id=app_id,
         app_version=app_version,
-    )  # ValueError for any option that is wrong whatever the table
+    )  # ValueError for any option that is wrong whatever the table: before anything is created
+    hadoop = hadoop_location(engine.adapter, spark)
+    if is_connect(spark):  # the server writes, this client publishes: they must see the same files
+        check_shared_root(spark, engine.adapter, hadoop, table)
+    if create_table:
+        created = nullable(schema_from_spark(frame.schema))
+        if table not in engine.snapshot().tables:  # refuse what cannot be written before creating it
+            fitted(frame, table, created, (), by_position)
+        with contextlib.suppress(TableExistsError):  # created meanwhile by another writer: use it
+            engine.create_table(table, created, partition_by=partition_by)
     replayed = engine.precheck([table], request)
     if replayed is not None:
         log_load({table: ()}, replayed, "Spark native write")
@@ -138,7 +144,9 @@ def write(
     schema, columns = engine.snapshot().schema(table), engine.partition_by(table)
     projected = fitted(frame, table, schema, columns, by_position)
     staging = layout.staging_prefix(table, uuid.uuid4().hex)  # the job-name shape layout.own_key knows
-    writer = projected.write.options(**hadoop.settings, **COMMITTER_OPTIONS).mode("errorifexists")
+    writer = projected.write.options(**hadoop.settings, **COMMITTER_OPTIONS).mode(
+        "error"
+    )  # "errorifexists" is classic-only
     with session_settings(spark, PARQUET_SESSION_SETTINGS):
         writer.partitionBy(*([_HIDDEN_PARTITION] if columns else [])).parquet(f"{hadoop.uri}/{staging}")
     durable_files = hadoop.local_directory if engine.adapter.capabilities.durable else None
@@ -367,10 +375,11 @@ def _fsync(root: str, keys: Sequence[str]) -> None:
 def hadoop_location(adapter: StorageAdapter, spark: Any, *, reading: bool = False) -> HadoopRoot:
     """The root of ``adapter`` as Spark's Hadoop filesystems name it, with the settings that reach it (its
     backend's ``hadoop_root``: ``file://`` as it is; ``s3://bucket/prefix`` as ``s3a://bucket/prefix``
-    with the adapter's S3 options as per-bucket ``fs.s3a.bucket.<bucket>.*`` settings), when the driver's
-    JVM can load the filesystem it needs. UnsupportedOperationError naming the data source as the way
-    otherwise (an adapter the registry did not open, a backend no Hadoop filesystem reaches), for Spark's
-    Parquet reader when ``reading`` (the native read), its writer otherwise."""
+    with the adapter's S3 options as per-bucket ``fs.s3a.bucket.<bucket>.*`` settings), when the cluster
+    can load the filesystem it needs (asked of the driver's JVM, or on Connect of the server).
+    UnsupportedOperationError naming the data source as the way otherwise (an adapter the registry did not
+    open, a backend no Hadoop filesystem reaches), for Spark's Parquet reader when ``reading`` (the native
+    read), its writer otherwise."""
     if not isinstance(adapter, ObjectStorageAdapter):
         raise _unreachable(
             adapter, "it was not opened through the registry, which names Hadoop roots", reading
@@ -385,7 +394,8 @@ def hadoop_location(adapter: StorageAdapter, spark: Any, *, reading: bool = Fals
     if root.filesystem_class is not None and not _has_class(spark, root.filesystem_class):
         raise _unreachable(
             adapter,
-            f"this Spark cannot load {root.filesystem_class} (not on the driver's classpath: the PySpark "
+            f"this Spark cannot load {root.filesystem_class} (not on its classpath, as its "
+            f"{'Connect server' if is_connect(spark) else 'driver'} answers: the PySpark "
             "wheel ships no hadoop-aws); a cluster needs hadoop-aws matching its Hadoop and the AWS SDK bundle",
             reading,
         )
@@ -407,9 +417,14 @@ def _unreachable(adapter: StorageAdapter, reason: str, reading: bool = False) ->
 
 
 def _has_class(spark: Any, name: str) -> bool:
-    """Whether the driver's JVM can load class ``name`` (False where there is no JVM to ask: Spark
-    Connect)."""
-    jvm = getattr(spark.sparkContext, "_jvm", None) if hasattr(spark, "sparkContext") else None
+    """Whether the cluster can load class ``name``. A classic session asks its driver's JVM; a Spark
+    Connect client has none, and asks the server: one SQL query calling Spark's own
+    ``Utils.classIsLoadable`` by reflection there (``try_reflect``: None, i.e. False, where it cannot)."""
+    if is_connect(spark):
+        query = "SELECT try_reflect('org.apache.spark.util.Utils', 'classIsLoadable', :name) AS loadable"
+        rows = spark.sql(query, args={"name": name}).collect()
+        return bool(rows) and rows[0][0] == "true"
+    jvm = getattr(spark.sparkContext, "_jvm", None)
     if jvm is None:
         return False
     try:
@@ -417,6 +432,36 @@ def _has_class(spark: Any, name: str) -> bool:
     except Exception:  # py4j's ClassNotFoundException: the answer asked for, not a failure
         return False
     return True
+
+
+def check_shared_root(spark: Any, adapter: StorageAdapter, hadoop: HadoopRoot, table: str) -> None:
+    """On Spark Connect, the server's Spark writes the files and this client lists, checks, fsyncs and
+    publishes them through its adapter: correct only where both reach the same storage. A probe file
+    written here with a fresh token must read back through the server (one small job); otherwise
+    UnsupportedOperationError, before anything is written (the probe is deleted either way). Needed for a
+    ``file://`` root (the server's disk is the client's only when they share it); an S3 bucket is one
+    bucket wherever it is read from, checked the same way."""
+    token = uuid.uuid4().hex
+    key = f"{layout.staging_prefix(table, token)}/probe.txt"
+    adapter.write(key, token.encode())
+    try:
+        try:
+            seen = [row[0] for row in spark.read.text(f"{hadoop.uri}/{key}").collect()]
+        except Exception as exc:  # the server's Spark cannot read it (a path it does not have)
+            seen = [f"unreadable: {type(exc).__name__}"]
+    finally:
+        with contextlib.suppress(Exception):
+            adapter.delete(key)
+    if seen != [token]:
+        raise UnsupportedOperationError(
+            f"Spark Connect: the server's Spark does not see {adapter.url} as this client does (a probe "
+            "written here did not read back there: no shared filesystem). The native path publishes, "
+            "from this client, the files the server writes: run it in a classic session next to the "
+            "data, or write with the data source (df.write.format('storage_adapter')), whose every step "
+            "runs in the server's Python workers",
+            key=adapter.url,
+            backend=adapter.backend,
+        )
 
 
 def nullable(schema: pa.Schema) -> pa.Schema:

@@ -1,0 +1,151 @@
+"""Subprocess for the Spark Connect tests: a client with no JVM (a Connect session cannot share a process
+with the classic session of the other Spark tests: PySpark refuses it, and marks the whole process as
+Connect). Runs the named scenarios against the server and prints one JSON line: each scenario's
+observations (or the error it raised: its type and message).
+
+Usage: python connect_client.py SC_URL ROOT_DIR SCENARIO... (ROOT_DIR: a folder both share, file://).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from storage_adapter import open_adapter
+from storage_adapter.engine import Engine
+from storage_adapter.registry import HadoopRoot
+from storage_adapter.spark import spark_session, write
+from storage_adapter.spark.native import check_shared_root, hadoop_location
+from storage_adapter.spark.session import is_connect
+
+ROWS = 600
+
+
+def frame(spark: Any, first: int = 0, rows: int = ROWS) -> Any:
+    return spark.range(first, first + rows, 1, 2).selectExpr(
+        "id", "cast(id % 3 as string) AS day", "id * 0.5 AS score"
+    )
+
+
+def ids(url: str, table: str) -> list[int]:
+    return sorted(Engine.open(url, read_only=True).read(table).column("id").to_pylist())
+
+
+def error_of(call: Callable[[], Any]) -> dict[str, str]:
+    try:
+        call()
+    except Exception as exc:
+        return {"type": type(exc).__name__, "message": str(exc)[:600]}
+    return {}
+
+
+def session(spark: Any, root: str) -> dict[str, Any]:
+    """spark_session(remote=...) gives a Connect session with the data source registered."""
+    return {
+        "connect": is_connect(spark),
+        "pushdown": spark.conf.get("spark.sql.python.filterPushdown.enabled"),
+        "sparkContext": error_of(lambda: spark.sparkContext),
+    }
+
+
+def datasource(spark: Any, root: str) -> dict[str, Any]:
+    """A write (creating the table), a read back, and a re-run of the same application version."""
+    url = f"{root}/datasource"
+
+    def save(first: int) -> None:
+        (
+            frame(spark, first)
+            .write.format("storage_adapter")
+            .option("table", "events")
+            .option("createTable", "true")
+            .option("appId", "nightly")
+            .option("appVersion", "1")
+            .mode("append")
+            .save(url)
+        )
+
+    save(0)
+    read = spark.read.format("storage_adapter").option("table", "events").load(url)
+    read_ids = sorted(row.id for row in read.select("id").collect())
+    save(ROWS)  # a re-run of application version 1 (other rows): a replay, adds nothing
+    return {"engine_ids": ids(url, "events"), "read_ids": read_ids, "expected": list(range(ROWS))}
+
+
+def native(spark: Any, root: str) -> dict[str, Any]:
+    """The native write on a file:// root both share, partitioned, creating the table; then an append."""
+    url = f"{root}/native"
+    first = write(frame(spark), url, "events", create_table=True, partition_by=["day"])
+    second = write(frame(spark, ROWS), url, "events")
+    engine = Engine.open(url, read_only=True)
+    table = engine.read("events")
+    days = {str(d) for d in table.column("day").to_pylist()}
+    return {
+        "ids": ids(url, "events"),
+        "expected": list(range(2 * ROWS)),
+        "versions": [
+            first.commit.version if first.commit else None,
+            second.commit.version if second.commit else None,
+        ],
+        "days": sorted(days),
+        "staging_left": [
+            i.key for i in engine.adapter.list("tables/events/data/_staging") if "probe" in i.key
+        ],
+    }
+
+
+def refusals(spark: Any, root: str) -> dict[str, Any]:
+    """Refused native writes create nothing: a bad mode, a root the server's Spark does not see, and an
+    s3:// root (the wheel's server has no hadoop-aws: asked of the server, not of this client)."""
+    url = f"{root}/refused"
+    engine = Engine.open(url)
+    bad_mode = error_of(lambda: write(frame(spark), url, "bad_mode", create_table=True, mode="bogus"))
+    elsewhere = HadoopRoot(uri=f"{root}/nowhere".replace("file://", "file:///tmp/not-shared-"), settings={})
+    unshared = error_of(lambda: check_shared_root(spark, engine.adapter, elsewhere, "unshared"))
+    s3 = open_adapter(
+        "s3://bucket/prefix",
+        endpoint="http://127.0.0.1:9",
+        region="us-east-1",
+        access_key_id="k",
+        secret_access_key="s",
+        allow_http=True,
+    )
+    started = time.monotonic()
+    s3_error = error_of(lambda: hadoop_location(s3, spark))
+    return {
+        "bad_mode": bad_mode,
+        "unshared": unshared,
+        "s3": s3_error,
+        "s3_seconds": time.monotonic() - started,
+        "tables": Engine.open(url, read_only=True).snapshot().tables,
+        "left": [i.key for i in engine.adapter.list("")],
+    }
+
+
+SCENARIOS: dict[str, Callable[[Any, str], dict[str, Any]]] = {
+    "session": session,
+    "datasource": datasource,
+    "native": native,
+    "refusals": refusals,
+}
+
+
+def main() -> None:
+    url, root, *names = sys.argv[1:]
+    started = time.monotonic()
+    spark = spark_session(remote=url)
+    results: dict[str, Any] = {"connect_seconds": time.monotonic() - started}
+    for name in names:
+        began = time.monotonic()
+        try:
+            results[name] = SCENARIOS[name](spark, root)
+        except Exception as exc:
+            results[name] = {"failed": f"{type(exc).__name__}: {str(exc)[:2000]}"}
+        results[name + "_seconds"] = time.monotonic() - began
+    print(json.dumps(results))
+
+
+if __name__ == "__main__":
+    main()
