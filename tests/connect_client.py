@@ -17,7 +17,7 @@ from typing import Any
 from storage_adapter import open_adapter
 from storage_adapter.engine import Engine
 from storage_adapter.registry import HadoopRoot
-from storage_adapter.spark import spark_session, write
+from storage_adapter.spark import spark_session, typed_errors, write
 from storage_adapter.spark.native import check_shared_root, hadoop_location
 from storage_adapter.spark.session import is_connect
 
@@ -38,7 +38,7 @@ def error_of(call: Callable[[], Any]) -> dict[str, str]:
     try:
         call()
     except Exception as exc:
-        return {"type": type(exc).__name__, "message": str(exc)[:600]}
+        return {"type": type(exc).__name__, "message": str(exc)[:2000], "length": str(len(str(exc)))}
     return {}
 
 
@@ -124,11 +124,24 @@ def refusals(spark: Any, root: str) -> dict[str, Any]:
     }
 
 
+def errors(spark: Any, root: str) -> dict[str, Any]:
+    """A misspelt option, through typed_errors(): the data source's ConfigurationError, its message alone."""
+
+    def misspelt() -> None:
+        with typed_errors():
+            frame(spark).write.format("storage_adapter").option("table", "t").option("tabel", "x").mode(
+                "append"
+            ).save(f"{root}/errors")
+
+    return error_of(misspelt)
+
+
 SCENARIOS: dict[str, Callable[[Any, str], dict[str, Any]]] = {
     "session": session,
     "datasource": datasource,
     "native": native,
     "refusals": refusals,
+    "errors": errors,
 }
 
 

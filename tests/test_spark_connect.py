@@ -47,11 +47,11 @@ def run_client(server: Any, root: str, *names: str) -> dict[str, dict[str, Any]]
     return {name: answer[name] for name in names}
 
 
-def test_a_registered_connect_session_the_native_write_and_its_refusals(
+def test_a_registered_connect_session_the_native_write_its_refusals_and_typed_errors(
     connect_server: Any, root: str
 ) -> None:
     """One test, so that one server serves the default tier (its xdist workers would each start one)."""
-    observed = run_client(connect_server, root, "session", "native", "refusals")
+    observed = run_client(connect_server, root, "session", "native", "refusals", "errors")
     session = observed["session"]  # spark_session(remote=...)
     assert session["connect"] is True
     assert session["pushdown"] == "true"  # register(spark) ran: Python filter push-down is on
@@ -71,6 +71,11 @@ def test_a_registered_connect_session_the_native_write_and_its_refusals(
     assert "Connect server" in refused["s3"]["message"]
     assert refused["tables"] == []
     assert refused["left"] == ["_manifest.json"]  # the client's own Engine.open; no probe, no table
+
+    error = observed["errors"]  # typed_errors(): the data source's error, without the server's stack trace
+    assert error["type"] == "ConfigurationError"
+    assert error["message"].startswith("unknown option(s) tabel for the storage_adapter data source")
+    assert "JVM stacktrace" not in error["message"] and int(error["length"]) < 600
 
 
 @pytest.mark.stress  # about 30 s on 2 cores (three jobs, each planned in fresh Python workers on the server)

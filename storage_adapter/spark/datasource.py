@@ -354,13 +354,16 @@ def register(spark: Any) -> None:
 
 # A "module.Class: message" line of a Python traceback Spark relays from a worker, and Spark's suffix.
 _RELAYED = re.compile(r"^(storage_adapter(?:\.\w+)+)\.(\w+): ", re.M)
-_SQLSTATE = re.compile(r"\s*SQLSTATE: \w+\s*\Z")
+# What Spark appends to a relayed message: its SQLSTATE, and on Spark Connect the server's JVM stack trace
+# (an 8 to 11 KB message, the useful line 500 to 700 characters in).
+_SPARK_TAIL = re.compile(r"\s*SQLSTATE: \w+|\n\s*JVM stacktrace:")
 
 
 def relayed_error(exc: BaseException) -> StorageError | None:
     """The storage_adapter error a Spark exception relays from a Python worker (driver-side ``writer``,
     ``commit``, or a task): the last one its traceback names, rebuilt with its type and message (its
-    ``key`` and other fields are not relayed: None); None if it relays none."""
+    ``key`` and other fields are not relayed: None; Spark's SQLSTATE and, on Spark Connect, the server's
+    JVM stack trace cut off); None if it relays none."""
     text = str(exc)
     matches = list(_RELAYED.finditer(text))
     if not matches:
@@ -373,7 +376,10 @@ def relayed_error(exc: BaseException) -> StorageError | None:
     if not (isinstance(cls, type) and issubclass(cls, StorageError)):
         return None
     error = cls.__new__(cls)
-    Exception.__init__(error, _SQLSTATE.sub("", text[matches[-1].end() :]).strip())
+    message = text[matches[-1].end() :]
+    if (tail := _SPARK_TAIL.search(message)) is not None:
+        message = message[: tail.start()]
+    Exception.__init__(error, message.strip())
     error.key, error.backend = None, None
     if isinstance(error, CommitConflictError):
         error.expected = error.actual = error.table = None
