@@ -12,6 +12,7 @@ import json
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from storage_adapter import open_adapter
@@ -136,12 +137,50 @@ def errors(spark: Any, root: str) -> dict[str, Any]:
     return error_of(misspelt)
 
 
+def streaming(spark: Any, root: str) -> dict[str, Any]:
+    """A named stream (tests/spark_stream_worker.py's query) restarted after the state a driver killed
+    between the engine's publish and Spark's commit log leaves (batch 0 published, ``commits/0`` gone):
+    the replayed batch 0 adds nothing, the later batches land once each."""
+    import pyarrow as pa
+    from spark_stream_worker import run_query  # tests/ is on the path
+
+    url = f"{root}/stream"
+    folder = Path(url.removeprefix("file://"))
+    source, checkpoint = folder / "in", folder / "checkpoint"
+    engine = Engine.open(url)
+    engine.create_table(
+        "events", pa.schema([("id", pa.int64()), ("day", pa.string()), ("score", pa.float64())])
+    )
+
+    def add(files: range) -> None:
+        source.mkdir(parents=True, exist_ok=True)
+        for f in files:
+            rows = [{"id": f * 10 + i, "day": f"d{f}", "score": 1.0} for i in range(5)]
+            (source / f"part-{f}.json").write_text("\n".join(json.dumps(r) for r in rows))
+
+    add(range(1))
+    run_query(spark, url, {}, "events", str(source), str(checkpoint))
+    first_rows = engine.read("events").num_rows
+    (checkpoint / "commits" / "0").unlink()
+    (checkpoint / "commits" / ".0.crc").unlink(missing_ok=True)
+    add(range(1, 3))
+    query_id = run_query(spark, url, {}, "events", str(source), str(checkpoint))
+    return {
+        "first_rows": first_rows,
+        "replayed": (checkpoint / "commits" / "0").exists(),
+        "ids": ids(url, "events"),
+        "expected": [f * 10 + i for f in range(3) for i in range(5)],
+        "app_version": engine.app_version(f"spark-query-{query_id}"),
+    }
+
+
 SCENARIOS: dict[str, Callable[[Any, str], dict[str, Any]]] = {
     "session": session,
     "datasource": datasource,
     "native": native,
     "refusals": refusals,
     "errors": errors,
+    "streaming": streaming,
 }
 
 

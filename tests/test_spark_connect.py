@@ -85,3 +85,12 @@ def test_the_data_source_writes_reads_back_exactly_and_a_rerun_adds_nothing(
     observed = run_client(connect_server, root, "datasource")["datasource"]
     assert observed["read_ids"] == observed["expected"]
     assert observed["engine_ids"] == observed["expected"]  # the re-run of version 1 was a replay
+
+
+@pytest.mark.stress  # micro-batches planned and committed in the server's Python workers: about 30 s
+def test_a_named_stream_lands_each_micro_batch_once_across_a_restart(connect_server: Any, root: str) -> None:
+    observed = run_client(connect_server, root, "streaming")["streaming"]
+    assert observed["first_rows"] == 5
+    assert observed["replayed"] is True  # Spark did run batch 0 again after the restart
+    assert observed["ids"] == observed["expected"]  # and it added nothing
+    assert observed["app_version"] == 2
