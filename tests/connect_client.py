@@ -4,11 +4,13 @@ Connect). Runs the named scenarios against the server and prints one JSON line: 
 observations (or the error it raised: its type and message).
 
 Usage: python connect_client.py SC_URL ROOT_DIR SCENARIO... (ROOT_DIR: a folder both share, file://).
+SC_URL ``api-mode``: no server; ``spark.api.mode=connect`` starts one in the client's process.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -23,6 +25,7 @@ from storage_adapter.spark.native import check_shared_root, hadoop_location
 from storage_adapter.spark.session import is_connect
 
 ROWS = 600
+SERVER = [""]  # the SC_URL argument
 
 
 def frame(spark: Any, first: int = 0, rows: int = ROWS) -> Any:
@@ -45,11 +48,15 @@ def error_of(call: Callable[[], Any]) -> dict[str, str]:
 
 def session(spark: Any, root: str) -> dict[str, Any]:
     """spark_session(remote=...) gives a Connect session with the data source registered."""
-    return {
+    observed = {
         "connect": is_connect(spark),
         "pushdown": spark.conf.get("spark.sql.python.filterPushdown.enabled"),
         "sparkContext": error_of(lambda: spark.sparkContext),
     }
+    if SERVER[0].startswith("sc://"):  # SPARK_REMOTE names the same server: the same session
+        os.environ["SPARK_REMOTE"] = SERVER[0]
+        observed["spark_remote_same"] = spark_session() is spark
+    return observed
 
 
 def datasource(spark: Any, root: str) -> dict[str, Any]:
@@ -186,8 +193,12 @@ SCENARIOS: dict[str, Callable[[Any, str], dict[str, Any]]] = {
 
 def main() -> None:
     url, root, *names = sys.argv[1:]
+    SERVER[0] = url
     started = time.monotonic()
-    spark = spark_session(remote=url)
+    if url == "api-mode":  # spark.api.mode=connect: Spark starts a local Connect server in this process
+        spark = spark_session("local[1]", settings={"spark.api.mode": "connect"})
+    else:
+        spark = spark_session(remote=url)
     results: dict[str, Any] = {"connect_seconds": time.monotonic() - started}
     for name in names:
         began = time.monotonic()

@@ -24,24 +24,26 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 def run_client(server: Any, root: str, *names: str) -> dict[str, dict[str, Any]]:
+    print(f"the Connect server answered {server.started_in:.1f} s after its launch")
+    return run(server.url, root, names, server.tail)
+
+
+def run(url: str, root: str, names: tuple[str, ...], tail: Any = str) -> dict[str, dict[str, Any]]:
     """One client process running the scenarios ``names``: their observations (the test fails on an
     error of any)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parent), str(HERE)])}
     env.pop("SPARK_REMOTE", None)
     done = subprocess.run(
-        [sys.executable, str(HERE / "connect_client.py"), server.url, root, *names],
+        [sys.executable, str(HERE / "connect_client.py"), url, root, *names],
         env=env,
         capture_output=True,
         text=True,
         timeout=300,
         check=False,
     )
-    assert done.returncode == 0, done.stderr[-3000:] + server.tail()
+    assert done.returncode == 0, done.stderr[-3000:] + tail()
     answer: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    print(
-        f"server started in {server.started_in:.1f} s;",
-        {k: round(v, 1) for k, v in answer.items() if k.endswith("seconds")},
-    )
+    print({k: round(v, 1) for k, v in answer.items() if k.endswith("seconds")})
     for name in names:
         assert "failed" not in answer[name], answer[name]["failed"]
     return {name: answer[name] for name in names}
@@ -56,6 +58,7 @@ def test_a_registered_connect_session_the_native_write_its_refusals_and_typed_er
     assert session["connect"] is True
     assert session["pushdown"] == "true"  # register(spark) ran: Python filter push-down is on
     assert "JVM_ATTRIBUTE_NOT_SUPPORTED" in session["sparkContext"]["message"]  # and it was never asked
+    assert session["spark_remote_same"] is True  # spark_session() with SPARK_REMOTE: the same session
 
     native = observed["native"]  # on a file:// root the client and the server share
     assert native["ids"] == native["expected"]
@@ -94,3 +97,10 @@ def test_a_named_stream_lands_each_micro_batch_once_across_a_restart(connect_ser
     assert observed["replayed"] is True  # Spark did run batch 0 again after the restart
     assert observed["ids"] == observed["expected"]  # and it added nothing
     assert observed["app_version"] == 2
+
+
+@pytest.mark.stress  # Spark starts a Connect server inside the client's process: 50 to 80 s
+def test_spark_api_mode_connect_gives_a_registered_session_of_a_local_server(tmp_path: Path) -> None:
+    observed = run("api-mode", f"file://{tmp_path}", ("session", "native"))
+    assert observed["session"]["connect"] is True and observed["session"]["pushdown"] == "true"
+    assert observed["native"]["ids"] == observed["native"]["expected"]
