@@ -4,7 +4,8 @@
 wheel's ``sbin/start-connect-server.sh --wait`` runs, without its daemon wrapper and pid files) on a free
 loopback port, ``local[2]`` with a small driver heap, its Python workers on this interpreter with the
 repository on their path (the data source runs there), and waits until a client's first query answers.
-``stop()`` ends its process group. Imports nothing from the tests' conftest.
+``stop()`` ends its process group; a test run killed before it still ends the server (the parent-death
+signal). Imports nothing from the tests' conftest.
 """
 
 from __future__ import annotations
@@ -22,6 +23,15 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+
+
+def _die_with_parent() -> None:
+    """In the child before exec (Linux): SIGTERM when the process that started it dies, so a test run
+    killed before its teardown leaves no server behind (spark-submit execs the JVM: the same process)."""
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def free_port() -> int:
@@ -87,7 +97,13 @@ class ConnectServer:
         began = time.monotonic()
         with log.open("wb") as out:
             process = subprocess.Popen(
-                command, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=workdir, start_new_session=True
+                command,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=workdir,
+                start_new_session=True,
+                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
             )
         server = cls(process, port, log)
         try:

@@ -1,8 +1,8 @@
 """Every Spark path on a Spark Connect session (docs/spark.md, "Spark Connect"): a server started from the
 PySpark wheel (tests/connect_server.py, once per run), a client with no JVM in a subprocess
 (tests/connect_client.py: PySpark will not hold a Connect and a classic session in one process). Measured
-on 2 cores: the server answers about 27 s after launch (38 s under load), a client connects in about 4 s;
-the default-tier test about 45 s in all, the data source's (stress) about 30 s more."""
+on 2 cores: the server answers 14 to 44 s after launch (as the machine's load goes), a client connects in
+about 4 s; the default-tier test 45 to 67 s in all, each stress test about 30 s more (api mode: 50 to 80 s)."""
 
 from __future__ import annotations
 
