@@ -104,6 +104,22 @@ def native(spark: Any, root: str) -> dict[str, Any]:
     }
 
 
+def native_read(spark: Any, root: str) -> dict[str, Any]:
+    """storage_adapter.spark.read on Connect: the latest snapshot and an older version, exactly."""
+    from storage_adapter.spark.native_read import read
+
+    url = f"{root}/native_read"
+    write(frame(spark), url, "events", create_table=True, partition_by=["day"])
+    write(frame(spark, ROWS), url, "events")
+    latest = read(spark, url, "events")
+    return {
+        "ids": sorted(row.id for row in latest.select("id").collect()),
+        "expected": list(range(2 * ROWS)),
+        "older": sorted(row.id for row in read(spark, url, "events", version=2).select("id").collect()),
+        "schema": latest.schema.simpleString(),
+    }
+
+
 def refusals(spark: Any, root: str) -> dict[str, Any]:
     """Refused native writes create nothing: a bad mode, a root the server's Spark does not see, and an
     s3:// root (the wheel's server has no hadoop-aws: asked of the server, not of this client)."""
@@ -185,6 +201,7 @@ SCENARIOS: dict[str, Callable[[Any, str], dict[str, Any]]] = {
     "session": session,
     "datasource": datasource,
     "native": native,
+    "native_read": native_read,
     "refusals": refusals,
     "errors": errors,
     "streaming": streaming,

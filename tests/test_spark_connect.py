@@ -104,3 +104,11 @@ def test_spark_api_mode_connect_gives_a_registered_session_of_a_local_server(tmp
     observed = run("api-mode", f"file://{tmp_path}", ("session", "native"))
     assert observed["session"]["connect"] is True and observed["session"]["pushdown"] == "true"
     assert observed["native"]["ids"] == observed["native"]["expected"]
+
+
+@pytest.mark.stress  # two native writes and two reads on the server: 20 to 35 s
+def test_the_native_read_gives_the_snapshot_and_an_older_version(connect_server: Any, root: str) -> None:
+    observed = run_client(connect_server, root, "native_read")["native_read"]
+    assert observed["ids"] == observed["expected"]
+    assert observed["older"] == observed["expected"][: len(observed["expected"]) // 2]
+    assert observed["schema"] == "struct<id:bigint,day:string,score:decimal(22,1)>"  # the table's types
