@@ -24,6 +24,7 @@ from storage_adapter.idempotency import (
     LostOwnership,
     Owned,
     RecordStatus,
+    StoreUnavailableError,
     SummaryTooLargeError,
     Updated,
 )
@@ -86,6 +87,66 @@ def test_concurrent_reservers_exactly_one_owner(adapter: Any) -> None:
     assert all(
         c.record.reservation_id == owners[0].record.reservation_id for c in claims if isinstance(c, Duplicate)
     )
+
+
+class SlowCreates:
+    """Delegates to an adapter, but every ``write_if_absent`` answers only once ``answer`` is set (after
+    writing, when ``lands``), as SeaweedFS answers the losers of a race to create one key: it serializes
+    them about a second apart, so with tens of concurrent creators the last wait many seconds. Reads are
+    not held."""
+
+    def __init__(self, inner: Any, lands: bool) -> None:
+        self.inner, self.lands = inner, lands
+        self.answer = threading.Event()
+        self.creates = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def write_if_absent(self, key: str, data: bytes) -> str | None:
+        self.creates += 1
+        token = self.inner.write_if_absent(key, data) if self.lands else None
+        self.answer.wait(60)
+        return token
+
+
+def test_a_create_slower_than_the_deadline_is_settled_by_a_read(adapter: Any) -> None:
+    """A conditional create that misses the per-request deadline does not make ``reserve`` answer
+    "unavailable" when a read can say what happened: another reservation holds the key (Duplicate: the
+    duplicate waits or replays), or our own create landed (Owned, with the read's token)."""
+    fast = timedelta(seconds=0.2)
+    owner = make_store(adapter, Clock())
+    key = new_key()
+    first = owner.reserve("r", key, **BINDING)
+    assert isinstance(first, Owned)
+    held = SlowCreates(adapter, lands=False)
+    try:
+        duplicate = make_store(held, Clock(), call_timeout=fast).reserve("r", key, **BINDING)
+    finally:
+        held.answer.set()
+    assert isinstance(duplicate, Duplicate) and duplicate.record == first.record
+
+    fresh = new_key()
+    landing = SlowCreates(adapter, lands=True)
+    store = make_store(landing, Clock(), call_timeout=fast)
+    try:
+        mine = store.reserve("r", fresh, **BINDING)
+    finally:
+        landing.answer.set()
+    assert isinstance(mine, Owned) and mine.previous is None
+    assert isinstance(store.finalize(mine, http_status=200, summary=None), Finalized)  # its token is current
+
+
+def test_a_slow_create_of_a_key_still_absent_is_unavailable(adapter: Any) -> None:
+    held = SlowCreates(adapter, lands=False)
+    store = make_store(held, Clock(), call_timeout=timedelta(seconds=0.2))
+    key = new_key()
+    try:
+        with pytest.raises(StoreUnavailableError, match="write_if_absent"):
+            store.reserve("r", key, **BINDING)
+    finally:
+        held.answer.set()
+    assert store.load("r", key) is None and held.creates == 1
 
 
 def test_fresh_reserve_knows_its_token_and_finalizes_with_one_cas(adapter: Any) -> None:
