@@ -167,6 +167,20 @@ def pair_on(
 
 
 # -- one burst ----------------------------------------------------------------------------------------------------
+def error_type(body: bytes) -> str | None:
+    """The error type of an answer's body, as the service renders it: the Iceberg REST ``ErrorModel``
+    (``{"error": {"type", ...}}``, the example's renderer) or problem+json (``{"type", ...}``)."""
+    try:
+        document = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(document, dict):
+        return None
+    error = document.get("error")
+    found = error.get("type") if isinstance(error, dict) else document.get("type")
+    return found if isinstance(found, str) else None
+
+
 @dataclass
 class Answer:
     server: int
@@ -189,11 +203,7 @@ class Answer:
             return f"error {self.error}"
         if self.status == 200:
             return "200 replayed" if self.replayed else "200 run"
-        try:
-            subtype = json.loads(self.body).get("type")
-        except (ValueError, AttributeError):
-            subtype = None
-        return f"{self.status} {subtype}"
+        return f"{self.status} {error_type(self.body)}"
 
     def render(self) -> str:
         headers = ", ".join(f"{n}: {v}" for n, v in self.headers)
