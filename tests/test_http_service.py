@@ -12,7 +12,7 @@ import sys
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -49,14 +49,15 @@ def bearer(token: str) -> dict[str, str]:
 
 
 class Running:
-    """One service process: its base URL and a client."""
+    """One service process: its base URL and a client. ``args``: the service's settings (lease, wait...,
+    the prefix and the tokens of ``SERVICE_ARGS``)."""
 
-    def __init__(self, url: str, env: dict[str, str], log: Path) -> None:
+    def __init__(self, url: str, env: dict[str, str], log: Path, args: Sequence[str] = SERVICE_ARGS) -> None:
         port = _free_port()
         self.base = f"http://127.0.0.1:{port}{PREFIX}"
-        args = [sys.executable, str(SERVICE), url, "--port", str(port), "--failpoints-route", *SERVICE_ARGS]
+        command = [sys.executable, str(SERVICE), url, "--port", str(port), "--failpoints-route", *args]
         with log.open("wb") as stderr:
-            self.process = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
+            self.process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
         self.log = log
         self.http = httpx.Client(base_url=self.base, timeout=60, headers=bearer("token-of-a"))
         deadline = time.monotonic() + 120

@@ -23,9 +23,12 @@ from idempotency_crash_worker import (
 from storage_adapter.idempotency import (
     HandlerResult,
     IdempotencyStore,
+    Owned,
     OwnerContext,
     Policy,
     RecordStatus,
+    claim_once,
+    payload_fingerprint,
     run_idempotent,
 )
 from storage_adapter.idempotency.engine_reconciler import EngineReconciler
@@ -146,6 +149,74 @@ def test_slow_owner_is_fenced_and_the_effect_happens_once(adapter: Any, stalls: 
     assert final == settled  # the old owner's finalize was fenced: not one byte changed
     assert final is not None and final.record.status is RecordStatus.FINALIZED
     assert committed_keys(engine) == [f"tenant-a/{key}"]
+
+
+class StallsAfterReserve(IdempotencyStore):
+    """An owner's store: right after its reservation succeeds, ``stall`` runs in the owner's thread, as if
+    its process were not scheduled between the reservation and the handler (no heartbeat runs then)."""
+
+    def __init__(self, adapter: Any, stall: Any, **kwargs: Any) -> None:
+        super().__init__(adapter, **kwargs)
+        self.stall = stall
+
+    def reserve(self, realm: str, key: str, **kwargs: Any) -> Any:
+        claim = super().reserve(realm, key, **kwargs)
+        if isinstance(claim, Owned):
+            self.stall()
+        return claim
+
+
+@pytest.mark.parametrize("successor", ["finalized", "in_progress"])
+def test_an_owner_stalled_before_its_handler_never_runs_it_after_a_takeover(
+    adapter: Any, successor: str
+) -> None:
+    """The owner reserves the key, then stalls before its handler starts for longer than its lease plus
+    the skew grace (an injected clock jumps); a successor takes the key over meanwhile and finalizes it, or
+    still works on it. The owner must not run its handler for a record it no longer owns: it answers the
+    successor's stored outcome (replayed) or 409, and the engine has one commit with the key."""
+    engine = open_engine(adapter)
+    reconciler = EngineReconciler(engine, describe_commit)
+    key = str(uuid.uuid4())
+    now = [datetime.now(UTC)]
+    lease, grace = timedelta(seconds=30), timedelta(seconds=5)
+    successor_store = IdempotencyStore(adapter, clock=lambda: now[0], lease=lease, executor_id="successor")
+    answers: list[Any] = []
+
+    def stall() -> None:
+        now[0] += lease + grace + timedelta(seconds=1)
+        if successor == "finalized":
+            answers.append(
+                run_idempotent(
+                    successor_store, commit_request(key), committing_handler(engine), reconciler=reconciler
+                )
+            )
+        else:
+            fingerprint = payload_fingerprint(commit_request(key).payload)
+            claim = claim_once(successor_store, commit_request(key), key, fingerprint)
+            assert isinstance(claim, Owned) and claim.previous is not None  # taken over, left in progress
+
+    owner_store = StallsAfterReserve(
+        adapter, stall, clock=lambda: now[0], lease=lease, skew_grace=grace, executor_id="owner"
+    )
+    runs: list[str] = []
+
+    def owner_handler(ctx: OwnerContext) -> HandlerResult:
+        runs.append(ctx.commit_key)
+        return committing_handler(engine)(ctx)
+
+    answer = run_idempotent(owner_store, commit_request(key), owner_handler, reconciler=reconciler)
+    assert runs == [], "the owner ran its handler for a record a successor had taken over"
+    settled = successor_store.load("tenant-a", key)
+    assert settled is not None and settled.record.executor_id == "successor"
+    if successor == "finalized":
+        assert answers[0].replayed is False and answers[0].status == 201  # the successor's run
+        assert (answer.status, answer.summary, answer.replayed) == (201, answers[0].summary, True)
+        assert settled.record.status is RecordStatus.FINALIZED
+        assert committed_keys(engine) == [f"tenant-a/{key}"]
+    else:
+        assert (answer.status, answer.problem_type) == (409, "idempotency_in_progress")
+        assert settled.record.status is RecordStatus.IN_PROGRESS  # the successor's, untouched
+        assert committed_keys(engine) == []
 
 
 def test_lost_ownership_is_visible_to_a_running_handler(adapter: Any) -> None:

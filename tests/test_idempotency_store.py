@@ -14,6 +14,7 @@ import pytest
 
 from contract_tests.counting import CountingAdapter
 from storage_adapter.adapter import open_adapter
+from storage_adapter.errors import BackendUnavailableError
 from storage_adapter.idempotency import (
     Cancelled,
     CorruptRecordError,
@@ -24,6 +25,7 @@ from storage_adapter.idempotency import (
     LostOwnership,
     Owned,
     RecordStatus,
+    StoreUnavailableError,
     SummaryTooLargeError,
     Updated,
 )
@@ -86,6 +88,69 @@ def test_concurrent_reservers_exactly_one_owner(adapter: Any) -> None:
     assert all(
         c.record.reservation_id == owners[0].record.reservation_id for c in claims if isinstance(c, Duplicate)
     )
+
+
+class SlowCreates:
+    """Delegates to an adapter, but its ``write_if_absent`` never answers in time: ``held`` answers only
+    once ``answer`` is set, as SeaweedFS answers the losers of a race to create one key (it serializes
+    them about a second apart, so with tens of concurrent creators the last wait many seconds);
+    ``unavailable`` fails as unavailable, ``landed`` too but after writing (the answer lost). Reads are
+    not held."""
+
+    def __init__(self, inner: Any, mode: str) -> None:
+        self.inner, self.mode = inner, mode
+        self.answer = threading.Event()
+        self.creates = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def write_if_absent(self, key: str, data: bytes) -> str | None:
+        self.creates += 1
+        if self.mode == "held":
+            self.answer.wait(60)
+            return None
+        if self.mode == "landed":
+            self.inner.write_if_absent(key, data)
+        raise BackendUnavailableError(f"no answer to the create of {key}", key=key)
+
+
+def test_a_create_slower_than_the_deadline_is_settled_by_a_read() -> None:
+    """A conditional create that misses the per-request deadline does not make ``reserve`` answer
+    "unavailable" when the record exists: a read says another reservation holds the key (Duplicate: the
+    duplicate waits or replays). Memory, whose reads take microseconds beside the 0.2 s deadline."""
+    adapter = open_adapter(f"memory://slow-create-{uuid.uuid4().hex[:8]}")
+    first = make_store(adapter, Clock()).reserve("r", key := new_key(), **BINDING)
+    assert isinstance(first, Owned)
+    held = SlowCreates(adapter, "held")
+    try:
+        duplicate = make_store(held, Clock(), call_timeout=timedelta(seconds=0.2)).reserve(
+            "r", key, **BINDING
+        )
+    finally:
+        held.answer.set()
+    assert isinstance(duplicate, Duplicate) and duplicate.record == first.record and held.creates == 1
+
+
+def test_a_create_without_an_answer_is_settled_by_a_read(adapter: Any) -> None:
+    """A create that fails as unavailable is settled by a read: Duplicate when another reservation holds
+    the key, Owned (with the read's token) when the create landed and only its answer was lost, and
+    StoreUnavailableError (503) only when the key is still absent."""
+    first = make_store(adapter, Clock()).reserve("r", key := new_key(), **BINDING)
+    assert isinstance(first, Owned)
+    duplicate = make_store(SlowCreates(adapter, "unavailable"), Clock()).reserve("r", key, **BINDING)
+    assert isinstance(duplicate, Duplicate) and duplicate.record == first.record
+
+    store = make_store(SlowCreates(adapter, "landed"), Clock())
+    mine = store.reserve("r", fresh := new_key(), **BINDING)
+    assert isinstance(mine, Owned) and mine.previous is None
+    assert isinstance(store.finalize(mine, http_status=200, summary=None), Finalized)  # its token is current
+
+    absent = SlowCreates(adapter, "unavailable")
+    with pytest.raises(StoreUnavailableError, match="write_if_absent"):
+        make_store(absent, Clock()).reserve("r", other := new_key(), **BINDING)
+    assert store.load("r", other) is None and absent.creates == 1
+    assert store.load("r", fresh) is not None
 
 
 def test_fresh_reserve_knows_its_token_and_finalizes_with_one_cas(adapter: Any) -> None:

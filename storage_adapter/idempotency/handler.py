@@ -262,7 +262,9 @@ class Ownership:
 
     Heartbeats run on a daemon thread from ``start()`` until the settlement, reconciliation included.
     After asking a reconciler, which can take long, ownership is proven again by a fenced heartbeat CAS
-    before ``start()`` lets the handler run: a handler never runs for a record this owner no longer owns.
+    before ``start()`` lets the handler run; so it is whenever ``lost`` already says ownership cannot be
+    proven when the handler would start (an owner stalled since its reservation, before any heartbeat ran,
+    for most of its lease): a handler never starts for a record this owner no longer owns.
     """
 
     def __init__(
@@ -294,12 +296,36 @@ class Ownership:
         self.keeper.__enter__()
         try:
             answer = self._reconciled()
+            if answer is None:
+                answer = self._proven()
         except BaseException:
             self.keeper.stop()
             raise
         if answer is not None:
             self.keeper.stop()
         return answer
+
+    def _proven(self) -> Response | None:
+        """None when the handler may start: ownership is provable now. No heartbeat runs between the
+        reservation and ``start()``, so an owner stalled there (its process not scheduled, its worker
+        thread queued) for most of its lease may have been taken over by a duplicate that ran or is running
+        the handler: when ``lost`` says so, a fenced heartbeat CAS proves ownership first, and an owner
+        that lost the record answers as overtaken (the successor's outcome, or 409) without running it.
+        Costs no request while ``lost`` is False."""
+        keeper = self.keeper
+        if not keeper.lost:
+            return None
+        # Nothing ran under this reservation; only a replaced attempt may have had an effect.
+        subtype = OUTCOME_UNSETTLED if keeper.owned.previous is not None else None
+        try:
+            owns = keeper.confirm()
+        except BaseException as exc:
+            return _release(self.store, keeper, self.policy, exc, STORE_FAILED, subtype)
+        if owns:
+            return None
+        if keeper.loss is None and keeper.error is not None:
+            return _release(self.store, keeper, self.policy, keeper.error, STORE_FAILED, subtype)
+        return _overtaken(keeper, self.replayer)
 
     def _reconciled(self) -> Response | None:
         store, keeper, policy = self.store, self.keeper, self.policy
@@ -383,13 +409,19 @@ def _overtaken(keeper: LeaseKeeper, replayer: Replayer | None) -> Response:
 
 
 def _release(
-    store: IdempotencyStore, keeper: LeaseKeeper, policy: Policy, exc: BaseException, subtype: str
+    store: IdempotencyStore,
+    keeper: LeaseKeeper,
+    policy: Policy,
+    exc: BaseException,
+    subtype: str,
+    cancelled_as: str | None = OUTCOME_UNSETTLED,
 ) -> Response:
-    """A failure while owning, before the handler ran: give the reservation up (CANCELLED, marked as an
-    attempt whose effect is unsettled, so the next retry takes it at once and reconciles again) and
-    answer with the failure's outcome. Not an Exception (KeyboardInterrupt...): released, re-raised."""
+    """A failure while owning, before the handler ran: give the reservation up (CANCELLED, by default
+    marked as an attempt whose effect is unsettled, so the next retry takes it at once and reconciles
+    again; None when nothing can have had an effect) and answer with the failure's outcome. Not an
+    Exception (KeyboardInterrupt...): released, re-raised."""
     keeper.stop()
-    _best_effort(lambda: store.cancel(keeper.owned, error_subtype=OUTCOME_UNSETTLED), policy)
+    _best_effort(lambda: store.cancel(keeper.owned, error_subtype=cancelled_as), policy)
     if not isinstance(exc, Exception):
         raise exc
     return _failure(exc, subtype)

@@ -40,6 +40,7 @@ from storage_adapter.idempotency.deadline import call_with_deadline
 from storage_adapter.idempotency.errors import (
     AttachmentTooLargeError,
     CorruptRecordError,
+    StoreUnavailableError,
     SummaryTooLargeError,
 )
 from storage_adapter.idempotency.expiry_index import Entry, Layout, Listing, joined
@@ -234,7 +235,9 @@ class IdempotencyStore:
         """Reserve (realm, key) for one request. Exactly one concurrent caller gets Owned.
 
         A cancelled record with the same binding (operation, resource, fingerprint) is taken over by CAS
-        (``Owned.previous`` is set); every other existing record comes back as Duplicate. Raises
+        (``Owned.previous`` is set); every other existing record comes back as Duplicate. A create that
+        misses its deadline (or fails as unavailable) is settled by a read where the record exists: Duplicate,
+        or Owned when the record is this call's own (the create landed, its answer was late). Raises
         InvalidIdempotencyKeyError, CorruptRecordError (record left in place), StoreUnavailableError; and,
         before any request, TypeError/ValueError when ``realm``, ``operation``, ``resource`` or
         ``fingerprint`` is not a str the record can hold.
@@ -261,14 +264,25 @@ class IdempotencyStore:
         )
         body = encode_record(fresh)
         for _ in range(MAX_CAS_ATTEMPTS):
-            created = self._request(
-                f"write_if_absent {location}", lambda: self.adapter.write_if_absent(location, body)
-            )
+            late: StoreUnavailableError | None = None
+            try:
+                created = self._request(
+                    f"write_if_absent {location}", lambda: self.adapter.write_if_absent(location, body)
+                )
+            except StoreUnavailableError as exc:
+                # The create did not answer in time (or failed as unavailable): where the record exists, a
+                # read settles it. SeaweedFS serializes concurrent creates of one key about a second apart,
+                # so the losers of a race of tens wait many seconds for the refusal a read gives at once.
+                created, late = None, exc
             if created is not None:
                 return Owned(fresh, created)
             stored = self._read_for(realm, key)
             if stored is None:
+                if late is not None:
+                    raise late  # absent: ours may still land (a late reservation, whose lease goes stale)
                 continue  # purged between the two requests: try to create it again
+            if stored.record.reservation_id == fresh.reservation_id:
+                return Owned(stored.record, stored.token)  # our create landed; its answer was late
             existing = stored.record
             if existing.status is not RecordStatus.CANCELLED or existing.binding != fresh.binding:
                 return Duplicate(existing, stored.token)
