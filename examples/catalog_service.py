@@ -170,6 +170,10 @@ class Catalog:
             detail = f"the commit may or may not have landed; retry with the same key: {type(exc).__name__}"
             return problem(503, "commit_failed", detail, **{"retry-after": "1"})
         status, content, headers = self.render(commit)
+        if (
+            commit.replayed
+        ):  # a successor that took the key over committed it first: the same answer, a replay
+            headers.append(("idempotent-replayed", "true"))
         return Response(content, status, dict(headers))
 
     async def read(self, request: Request) -> Response:

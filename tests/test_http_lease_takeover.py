@@ -395,9 +395,6 @@ def burst(pair: Pair, n: int = DUPLICATES, stall: Stall | None = None) -> Burst:
 class CampaignResult:
     runs: int = 0
     failed: list[str] = field(default_factory=list)
-    # Bursts whose one problem is the example service's known gap (a stalled owner's engine replay
-    # answered as fresh, after a takeover): counted and shown, not failed, while the gap is open.
-    known_gap: list[str] = field(default_factory=list)
     kinds: Counter[str] = field(default_factory=Counter)
     takeovers: int = 0  # bursts whose record had more than one reservation
     seconds: float = 0.0
@@ -405,7 +402,7 @@ class CampaignResult:
     def summary(self) -> str:
         return (
             f"{self.runs} bursts of {DUPLICATES} in {self.seconds:.0f} s: {len(self.failed)} failed, "
-            f"{len(self.known_gap)} with the example's known gap, {self.takeovers} with a takeover; "
+            f"{self.takeovers} with a takeover; "
             f"answers {dict(self.kinds)}"
         )
 
@@ -416,11 +413,9 @@ def campaign(
     report: Path | None = None,
     stalls: tuple[float, float, float] | None = None,
     seed: int = 0,
-    known_gap: bool = False,
 ) -> CampaignResult:
     """``runs`` bursts; ``stalls`` = (latest start, shortest, longest): each burst's owner process is
-    stopped once, a seeded time after its reservation was seen, for a seeded duration. ``known_gap``:
-    the example answers an engine replay as fresh (``example_answers_engine_replays_as_fresh``)."""
+    stopped once, a seeded time after its reservation was seen, for a seeded duration."""
     result = CampaignResult()
     started = time.monotonic()
     draw = random.Random(seed)
@@ -437,11 +432,10 @@ def campaign(
         if not one.problems:
             continue
         detail = one.render(pair)
-        gap = known_gap and takeover and all(p.endswith(FRESH_REPLAY) for p in one.problems)
-        (result.known_gap if gap else result.failed).append(detail)
+        result.failed.append(detail)
         if report is not None:
             with report.open("a") as out:
-                out.write(("known gap: " if gap else "") + detail + "\n\n")
+                out.write(detail + "\n\n")
     result.seconds = time.monotonic() - started
     logged = pair.logged()
     if logged:
@@ -451,8 +445,6 @@ def campaign(
 
 def _assert_clean(result: CampaignResult) -> None:
     print(result.summary())
-    for detail in result.known_gap[:3]:
-        print(f"known gap (examples/catalog_service.py):\n{detail}")
     assert not result.failed, result.summary() + "\n\n" + "\n\n".join(result.failed[:10])
 
 
@@ -564,27 +556,12 @@ def stalled_owner(stall: str) -> tuple[list[Answer], int]:
     return answers, service.effects(request_id)
 
 
-def example_answers_engine_replays_as_fresh() -> bool:
-    """Whether examples/catalog_service.py still answers the engine's replay of a commit (a stalled
-    owner's commit after a successor's) as a fresh 200: the gap test_an_owner_stalled_past_its_lease...
-    [before_commit] shows."""
-    answers, effects = stalled_owner("before_commit")
-    return any(problem.endswith(FRESH_REPLAY) for problem in judge(answers, effects))
-
-
 # -- the tests --------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     "stall",
     [
         "after_reserve",
-        pytest.param(
-            "before_commit",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="examples/catalog_service.py answers the engine's replay of a commit (Commit.replayed: "
-                "a successor committed with the key first) as a fresh 200, without idempotent-replayed",
-            ),
-        ),
+        "before_commit",
         "after_commit",
     ],
 )
@@ -613,9 +590,8 @@ def test_duplicates_split_across_two_servers_under_cpu_load_stress(
 ) -> None:
     """``LEASE_RUNS`` bursts (default 100) under ``LEASE_LOAD_PER_CORE`` (default 3) busy loops per core."""
     per_core = int(os.environ.get("LEASE_LOAD_PER_CORE", "3"))
-    gap = example_answers_engine_replays_as_fresh()
     with pair_on(backend, request, tmp_path, SETTINGS[settings]) as pair, cpu_load(per_core):
-        result = campaign(pair, _runs(), tmp_path / "failures.txt", known_gap=gap)
+        result = campaign(pair, _runs(), tmp_path / "failures.txt")
     _assert_clean(result)
 
 
@@ -647,7 +623,6 @@ def test_duplicates_split_across_two_servers_with_the_owner_stopped_stress(
     s (default 0.15) after its reservation, for one to three leases: a takeover in most bursts."""
     lease = {"lease1-engine30": 1.0, "lease1": 1.0, "lease2": 2.0}[settings]
     after = float(os.environ.get("LEASE_STALL_AFTER", "0.15"))
-    gap = example_answers_engine_replays_as_fresh()
     with pair_on(backend, request, tmp_path, SETTINGS[settings]) as pair:
-        result = campaign(pair, _runs(), tmp_path / "failures.txt", (after, lease, 3 * lease), known_gap=gap)
+        result = campaign(pair, _runs(), tmp_path / "failures.txt", (after, lease, 3 * lease))
     _assert_clean(result)
