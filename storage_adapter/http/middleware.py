@@ -393,7 +393,7 @@ class IdempotencyMiddleware:
         self, ownership: Ownership, scope: Scope, body: bytes, receive: Receive, send: Send
     ) -> None:
         """Run the app once under ``ownership`` and settle on what the client receives (the table of
-        outcomes is in docs/idempotency.md, "Every outcome a complete response")."""
+        outcomes is in docs/idempotency.md, "The answers" and "Every status class has a rule")."""
         capture = _Capture(send, self.max_response_bytes, partial(self._settle, ownership))
         try:
             answer = await self._in_thread(ownership.start)
