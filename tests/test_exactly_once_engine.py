@@ -297,11 +297,15 @@ def test_a_publish_from_a_claim_the_entry_moved_past_reads_the_entry_again() -> 
 
 
 # -- found by tests/test_http_lease_takeover.py: a writer stopped past its sidecar lease ----------------------
+# A heal judges a writer on another host (or with a live pid) dead by its expired lease alone; the writer may
+# only be stopped. Before it rolls such an operation back (or discards it) the heal publishes a fence record
+# over the manifest it decided on: the stopped writer's CAS fails, its retry finds the fence and raises
+# CommitFencedError, nothing of it visible (recovery.py, "Fencing").
 STOPPED_WRITER = r"""
 import pathlib, sys, time
 import pyarrow as pa
 from storage_adapter import open_adapter
-from storage_adapter.engine import CommitRequest, Engine, EngineSettings, failpoints
+from storage_adapter.engine import CommitFencedError, CommitRequest, Engine, EngineSettings, failpoints
 root, key, sync = sys.argv[1], sys.argv[2], pathlib.Path(sys.argv[3])
 engine = Engine.open(open_adapter(root), actor="stopped", settings=EngineSettings(lease_s=1.0, retention=4))
 def stop(name):
@@ -310,20 +314,20 @@ def stop(name):
         time.sleep(0.01)
 failpoints.arm("commit.after_key_claim", stop, times=1)
 rows = pa.table({"id": [1]}, schema=pa.schema([("id", pa.int64())]))
-print(engine.commit({"a": rows}, CommitRequest(idempotency_key=key)).version)
+try:
+    print(engine.commit({"a": rows}, CommitRequest(idempotency_key=key)).version)
+except CommitFencedError as exc:
+    print("fenced:", exc)
+    sys.exit(3)
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a writer stopped past its sidecar lease after its key claim is discarded by another process's "
-    "heal (the key released), then publishes anyway: nothing fences its manifest CAS, its ledger publish "
-    "fails ('the ledger names nobody', logged), and once its record leaves the retention the key commits again",
-)
 def test_a_writer_stopped_past_its_lease_after_its_key_claim_never_lets_the_key_apply_twice(tmp_path) -> None:
     """A writer in another process claims the key, then stops (SIGSTOP, a VM pause, a starved process)
-    for longer than its sidecar lease; this process heals meanwhile, judging it dead by its lease. When
-    the writer goes on, the key must still apply once: a later commit with it is a replay."""
+    for longer than its sidecar lease; this process heals meanwhile, judging it dead by its lease, and
+    commits the key itself (the heal released it). When the writer goes on, it must not publish: the key
+    applies once, and a later commit with it is a replay, also once the records left the retention.
+    (Before the fence, the writer published too: ``a`` held both rows.)"""
     import subprocess
     import sys
     import time
@@ -338,7 +342,9 @@ def test_a_writer_stopped_past_its_lease_after_its_key_claim_never_lets_the_key_
     engine.create_table("a", SCHEMA)
     engine.create_table("b", SCHEMA)
     key = "realm/stopped"
-    writer = subprocess.Popen([sys.executable, "-c", STOPPED_WRITER, root, key, str(tmp_path)])
+    writer = subprocess.Popen(
+        [sys.executable, "-c", STOPPED_WRITER, root, key, str(tmp_path)], stdout=subprocess.PIPE, text=True
+    )
     deadline = time.monotonic() + 60
     while not (tmp_path / "claimed").exists():
         assert writer.poll() is None and time.monotonic() < deadline, "the writer never claimed the key"
@@ -346,9 +352,121 @@ def test_a_writer_stopped_past_its_lease_after_its_key_claim_never_lets_the_key_
     time.sleep(1.5)  # the writer's 1 s sidecar lease runs out (a wall-clock lease: nothing to inject)
     healed = engine.heal()
     assert [r.outcome for r in healed.recovered] == [RecoveryOutcome.ORPHAN_DISCARDED]
+    taken = engine.commit({"a": rows(2)}, CommitRequest(idempotency_key=key))
+    assert not taken.replayed
     (tmp_path / "go").touch()
-    assert writer.wait(60) == 0
+    out, _ = writer.communicate(timeout=60)
+    assert writer.returncode == 3 and out.startswith("fenced:"), out
     for n in range(RETENTION + 1):
-        engine.commit({"b": rows(n)})  # unrelated commits: the writer's record leaves the retention
-    again = engine.commit({"a": rows(2)}, CommitRequest(idempotency_key=key))
-    assert again.replayed and ids(engine, "a") == [1]
+        engine.commit({"b": rows(n)})  # unrelated commits: the records leave the retention
+    again = engine.commit({"a": rows(3)}, CommitRequest(idempotency_key=key))
+    assert again.replayed and again.version == taken.version and ids(engine, "a") == [2]
+    assert engine.heal().listed == 0
+
+
+# Every point a writer can stop at with its sidecar written and nothing published, and what the heal of it
+# does: discard it (nothing of it written), roll it back (one of its two table versions written, or the
+# manifest moved its table meanwhile: "moved"), or roll it forward (both written, nothing moved).
+STOP_CASES = [
+    ("commit.after_sidecar", True, False, RecoveryOutcome.ORPHAN_DISCARDED),
+    ("commit.after_sidecar", False, False, RecoveryOutcome.ORPHAN_DISCARDED),
+    ("commit.after_key_claim", True, False, RecoveryOutcome.ORPHAN_DISCARDED),  # no key, no claim
+    ("commit.after_table_version", True, False, RecoveryOutcome.ROLLED_BACK),
+    ("commit.after_table_version", False, False, RecoveryOutcome.ROLLED_BACK),
+    ("commit.before_publish", True, True, RecoveryOutcome.ROLLED_BACK),
+    ("commit.before_publish", False, True, RecoveryOutcome.ROLLED_BACK),
+    ("commit.before_publish", True, False, RecoveryOutcome.ROLLED_FORWARD),
+    ("commit.before_publish", False, False, RecoveryOutcome.ROLLED_FORWARD),
+]
+
+
+def _stopped_writer(
+    adapter, point: str, key: str | None, monkeypatch
+) -> tuple[threading.Thread, threading.Event, list[object]]:
+    """A writer of a and c (a thread of this process made to look like one on another host: its own live
+    registry, another host name) that stops at ``point`` (the first time it fires) until the returned
+    event is set; its outcome (a Commit or the exception) lands in the returned list."""
+    from storage_adapter.engine import commit as commit_module
+    from storage_adapter.engine.sidecar import LiveOperations
+
+    writer = Engine.open(adapter.child("engine"), actor="stopped", settings=EngineSettings(lease_s=1.0))
+    stopped, go = threading.Event(), threading.Event()
+
+    def stop(name: str) -> None:
+        stopped.set()
+        assert go.wait(60)
+
+    outcome: list[object] = []
+
+    def run() -> None:
+        try:
+            outcome.append(writer.commit({"a": rows(1), "c": rows(1)}, CommitRequest(idempotency_key=key)))
+        except Exception as exc:
+            outcome.append(exc)
+
+    fp.arm(point, stop, times=1)
+    with monkeypatch.context() as patched:
+        patched.setattr(commit_module, "HOST", "elsewhere.invalid")
+        patched.setattr(commit_module, "LIVE", LiveOperations())
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        assert stopped.wait(60), "the writer never reached its stop point"
+    return thread, go, outcome
+
+
+@pytest.mark.parametrize(
+    ("point", "keyed", "moved", "healed_as"),
+    [
+        pytest.param(*case, id=f"{case[0]}-{'keyed' if case[1] else 'keyless'}{'-moved' if case[2] else ''}")
+        for case in STOP_CASES
+    ],
+)
+def test_a_writer_presumed_dead_by_its_lease_never_publishes_after_the_heal(
+    adapter, point: str, keyed: bool, moved: bool, healed_as: RecoveryOutcome, monkeypatch
+) -> None:
+    """Stopped at each point past its lease, healed by another engine, the writer goes on and publishes
+    nothing more: rolled back or discarded (behind a fence), it raises CommitFencedError, or returns the
+    replay of the commit that took its key over when it had not claimed the key yet; rolled forward, it
+    returns its commit as the heal published it. Its key applies once, its rows at most once."""
+    import time
+
+    from storage_adapter.engine import CommitFencedError
+
+    fp.disarm()
+    healer = Engine.open(adapter.child("engine"), actor="healer", settings=EngineSettings(lease_s=1.0))
+    for table in ("a", "b", "c"):
+        healer.create_table(table, SCHEMA)
+    key = "realm/stopped" if keyed else None
+    thread, go, outcome = _stopped_writer(adapter, point, key, monkeypatch)
+    try:
+        if moved:
+            healer.commit({"a": rows(5)})  # the manifest moves the writer's table: no roll-forward
+        time.sleep(1.3)  # past the writer's lease
+        healed = healer.heal()
+        assert [r.outcome for r in healed.recovered] == [healed_as]
+        operation = healed.recovered[0].operation_id
+        last = healer.history()[-1]
+        if healed_as is not RecoveryOutcome.ROLLED_FORWARD:  # the fence came first, and changes nothing
+            assert last.is_fence and last.operation_id == operation and not last.changes
+        taken = healer.commit({"a": rows(2)}, CommitRequest(idempotency_key=key))
+        assert taken.replayed is (keyed and healed_as is RecoveryOutcome.ROLLED_FORWARD)
+    finally:
+        go.set()
+        thread.join(60)
+        fp.disarm()
+    assert not thread.is_alive() and len(outcome) == 1
+    (result,) = outcome
+    published = [r for r in healer.history() if r.operation_id == operation and not r.is_fence]
+    if healed_as is RecoveryOutcome.ROLLED_FORWARD:
+        assert not isinstance(result, Exception) and not result.replayed, result
+        assert [result.version] == [r.version for r in published] and ids(healer, "c") == [1]
+    else:
+        if keyed and point == "commit.after_sidecar":  # it claims the key after the heal: a replay
+            assert not isinstance(result, Exception) and result.replayed and result.version == taken.version
+        else:
+            assert isinstance(result, CommitFencedError), result
+        assert not published and ids(healer, "c") == []
+        assert ids(healer, "a") == sorted([2, *([5] if moved else [])])
+    if keyed:
+        assert healer.commit({"a": rows(3)}, CommitRequest(idempotency_key=key)).replayed
+    assert healer.heal().listed == 0  # nothing left pending: the writer cleaned up after itself

@@ -6,6 +6,7 @@ from storage_adapter.engine.commit import Commit
 from storage_adapter.engine.engine import Engine, EngineSettings
 from storage_adapter.engine.errors import (
     CommitConflictError,
+    CommitFencedError,
     CommitRetriesExhaustedError,
     CorruptManifestError,
     CorruptMetadataError,
@@ -33,6 +34,7 @@ __all__ = [
     "AuditRecord",
     "Commit",
     "CommitConflictError",
+    "CommitFencedError",
     "CommitMode",
     "CommitRecord",
     "CommitRequest",

@@ -13,7 +13,9 @@
    with the commit record; the commit is now visible and durable;
 4. Phase D, :meth:`~CommitOperation._finish`: mark the key's ledger entry published, then delete the
    sidecar (a failure only leaves work for the next heal, which does both);
-5. on a lost publish, :meth:`~CommitOperation._after_lost_publish`: landed by a healer → done; same key
+5. on a lost publish, :meth:`~CommitOperation._after_lost_publish`: landed by a healer → done; fenced by a
+   healer (it judged us dead by our lease and rolled us back, recovery.py) → undo and raise
+   CommitFencedError, never publish; same key
    landed, or the winner moved the application's watermark to our version or beyond → replay; conflict → undo and raise; else re-base the moved tables and go to 2 after a
    jittered backoff (bounded by ``CommitPolicy.max_attempts``).
 
@@ -38,6 +40,7 @@ from ulid import ULID
 from storage_adapter.engine import codec, layout
 from storage_adapter.engine.errors import (
     CommitConflictError,
+    CommitFencedError,
     CommitRetriesExhaustedError,
     KeyInFlightError,
     RecoveryInvariantError,
@@ -370,11 +373,34 @@ class CommitOperation:
         attempt: int,
     ) -> Commit | None:
         """The outcome of a lost publish, given the manifest that won: the finished commit when a healer
-        rolled ours forward (our lease lapsed), the landed commit of the same key (a replay), an error on a
-        conflict (our versions undone), or None after re-basing the moved tables for another attempt."""
+        rolled ours forward (our lease lapsed), CommitFencedError when a healer fenced ours (it judged us
+        dead by our lease and rolled us back: we must never publish), the landed commit of the same key (a
+        replay), an error on a conflict (our versions undone), or None after re-basing the moved tables
+        for another attempt.
+
+        Every heal that fences us publishes its fence record after the manifest version our sidecar names
+        (the one our last CAS was based on), so the records after it (``landed``) show it, exactly while
+        they are retained. A writer that fell further behind than the retention cannot rule a fence out,
+        and gives up the same way (nothing of it is visible)."""
         landed = self._recovery.landed(self._sidecar, state.manifest)  # a healer rolled ours forward
+        if landed is not None and landed.is_fence:
+            self._abandon()
+            raise CommitFencedError(
+                f"commit {self.operation_id} was judged dead by its sidecar lease and fenced by a heal "
+                f"(manifest version {landed.version}, by {landed.actor}); nothing of it is visible and it "
+                "holds no idempotency key: retry it",
+                key=layout.MANIFEST_KEY,
+            )
         if landed is not None:
             return self._finish(landed, attempt)
+        if self._sidecar.manifest_version < state.manifest.history_floor:
+            self._abandon()
+            raise CommitFencedError(
+                f"commit {self.operation_id} was based on manifest version {self._sidecar.manifest_version}, "
+                f"which left the retained history (now from {state.manifest.history_floor}): a heal's fence "
+                "cannot be ruled out, so it does not publish; nothing of it is visible: retry it",
+                key=layout.MANIFEST_KEY,
+            )
         try:
             self._rebase(state, writes, mode, bases, written, expected_version, idempotency_key)
         except _Replay as replay:

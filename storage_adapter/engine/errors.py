@@ -40,6 +40,13 @@ class CommitRetriesExhaustedError(CommitConflictError):
     """Non-conflicting appends kept losing the manifest race beyond the retry budget. Nothing is visible."""
 
 
+class CommitFencedError(EngineError):
+    """A healer judged this commit's writer dead (its sidecar lease lapsed) and rolled the commit back or
+    discarded it, recording that decision in the manifest (a fence record): the writer must not publish
+    it afterwards, and did not. Nothing of this commit is visible and its idempotency key is not held by
+    it: retry (with the same key, it applies once)."""
+
+
 class KeyInFlightError(EngineError):
     """Another commit holds the idempotency key and its writer is still working: nothing of this commit is
     visible. Retry later; the retry replays that commit if it lands, or commits if it never does."""

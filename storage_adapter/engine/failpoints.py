@@ -53,6 +53,7 @@ STORAGE_POINTS = (
 )
 RECOVERY_POINTS = (
     "recovery.after_classify",  # decision taken, nothing done
+    "recovery.after_fence",  # a writer presumed dead fenced (its fence record published), nothing else done
     "recovery.after_roll_forward_publish",  # roll-forward manifest published, audit not yet written
     "recovery.after_restore",  # fires after each roll-back restore version write
     "recovery.after_audit",  # audit written, sidecar not yet deleted

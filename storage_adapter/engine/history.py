@@ -32,6 +32,9 @@ def decode_app(value: Any) -> tuple[str, int]:
     return app_id, version
 
 
+FENCE_MODE = "fence"  # the mode of a fence record (CommitRecord.is_fence)
+
+
 @dataclass(frozen=True)
 class TableChange:
     """One table's pin movement in a commit: ``from_version`` None means the commit created the table."""
@@ -50,10 +53,16 @@ class CommitRecord:
     actor: str | None
     operation_id: str
     idempotency_key: str | None
-    mode: str  # "create", "append" or "overwrite"
+    mode: str  # "create", "append", "overwrite", "compact", or FENCE_MODE
     recovered: bool  # True when recovery rolled the commit forward after its writer died
     changes: tuple[TableChange, ...]
     app: tuple[str, int] | None = None  # (app_id, app_version): the application watermark it set
+
+    @property
+    def is_fence(self) -> bool:
+        """A fence: no commit, but a healer's decision that ``operation_id`` (judged dead by its lease)
+        never publishes (see recovery.py). It changes no table."""
+        return self.mode == FENCE_MODE
 
     @property
     def app_id(self) -> str | None:

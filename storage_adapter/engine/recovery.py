@@ -23,6 +23,15 @@ idempotency key, or when the manifest's watermark of the sidecar's application a
 ``app_version`` (a re-run landed first): rolling it forward would apply it twice. A roll-forward
 publishes with the token of the manifest it just read, never at a version remembered from earlier: when
 the manifest moves under it, the sidecar is classified again.
+
+Fencing: a writer judged dead only by its expired lease (another host, or a live pid: stopped, paused,
+starved) may still be running. Before a heal rolls such an operation back or discards it, it publishes a
+*fence record* (``CommitRecord.is_fence``: the operation's id, no table change) by compare-and-swap over
+the very manifest it classified against; only then does it restore heads, release the key and delete the
+sidecar. Every publish of the writer is a CAS over a manifest read before the fence (so it fails) or
+after it (its retry looks for its operation in the records after its sidecar's version, finds the fence
+and raises CommitFencedError). A fenced operation is never rolled forward. A writer known dead (in this
+process and returned, or its pid gone) needs no fence: the heal costs what it did.
 """
 
 from __future__ import annotations
@@ -38,10 +47,17 @@ from storage_adapter.engine import codec, layout
 from storage_adapter.engine.audit import AuditLog, AuditRecord, RecoveryOutcome
 from storage_adapter.engine.errors import RecoveryInvariantError
 from storage_adapter.engine.failpoints import failpoint
-from storage_adapter.engine.history import CommitRecord, TableChange
+from storage_adapter.engine.history import FENCE_MODE, CommitRecord, TableChange
 from storage_adapter.engine.key_ledger import KeyLedger, StoredEntry
 from storage_adapter.engine.manifest import Manifest, ManifestStore
-from storage_adapter.engine.sidecar import HOST, LIVE, Sidecar, SidecarStore, writer_alive
+from storage_adapter.engine.sidecar import (
+    HOST,
+    LIVE,
+    Sidecar,
+    SidecarStore,
+    writer_alive,
+    writer_surely_dead,
+)
 from storage_adapter.engine.tables import TableVersion, TableVersionStore
 from storage_adapter.protocol import StorageAdapter
 
@@ -81,6 +97,7 @@ class Classification:
     decision: Decision
     tables: tuple[TableClassification, ...]
     landed: CommitRecord | None  # the manifest record of the operation, when it was published
+    fenced: bool = False  # a healer fenced the operation: it never publishes (nor is rolled forward)
 
 
 @dataclass(frozen=True)
@@ -213,6 +230,21 @@ class Recovery:
                 found = replace(found, decision=Decision.ROLL_BACK)  # another commit set its watermark
             if found.decision is Decision.ROLL_FORWARD and not self._holds_key(sidecar):
                 found = replace(found, decision=Decision.ROLL_BACK)  # another commit carries the key
+            if (
+                found.decision in (Decision.DISCARD_ORPHAN, Decision.ROLL_BACK)
+                and not abandon
+                and not found.fenced
+                and not writer_surely_dead(sidecar, self._root)
+            ):
+                # the writer may be running still: fence it, over the manifest this decision was made on
+                if (
+                    self._manifests.publish(
+                        state, state.manifest.advance(self._fence_record(sidecar, state.manifest), {})
+                    )
+                    is None
+                ):
+                    continue  # the manifest moved (perhaps the writer published): classify again
+                failpoint("recovery.after_fence")
             if found.decision is Decision.ROLL_FORWARD:
                 sidecar = replace(sidecar, manifest_version=state.manifest.version, rolling_forward=True)
                 self._sidecars.write(sidecar)  # who publishes, and over which version: for a later heal
@@ -241,19 +273,22 @@ class Recovery:
     def classify(self, sidecar: Sidecar, manifest: Manifest) -> Classification:
         """Classify every table of the sidecar and decide (see the module docstring). Read-only."""
         landed = self.landed(sidecar, manifest)
+        fenced = landed is not None and landed.is_fence
+        if fenced:
+            landed = None
         tables = tuple(self._classify_table(sidecar, name, manifest) for name in sorted(sidecar.tables))
         states = {t.state for t in tables}
         if landed is not None:
             decision = Decision.COMPLETED
         elif TableState.INVARIANT_VIOLATION in states:
             decision = Decision.ABORT
-        elif states == {TableState.ROLLED_FORWARD_EXACT}:
+        elif states == {TableState.ROLLED_FORWARD_EXACT} and not fenced:
             decision = Decision.ROLL_FORWARD
         elif states == {TableState.NO_MOVEMENT}:
             decision = Decision.DISCARD_ORPHAN
         else:
             decision = Decision.ROLL_BACK
-        return Classification(decision, tables, landed)
+        return Classification(decision, tables, landed, fenced)
 
     def _classify_table(self, sidecar: Sidecar, table: str, manifest: Manifest) -> TableClassification:
         pin = sidecar.tables[table]
@@ -284,7 +319,8 @@ class Recovery:
         return result(TableState.UNEXPECTED)
 
     def landed(self, sidecar: Sidecar, manifest: Manifest) -> CommitRecord | None:
-        """The commit record of the sidecar's operation if it was published, else None, exactly.
+        """The commit record of the sidecar's operation if it was published, or its fence record if a
+        healer fenced it (``is_fence``: see the module docstring), else None, exactly.
 
         Its publish, if any, came after the manifest version the sidecar names (writers and roll-forwards
         rewrite it before each publish), so the records after that version answer: the manifest's inline
@@ -346,6 +382,18 @@ class Recovery:
         return holder if holder.entry.operation_id == sidecar.operation_id else None
 
     # -- actions --------------------------------------------------------------------------------------
+    def _fence_record(self, sidecar: Sidecar, manifest: Manifest) -> CommitRecord:
+        return CommitRecord(
+            manifest.version + 1,
+            codec.now_iso(),
+            self._recovered_by,
+            sidecar.operation_id,
+            None,
+            FENCE_MODE,
+            True,
+            (),
+        )
+
     def _roll_forward_record(self, sidecar: Sidecar, manifest: Manifest) -> CommitRecord:
         changes = tuple(
             TableChange(name, pin.expected_version, pin.post_commit_pin)

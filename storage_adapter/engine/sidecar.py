@@ -221,6 +221,15 @@ def writer_alive(sidecar: Sidecar, root: str) -> bool:
     return not sidecar.lease_expired(datetime.now(UTC))
 
 
+def writer_surely_dead(sidecar: Sidecar, root: str) -> bool:
+    """Whether the sidecar's writer is known dead, not just presumed dead by an expired lease: it ran in
+    this process and returned, or on this host and its pid is gone. Only a writer presumed dead by its
+    lease can still be running (stopped, paused, starved), so only its recovery needs a fence."""
+    if sidecar.host == HOST and sidecar.pid == os.getpid():
+        return not LIVE.is_live(root, sidecar.operation_id)
+    return sidecar.host == HOST and not _pid_running(sidecar.pid)
+
+
 class SidecarStore:
     """Sidecar I/O on one adapter, with the storage failpoints of the fault matrix."""
 
