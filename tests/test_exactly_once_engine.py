@@ -401,7 +401,7 @@ def _stopped_writer(
     def run() -> None:
         try:
             outcome.append(writer.commit({"a": rows(1), "c": rows(1)}, CommitRequest(idempotency_key=key)))
-        except Exception as exc:
+        except BaseException as exc:  # SimulatedCrash too
             outcome.append(exc)
 
     fp.arm(point, stop, times=1)
@@ -470,3 +470,32 @@ def test_a_writer_presumed_dead_by_its_lease_never_publishes_after_the_heal(
     if keyed:
         assert healer.commit({"a": rows(3)}, CommitRequest(idempotency_key=key)).replayed
     assert healer.heal().listed == 0  # nothing left pending: the writer cleaned up after itself
+
+
+def test_a_fenced_writer_that_claims_its_key_again_and_dies_leaves_the_key_to_the_next_commit(
+    adapter, monkeypatch
+) -> None:
+    """Stopped after its sidecar past its lease and healed (fenced, discarded), the writer resumes,
+    claims its key (nobody took it meanwhile) and dies at once: the key is held by an operation without a
+    sidecar. The next commit with the key finds that operation recovered (audited) and unpublished, so
+    fenced, releases its claim and commits (it raised RecoveryInvariantError)."""
+    import time
+
+    fp.disarm()
+    healer = Engine.open(adapter.child("engine"), actor="healer", settings=EngineSettings(lease_s=1.0))
+    for table in ("a", "b", "c"):
+        healer.create_table(table, SCHEMA)
+    thread, go, outcome = _stopped_writer(adapter, "commit.after_sidecar", "realm/dies", monkeypatch)
+    try:
+        time.sleep(1.3)  # past the writer's lease
+        assert [r.outcome for r in healer.heal().recovered] == [RecoveryOutcome.ORPHAN_DISCARDED]
+        fp.arm("commit.after_key_claim", "crash", times=1)
+    finally:
+        go.set()
+        thread.join(60)
+        fp.disarm()
+    assert len(outcome) == 1 and isinstance(outcome[0], SimulatedCrash)
+    assert healer.find_commit("realm/dies") is None  # claimed, by the dead writer
+    taken = healer.commit({"a": rows(2)}, CommitRequest(idempotency_key="realm/dies"))
+    assert not taken.replayed and ids(healer, "a") == [2] and ids(healer, "c") == []
+    assert healer.commit({"a": rows(3)}, CommitRequest(idempotency_key="realm/dies")).replayed

@@ -75,6 +75,10 @@ class AuditLog:
         key = layout.audit_key(record.operation_id)
         return self._adapter.write_if_absent(key, record.encode()) is not None
 
+    def exists(self, operation_id: str) -> bool:
+        """Whether the operation was recovered (it has an audit record): one GET."""
+        return self._adapter.read_if_exists(layout.audit_key(operation_id)) is not None
+
     def records(self) -> list[AuditRecord]:
         """Every audit record, oldest operation first (operation ids are ULIDs: time-ordered). Records are
         known by the shape of their names (``layout.audit_key``): another tool's object in the folder is

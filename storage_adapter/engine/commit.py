@@ -286,14 +286,19 @@ class CommitOperation:
                     return Commit(holder.entry.record.version, holder.entry.record, 0, replayed=True)
                 pending = self._sidecars.read(layout.sidecar_key(holder.entry.operation_id))
                 if pending is None:
-                    if self._ledger.read(key) == holder:  # not resolved in between: nobody can publish it
-                        raise RecoveryInvariantError(
-                            f"{entry_key(key)}: key {key!r} is claimed by operation {holder.entry.operation_id}, "
-                            "which has no recovery sidecar (the ledger was changed outside the engine); left "
-                            "in place for inspection",
-                            key=entry_key(key),
-                        )
-                    continue
+                    if self._ledger.read(key) != holder:  # resolved in between: look again
+                        continue
+                    if self._recovery.was_recovered(holder.entry.operation_id):
+                        # a fenced writer's claim (it resumed after its heal and died before meeting the
+                        # fence): it can never publish, so the claim goes
+                        self._ledger.release(key, holder.entry.operation_id)
+                        continue
+                    raise RecoveryInvariantError(
+                        f"{entry_key(key)}: key {key!r} is claimed by operation {holder.entry.operation_id}, "
+                        "which has no recovery sidecar and was never recovered (the ledger was changed "
+                        "outside the engine); left in place for inspection",
+                        key=entry_key(key),
+                    )
                 if not writer_alive(pending, self._root):
                     self._recovery.heal()
                     continue

@@ -367,6 +367,10 @@ class Recovery:
             version = content.base_version
         return None
 
+    def was_recovered(self, operation_id: str) -> bool:
+        """Whether a recovery resolved the operation (its audit record exists): one GET."""
+        return self._audit.exists(operation_id)
+
     def _holds_key(self, sidecar: Sidecar) -> bool:
         """Whether the operation may publish its idempotency key: it holds the key's ledger entry (claimed
         now if nobody does, as for a sidecar written before the ledger existed). A key held by another
