@@ -17,9 +17,8 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
@@ -49,7 +48,6 @@ class ConnectServer:
     port: int
     log: Path
     started_in: float = 0.0
-    sessions: list[Any] = field(default_factory=list)
 
     @property
     def url(self) -> str:
@@ -124,16 +122,15 @@ class ConnectServer:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"the Connect server did not listen on {self.port}: {self.tail()}")
             time.sleep(0.2)
-        session = self.session()
-        session.range(1).collect()
-
-    def session(self) -> Any:
-        """A Connect client session of this server (``SparkSession.builder.remote(url)``)."""
-        from pyspark.sql import SparkSession
-
-        session = SparkSession.builder.remote(self.url).getOrCreate()
-        self.sessions.append(session)
-        return session
+        # A first query, from a client process of its own: PySpark refuses a Connect session in a
+        # process that already runs a classic one (the suite's workers share one), SESSION_ALREADY_EXIST.
+        probe = f"from pyspark.sql import SparkSession; SparkSession.builder.remote({self.url!r}).getOrCreate().range(1).collect()"
+        left = max(1.0, deadline - time.monotonic())
+        answered = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=left)
+        if answered.returncode != 0:
+            raise RuntimeError(
+                f"the Connect server did not answer a query: {answered.stderr[-2000:]} {self.tail()}"
+            )
 
     def tail(self, chars: int = 3000) -> str:
         try:
@@ -142,9 +139,6 @@ class ConnectServer:
             return ""
 
     def stop(self) -> None:
-        for session in self.sessions:
-            with contextlib.suppress(Exception):
-                session.stop()
         if self.process.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.process.pid, signal.SIGTERM)
