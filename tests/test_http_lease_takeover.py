@@ -597,11 +597,10 @@ def test_duplicates_split_across_two_servers_under_cpu_load_stress(
 
 ENGINE_HEALS_A_STOPPED_WRITER = pytest.mark.xfail(
     strict=False,
-    reason="engine: a writer stopped past its sidecar lease (1-2 s here) between its key claim and its "
-    "publish is discarded or rolled back by the other server's heal, then publishes anyway (the manifest "
-    "CAS does not fence it): its commit is visible while the key ledger names nobody or another operation "
-    "('is durable but its sidecar delete failed ... the ledger names ...' in the server log), and the "
-    "other server's commit can fail with RecoveryInvariantError (503 commit_failed)",
+    reason="a writer stopped past its sidecar lease (1-2 s here) is healed by the other server: since "
+    "b24e276 the heal fences it first (one row, nothing logged), and the stopped owner's route answers "
+    "503 commit_failed for its CommitFencedError, not the replay or idempotency_in_progress (4 of 100 "
+    "local bursts); before, it published anyway (RecoveryInvariantError, the ledger naming nobody)",
 )
 
 
