@@ -2,7 +2,10 @@
 PySpark wheel (tests/connect_server.py, once per run), a client with no JVM in a subprocess
 (tests/connect_client.py: PySpark will not hold a Connect and a classic session in one process). Measured
 on 2 cores: the server answers 14 to 44 s after launch (as the machine's load goes), a client connects in
-about 4 s; the default-tier test 45 to 67 s in all, each stress test about 30 s more (api mode: 50 to 80 s)."""
+2 to 4 s, and its seven scenarios take 45 to 85 s (the data source's jobs and the stream's micro-batches
+are planned and committed in fresh Python workers on the server): the default-tier test is 60 to 130 s
+in all, one test so that one server serves the whole tier. ``spark.api.mode=connect`` (a server in the
+client's own process) is stress: 50 to 80 s more."""
 
 from __future__ import annotations
 
@@ -49,11 +52,21 @@ def run(url: str, root: str, names: tuple[str, ...], tail: Any = str) -> dict[st
     return {name: answer[name] for name in names}
 
 
-def test_a_registered_connect_session_the_native_write_its_refusals_and_typed_errors(
-    connect_server: Any, root: str
-) -> None:
-    """One test, so that one server serves the default tier (its xdist workers would each start one)."""
-    observed = run_client(connect_server, root, "session", "native", "refusals", "errors")
+def test_every_path_on_a_connect_session(connect_server: Any, root: str) -> None:
+    """One test, one client process, every path (so that one server serves the default tier: its xdist
+    workers would each start one): the registered session, the data source's batch write, read and re-run,
+    a named stream across a restart, the native write and read, their refusals and typed errors."""
+    observed = run_client(
+        connect_server,
+        root,
+        "session",
+        "native",
+        "native_read",
+        "datasource",
+        "streaming",
+        "refusals",
+        "errors",
+    )
     session = observed["session"]  # spark_session(remote=...)
     assert session["connect"] is True
     assert session["pushdown"] == "true"  # register(spark) ran: Python filter push-down is on
@@ -65,6 +78,21 @@ def test_a_registered_connect_session_the_native_write_its_refusals_and_typed_er
     assert native["versions"] == [2, 3]  # created (1), then one commit per write
     assert native["days"] == ["0", "1", "2"]
     assert native["staging_left"] == []  # the shared-root probe is deleted
+
+    read = observed["native_read"]  # storage_adapter.spark.read: the snapshot's files only
+    assert read["ids"] == read["expected"]
+    assert read["older"] == read["expected"][: len(read["expected"]) // 2]  # version=2
+    assert read["schema"] == "struct<id:bigint,day:string,score:decimal(22,1)>"  # the table's types
+
+    source = observed["datasource"]
+    assert source["read_ids"] == source["expected"]
+    assert source["engine_ids"] == source["expected"]  # the re-run of application version 1 was a replay
+
+    stream = observed["streaming"]
+    assert stream["first_rows"] == 5
+    assert stream["replayed"] is True  # Spark did run batch 0 again after the restart
+    assert stream["ids"] == stream["expected"]  # and it added nothing
+    assert stream["app_version"] == 1  # batches 0 and 1, each once
 
     refused = observed["refusals"]
     assert refused["bad_mode"]["type"] == "ValueError"  # before create_table=True created anything
@@ -81,34 +109,8 @@ def test_a_registered_connect_session_the_native_write_its_refusals_and_typed_er
     assert "JVM stacktrace" not in error["message"] and int(error["length"]) < 600
 
 
-@pytest.mark.stress  # about 30 s on 2 cores (three jobs, each planned in fresh Python workers on the server)
-def test_the_data_source_writes_reads_back_exactly_and_a_rerun_adds_nothing(
-    connect_server: Any, root: str
-) -> None:
-    observed = run_client(connect_server, root, "datasource")["datasource"]
-    assert observed["read_ids"] == observed["expected"]
-    assert observed["engine_ids"] == observed["expected"]  # the re-run of version 1 was a replay
-
-
-@pytest.mark.stress  # micro-batches planned and committed in the server's Python workers: about 30 s
-def test_a_named_stream_lands_each_micro_batch_once_across_a_restart(connect_server: Any, root: str) -> None:
-    observed = run_client(connect_server, root, "streaming")["streaming"]
-    assert observed["first_rows"] == 5
-    assert observed["replayed"] is True  # Spark did run batch 0 again after the restart
-    assert observed["ids"] == observed["expected"]  # and it added nothing
-    assert observed["app_version"] == 2
-
-
 @pytest.mark.stress  # Spark starts a Connect server inside the client's process: 50 to 80 s
 def test_spark_api_mode_connect_gives_a_registered_session_of_a_local_server(tmp_path: Path) -> None:
     observed = run("api-mode", f"file://{tmp_path}", ("session", "native"))
     assert observed["session"]["connect"] is True and observed["session"]["pushdown"] == "true"
     assert observed["native"]["ids"] == observed["native"]["expected"]
-
-
-@pytest.mark.stress  # two native writes and two reads on the server: 20 to 35 s
-def test_the_native_read_gives_the_snapshot_and_an_older_version(connect_server: Any, root: str) -> None:
-    observed = run_client(connect_server, root, "native_read")["native_read"]
-    assert observed["ids"] == observed["expected"]
-    assert observed["older"] == observed["expected"][: len(observed["expected"]) // 2]
-    assert observed["schema"] == "struct<id:bigint,day:string,score:decimal(22,1)>"  # the table's types
