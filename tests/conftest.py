@@ -126,8 +126,9 @@ def _is_stress(config: pytest.Config) -> bool:
     )
 
 
-# One target's run of a test that is over the budget goes to the stress tier, with why the default tier's
-# other targets prove the same promise.
+# One target's run of a test that is over the budget, or that proves on it nothing the default tier's other
+# targets do not, goes to the stress tier, with why (keys: ``name[params]``, or ``file::name[params]``
+# where another module has a test of that name).
 STRESS_ONLY = {
     "test_retried_task_attempts_leave_only_invisible_reclaimable_fragments[seaweedfs-datasource]": "36 s; the same retry path runs on the local target, SeaweedFS's fragments in the other bulk tests",
     "test_retried_task_attempts_leave_only_invisible_reclaimable_fragments[seaweedfs-bulk_load]": "30 s; as above",
@@ -135,6 +136,40 @@ STRESS_ONLY = {
     "driver of its own, every retry a fresh Python worker); bulk_load and the data source write with the same "
     "task code (storage_adapter/spark/load.py), whose retries the [local-datasource] run keeps in the default "
     "tier, and bulk_load's other tests run there",
+    # The async twin on Azurite: its driver is the S3 one's (obstore's async client, listings through the
+    # same raw client), so these clauses prove the async code on SeaweedFS, local and memory, and Azurite's
+    # answers in the sync twin; on Azurite's async runs they cost 90 s of the tier.
+    **dict.fromkeys(
+        [
+            f"test_contract_async.py::test_injected_faults_are_reported_never_mistaken_for_outcomes[azurite-{kind}]"
+            for kind in ("unavailable", "denied", "broken", "panic")
+        ]
+        + [
+            "test_contract_async.py::test_iter_list_yields_what_list_returns_page_by_page[azurite]",
+            "test_contract_async.py::test_delete_many_deletes_a_large_batch[azurite]",
+        ],
+        "15-29 s each on Azurite's async twin; the same clause runs on Azurite in the sync twin and on the "
+        "async driver's code with SeaweedFS",
+    ),
+    # The data source's checks of options and schemas, and its complete-mode stream, run the same code on
+    # every root (they refuse, align or replace before or above any storage call): the local target keeps
+    # them, SeaweedFS keeps the data source's reads, writes, overwrites, failed jobs and streams.
+    **dict.fromkeys(
+        [
+            f"test_spark_datasource.py::{name}[seaweedfs{suffix}]"
+            for name, suffix in (
+                ("test_missing_or_bad_options_are_typed_errors", ""),
+                ("test_empty_dataframes", ""),
+                ("test_a_complete_mode_stream_replaces_the_table_in_each_micro_batch", ""),
+                ("test_reordered_columns_are_aligned_by_name", ""),
+                ("test_by_position_and_safe_widening", ""),
+                ("test_columns_that_cannot_fit_are_refused_before_any_task", "-columns1"),
+                ("test_columns_that_cannot_fit_are_refused_before_any_task", "-columns2"),
+                ("test_columns_that_cannot_fit_are_refused_before_any_task", "-columns3"),
+            )
+        ],
+        "3-19 s each; the data source refuses, aligns or replaces above the storage: the local target keeps it",
+    ),
 }
 
 
@@ -188,6 +223,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         azurite_elsewhere = _target_name(item) == "azurite" and item.path.name not in AZURITE_DEFAULT_TIER
         if (
             item.name in STRESS_ONLY
+            or f"{item.path.name}::{item.name}" in STRESS_ONLY
             or (default_tier is not None and clause not in default_tier)
             or azurite_elsewhere
         ):
