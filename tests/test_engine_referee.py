@@ -22,6 +22,7 @@ import pytest
 from ulid import ULID
 
 from storage_adapter.engine import (
+    CommitFencedError,
     CommitRequest,
     Engine,
     EngineSettings,
@@ -31,11 +32,12 @@ from storage_adapter.engine import (
     codec,
     sidecar,
 )
+from storage_adapter.engine import commit as commit_module
 from storage_adapter.engine import failpoints as fp
 from storage_adapter.engine.failpoints import SimulatedCrash
 from storage_adapter.engine.key_ledger import entry_key
 from storage_adapter.engine.layout import sidecar_key
-from storage_adapter.engine.sidecar import LIVE, Sidecar
+from storage_adapter.engine.sidecar import LIVE, LiveOperations, Sidecar
 from storage_adapter.engine.tables import TableVersionStore, write_fragment
 
 SCHEMA = pa.schema([("id", pa.int64())])
@@ -370,3 +372,97 @@ def test_a_roll_back_restores_the_pinned_version_not_the_expected_one_nor_the_on
     restored = versions.head("a", head)
     assert restored == head + 1 and versions.read("a", restored).kind == "restore"
     assert versions.fragments("a", restored) == versions.fragments("a", pinned) and ids(engine, "a") == [1, 2]
+
+
+# -- 6: a roll-forward never publishes a key another operation holds ---------------------------------------
+@pytest.mark.parametrize("holder", ["published", "in_flight", "app_applied"])
+def test_a_roll_forward_never_publishes_a_key_another_operation_holds(engine: Engine, holder: str) -> None:
+    """X wrote everything but its publish (a roll-forward, were it alone) and holds no claim of its key (a
+    sidecar written before the key ledger existed). Meanwhile another operation Y took the key: it
+    published it, or holds it in flight elsewhere; or, for a keyless X, Y set the application version X
+    sets. The heal of X rolls it back (behind a fence): the key, or the application version, applies once."""
+    key = None if holder == "app_applied" else "realm/held"
+    app = {"app_id": "job", "app_version": 1} if holder == "app_applied" else {}
+    x = crash(engine, "commit.before_publish", {"a": rows(1)}, CommitRequest(idempotency_key=key, **app))
+    elsewhere(engine, x, lease_s=HOUR)  # X looks alive elsewhere while Y works
+    if key is not None:
+        engine.adapter.delete(entry_key(key))  # X's sidecar predates the ledger: it claimed nothing
+    if holder == "in_flight":
+        y = crash(engine, "commit.after_key_claim", {"b": rows(2)}, CommitRequest(idempotency_key=key))
+        elsewhere(engine, y, lease_s=HOUR)
+    else:
+        assert not engine.commit({"b": rows(2)}, CommitRequest(idempotency_key=key, **app)).replayed
+    elsewhere(engine, x, lease_s=-HOUR)  # X's lease is over
+    healed = engine.heal()
+    assert [(r.operation_id, r.outcome) for r in healed.recovered] == [(x, RecoveryOutcome.ROLLED_BACK)]
+    assert ids(engine, "a") == [] and ids(engine, "b") == ([] if holder == "in_flight" else [2])
+    assert not [r for r in engine.history() if r.operation_id == x and not r.is_fence]
+    _assert_heads_hold_pinned_content(engine)
+
+
+# -- 7: lease renewal against its bound ----------------------------------------------------------------------
+LEASE = 60.0
+
+
+@pytest.fixture
+def foreign_writer(engine: Engine, monkeypatch) -> Engine:
+    """An engine whose writers look like writers on another host to this process's heals (their sidecars
+    name another host, and this process's live registry does not know them): only their lease tells a
+    healer they are alive."""
+    monkeypatch.setattr(commit_module, "HOST", "elsewhere.invalid")
+    monkeypatch.setattr(commit_module, "LIVE", LiveOperations())
+    return other_engine(engine, lease_s=LEASE)
+
+
+def test_a_writer_slower_than_half_its_lease_renews_it_and_no_healer_takes_its_commit_over(
+    engine: Engine, foreign_writer: Engine, clock: Clock
+) -> None:
+    """The writer takes 0.6 of its lease to reach its publish, which renews the lease (due at half of it);
+    a healer looks at 1.2 leases, just before the writer's compare-and-swap: the renewed lease runs, so the
+    healer leaves the commit to its writer, which publishes it itself, once."""
+    healer = other_engine(engine, lease_s=LEASE)
+    heals: list[Any] = []
+
+    def slow(*_: object) -> None:
+        clock.shift += 0.6 * LEASE
+
+    def heal_now(*_: object) -> None:
+        clock.shift += 0.6 * LEASE
+        heals.append(healer.heal())
+
+    with fp.armed("commit.before_publish", slow, times=1), fp.armed("publish.before_cas", heal_now, times=1):
+        got = foreign_writer.commit({"a": rows(1)}, CommitRequest(idempotency_key="realm/slow"))
+    (healed,) = heals
+    assert healed.recovered == () and healed.deferred == (got.record.operation_id,), healed
+    assert not got.replayed and not got.record.recovered and ids(engine, "a") == [1]
+    assert [r.operation_id for r in engine.history() if r.idempotency_key == "realm/slow"] == [
+        got.record.operation_id
+    ]
+    assert not any(r.is_fence for r in engine.history()) and pending(engine) == []
+
+
+def test_a_writer_that_renews_its_lease_after_a_healer_took_over_never_publishes(
+    engine: Engine, foreign_writer: Engine, clock: Clock
+) -> None:
+    """The writer stalls before its publish; another commit moves its table, then 1.2 leases later a healer
+    judges it dead and rolls it back (behind a fence) and releases its key. The writer goes on: its
+    renewal comes too late (it rewrites its sidecar), its publish must fail: CommitFencedError, nothing of
+    it visible, no sidecar left, the key free for its retry."""
+    healer = other_engine(engine, lease_s=LEASE)
+    heals: list[Any] = []
+
+    def stalled(*_: object) -> None:
+        healer.commit({"a": rows(5)})
+        clock.shift += 1.2 * LEASE
+        heals.append(healer.heal())
+
+    with fp.armed("commit.before_publish", stalled, times=1), pytest.raises(CommitFencedError):
+        foreign_writer.commit({"a": rows(1)}, CommitRequest(idempotency_key="realm/late"))
+    (healed,) = heals
+    assert [r.outcome for r in healed.recovered] == [RecoveryOutcome.ROLLED_BACK]
+    assert ids(engine, "a") == [5] and pending(engine) == [] and engine.find_commit("realm/late") is None
+    operation = healed.recovered[0].operation_id
+    assert not [r for r in engine.history() if r.operation_id == operation and not r.is_fence]
+    retry = engine.commit({"a": rows(1)}, CommitRequest(idempotency_key="realm/late"))
+    assert not retry.replayed and ids(engine, "a") == [1, 5]
+    _assert_heads_hold_pinned_content(engine)
