@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from storage_adapter import local_files, open_adapter
+from storage_adapter.faults import FaultKind
 
 # (the step the other process acts before, the key created, the key the other process deletes: the last
 # object of the directory that is pruned)
@@ -37,7 +38,7 @@ def test_a_create_whose_directory_is_pruned_under_it_walks_again_and_succeeds(
     real_due = local_files.due
     creator = threading.current_thread()
 
-    def due(point: str):  # type: ignore[no-untyped-def]
+    def due(point: str) -> FaultKind | None:
         if point == step and not pruned and threading.current_thread() is creator and armed:
             pruned.append(False)  # before the delete: it passes fault points too
             theirs.delete(last)  # the last object goes, and its now empty directory with it
