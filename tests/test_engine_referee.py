@@ -491,3 +491,56 @@ def test_a_writer_that_renews_its_lease_after_a_healer_took_over_never_publishes
     retry = engine.commit({"a": rows(1)}, CommitRequest(idempotency_key="realm/late"))
     assert not retry.replayed and ids(engine, "a") == [1, 5]
     _assert_heads_hold_pinned_content(engine)
+
+
+def test_a_roll_back_after_a_rebase_restores_the_pinned_version_not_the_rebased_base(engine: Engine) -> None:
+    """The writer built on a@1, lost its publish to a commit of a, and re-based on that commit's version
+    (its sidecar's expected version now); while it re-based, a third commit of a published again, so the
+    writer's new version lands above it, built on the re-based one, and the writer dies before its second
+    publish. The roll-back must restore what the manifest pins (the third commit's), not the re-based
+    base nor the first one."""
+    engine.commit({"a": rows(1)})
+    other = other_engine(engine)
+    publishes = 0
+    inside = False
+
+    def other_commit(value: int) -> None:
+        nonlocal inside
+        inside = True
+        try:
+            other.commit({"a": rows(value)})
+        finally:
+            inside = False
+
+    def before_publish(_: str) -> None:
+        nonlocal publishes
+        if inside:
+            return  # the other engine's own publish
+        publishes += 1
+        if publishes == 1:
+            other_commit(2)  # the writer's publish loses to it
+            fp.arm("recovery.sidecar_write", lambda _: other_commit(3), times=1)  # at the re-base's rewrite
+        else:
+            raise SimulatedCrash("the writer dies before its second publish")
+
+    with fp.armed("commit.before_publish", before_publish), pytest.raises(SimulatedCrash):
+        engine.commit({"a": rows(4)})
+    (key,) = pending(engine)
+    operation = key.rsplit("/", 1)[-1].removesuffix(".json")
+    written = Sidecar.decode(engine.adapter.read_bytes(key), key).tables["a"]
+    versions = TableVersionStore(engine.adapter)
+    pinned = engine.snapshot().pins["a"]
+    head = versions.head("a", pinned)
+    assert written.expected_version == pinned - 1 and written.post_commit_pin == head == pinned + 1
+    assert versions.read("a", head).operation_id == operation
+    healed = engine.heal()
+    assert [(r.operation_id, r.outcome) for r in healed.recovered] == [
+        (operation, RecoveryOutcome.ROLLED_BACK)
+    ]
+    restored = versions.head("a", head)
+    assert restored == head + 1 and versions.read("a", restored).kind == "restore"
+    assert versions.fragments("a", restored) == versions.fragments("a", pinned) and ids(engine, "a") == [
+        1,
+        2,
+        3,
+    ]
