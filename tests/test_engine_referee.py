@@ -357,6 +357,20 @@ def test_a_light_heal_leaves_a_sidecar_just_younger_than_the_lease_and_recovers_
     assert ids(engine, "a") == ([1] if recovered else [])  # rolled forward: it had written everything
 
 
+@pytest.mark.parametrize(("age_s", "recovered"), [(HOUR - MARGIN, False), (HOUR + MARGIN, True)])
+def test_a_heal_leaves_a_writer_elsewhere_just_inside_its_lease_and_recovers_one_just_past_it(
+    engine: Engine, clock: Clock, age_s: float, recovered: bool
+) -> None:
+    """A writer elsewhere stopped before its publish, its lease an hour: a full heal judges it alive just
+    before its lease ends (its commit left to it) and dead just after (rolled forward for it)."""
+    operation = crash(engine, "commit.before_publish", {"a": rows(1)}, CommitRequest())
+    elsewhere(engine, operation, lease_s=HOUR)
+    clock.shift = age_s
+    report = engine.heal()
+    assert [r.operation_id for r in report.recovered] == ([operation] if recovered else [])
+    assert (operation in report.deferred) is not recovered and ids(engine, "a") == ([1] if recovered else [])
+
+
 # -- 5: a roll-back restores the manifest's pin -------------------------------------------------------------
 def _assert_heads_hold_pinned_content(engine: Engine) -> None:
     versions = TableVersionStore(engine.adapter)
