@@ -30,10 +30,14 @@ QUICK = Policy(first_wait_s=0.01, max_wait_s=0.05, total_wait_s=0.3)
 # Two routes of one operation on one resource, each under two methods: a request differs from another in
 # its method, its path, its query string or its body alone.
 ROUTES = [
-    IdempotentRoute(method, path, "put-thing", "thing/{name}")
-    for path in ("/things/{name}", "/v2/things/{name}")
-    for method in ("POST", "PUT")
+    *(
+        IdempotentRoute(method, path, "put-thing", "thing/{name}")
+        for path in ("/things/{name}", "/v2/things/{name}")
+        for method in ("POST", "PUT")
+    ),
+    IdempotentRoute("POST", "/gadgets/{name}", "put-gadget", "gadget/{name}"),
 ]
+PATHS = ("/things/{name}", "/v2/things/{name}", "/gadgets/{name}")
 
 
 def memory_store() -> IdempotencyStore:
@@ -45,8 +49,7 @@ class Things:
 
     def __init__(self) -> None:
         self.runs = 0
-        paths = ("/things/{name}", "/v2/things/{name}")
-        self.app = Starlette(routes=[Route(p, self.put, methods=["POST", "PUT"]) for p in paths])
+        self.app = Starlette(routes=[Route(p, self.put, methods=["POST", "PUT"]) for p in PATHS])
 
     async def put(self, request: Request) -> Response:
         self.runs += 1
@@ -62,6 +65,8 @@ OTHERS = {
     "method": ("PUT", "/things/a?mode=append", {"size": 1}),
     "path": ("POST", "/v2/things/a?mode=append", {"size": 1}),
     "body": ("POST", "/things/a?mode=append", {"size": 2}),
+    "resource": ("POST", "/things/b?mode=append", {"size": 1}),
+    "route": ("POST", "/gadgets/a?mode=append", {"size": 1}),
 }
 
 
@@ -69,7 +74,8 @@ OTHERS = {
 def test_a_key_reused_with_a_request_that_differs_in_one_part_is_refused_422(part: str) -> None:
     """Every part of the request is in its fingerprint: the same key with another query string alone
     (same method, path and body), another method, another path of the same operation and resource, or
-    another body is 422 ``idempotency_key_conflict``, the app not run; the first request still replays."""
+    another body, or another resource or route is 422 ``idempotency_key_conflict``, the app not run; the
+    first request still replays."""
 
     async def run() -> None:
         things = Things()
