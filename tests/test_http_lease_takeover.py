@@ -600,25 +600,9 @@ def test_duplicates_split_across_two_servers_under_cpu_load_stress(
     _assert_clean(result)
 
 
-ENGINE_HEALS_A_STOPPED_WRITER = pytest.mark.xfail(
-    strict=False,
-    reason="a writer stopped past its sidecar lease (1-2 s here) is healed by the other server: since "
-    "b24e276 the heal fences it first (one row, nothing logged), and the stopped owner's route answers "
-    "503 commit_failed for its CommitFencedError, not the replay or idempotency_in_progress (4 of 100 "
-    "local bursts); before, it published anyway (RecoveryInvariantError, the ledger naming nobody)",
-)
-
-
 @pytest.mark.stress
 @pytest.mark.timeout(7200)
-@pytest.mark.parametrize(
-    "settings",
-    [
-        "lease1-engine30",
-        pytest.param("lease1", marks=ENGINE_HEALS_A_STOPPED_WRITER),
-        pytest.param("lease2", marks=ENGINE_HEALS_A_STOPPED_WRITER),
-    ],
-)
+@pytest.mark.parametrize("settings", ["lease1-engine30", "lease1", "lease2"])
 @pytest.mark.parametrize("backend", ["local", "seaweedfs"])
 def test_duplicates_split_across_two_servers_with_the_owner_stopped_stress(
     backend: str, settings: str, request: pytest.FixtureRequest, tmp_path: Path
