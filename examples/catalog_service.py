@@ -19,7 +19,9 @@ Iceberg REST catalog's:
   ``{namespace}.{table}`` and answers ``200 {"table", "table-version", "version"}`` with ``ETag`` and
   ``Location``; 404 for a table that does not exist, 400 for a body without a ``request_id``, 503
   ``commit_failed`` (with ``Retry-After``) when the engine's storage failed: the commit may or may not
-  have landed, and a retry with the same key finds out;
+  have landed, and a retry with the same key finds out; 503 ``idempotency_no_effect`` (with
+  ``Retry-After``, the key free again) when the engine fenced the commit (``CommitFencedError``: this
+  process was stopped past its engine lease and a heal rolled its commit back), which had no effect;
 * ``GET /v1/namespaces/{namespace}/tables/{table}``: ``{"table", "version", "rows": [...]}``.
 
 The service author's part is three lines (``build`` below): the store, the idempotent routes, and the
@@ -59,6 +61,7 @@ from starlette.routing import Mount, Route
 
 from storage_adapter import open_adapter
 from storage_adapter.engine import (
+    CommitFencedError,
     CommitRequest,
     Engine,
     EngineSettings,
@@ -77,7 +80,7 @@ from storage_adapter.http import (
     owner_context,
     principal_realm,
 )
-from storage_adapter.idempotency import HandlerResult, IdempotencyStore, Policy
+from storage_adapter.idempotency import HandlerResult, IdempotencyStore, NoEffect, Policy
 from storage_adapter.idempotency.engine_reconciler import EngineReconciler
 from storage_adapter.protocol import StorageAdapter
 
@@ -166,6 +169,12 @@ class Catalog:
             commit = await run_in_threadpool(self.engine.commit, {table: row}, commit_request)
         except UnknownTableError:
             return problem(404, "NoSuchTableException", f"table {table} does not exist")
+        except CommitFencedError as exc:
+            # A healer judged this writer dead (its sidecar lease lapsed while this process was stopped or
+            # starved) and fenced its commit: nothing of it is visible and it holds no key, so the request
+            # provably had no effect. NoEffect frees the key (503 with Retry-After); the retry commits it
+            # once, or replays the commit a successor made with the key.
+            raise NoEffect(f"the commit was fenced by a heal and had no effect: {exc}") from exc
         except StorageError as exc:
             detail = f"the commit may or may not have landed; retry with the same key: {type(exc).__name__}"
             return problem(503, "commit_failed", detail, **{"retry-after": "1"})

@@ -307,3 +307,46 @@ def test_storage_requests_per_http_request() -> None:
     # CAS, finalize the reconciled outcome (the engine: heal's listing and the key's ledger entry)
     assert store["crash after the commit"] == 2 and store["retry after it (APPLIED)"] == 4
     assert store["503 before any effect"] == 2 and store["retry after it (NOT_APPLIED, run)"] == 5
+
+
+def test_a_fenced_commit_is_answered_as_no_effect_and_its_retry_applies_once() -> None:
+    """The engine fenced the route's commit (CommitFencedError: a heal judged the stopped writer dead and
+    rolled it back; nothing of it visible, no key held): the example answers 503
+    ``idempotency_no_effect`` with ``Retry-After`` (the key free again), never ``commit_failed``; the
+    retry with the same key commits it, once. In process, through the same app; the fence is raised at
+    the commit's first step (tests/test_exactly_once_engine.py makes real ones)."""
+    from storage_adapter.engine import CommitFencedError
+
+    sys.path.insert(0, str(SERVICE.parent))
+    try:
+        import catalog_service
+    finally:
+        sys.path.remove(str(SERVICE.parent))
+    app = catalog_service.build(f"memory://fenced-{uuid.uuid4().hex[:8]}", principals={"token": "tenant"})
+
+    def fenced(name: str) -> None:
+        raise CommitFencedError("fenced by a heal (injected)", key="manifest.json")
+
+    async def run() -> None:
+        transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://c", headers=bearer("token")
+        ) as http:
+            key = uuid7_key()
+            with_key = {"Idempotency-Key": key}
+            failpoints.arm("commit.before_sidecar", fenced, times=1)
+            try:
+                first = await http.post(TABLE_URL, json={"request_id": "fenced"}, headers=with_key)
+            finally:
+                failpoints.disarm()
+            assert first.status_code == 503 and first.headers.get("retry-after"), first.text
+            assert first.json()["error"]["type"] == "idempotency_no_effect", first.text
+            assert (await http.get(TABLE_URL)).json()["rows"] == []
+            retry = await http.post(TABLE_URL, json={"request_id": "fenced"}, headers=with_key)
+            assert retry.status_code == 200 and "idempotent-replayed" not in retry.headers, retry.text
+            again = await http.post(TABLE_URL, json={"request_id": "fenced"}, headers=with_key)
+            assert (again.status_code, again.headers["idempotent-replayed"]) == (200, "true")
+            rows = (await http.get(TABLE_URL)).json()["rows"]
+            assert [r["request_id"] for r in rows] == ["fenced"]
+
+    asyncio.run(run())
