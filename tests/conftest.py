@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from contract_tests.plugin import ServerPool
-from servers.server import S3Endpoint, ServerEndpoint
 from storage_adapter.protocol import StorageAdapter
+from storage_adapter.servers.server import S3Endpoint, ServerEndpoint
 
 # `storage-adapter check` appends its summary to $GITHUB_STEP_SUMMARY when that is set: in GitHub Actions,
 # every check the tests run in a subprocess would append one to the job's page. The tests that mean to

@@ -256,8 +256,8 @@ OLD_PATHS = (
     "from storage_adapter.local_mutation import local_token as old; "
     "from storage_adapter.local_files import local_token as new",
     "from storage_adapter.registry import Driver as old; from storage_adapter.driver import Driver as new",
-    "from backends.seaweedfs import SeaweedFS as old; from servers.seaweedfs import SeaweedFS as new",
-    "from backends.registry import provider as old; from servers.registry import provider as new",
+    "from storage_adapter.servers.seaweedfs import SeaweedFS as old; from storage_adapter.servers.seaweedfs import SeaweedFS as new",
+    "from storage_adapter.servers.registry import provider as old; from storage_adapter.servers.registry import provider as new",
 )
 
 

@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 
-from servers.server import S3Endpoint, is_client_setting
 from storage_adapter import open_adapter
 from storage_adapter.config import parse_url
 from storage_adapter.registry import registered
+from storage_adapter.servers.server import S3Endpoint, is_client_setting
 
 REPO = Path(__file__).resolve().parent.parent
 SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
