@@ -60,7 +60,7 @@ _LOST_PORT = ("EADDRINUSE",)
 def azurite_home() -> Path:
     """Where the pinned Azurite is installed: ``.cache/azurite-<version>`` of the source checkout this
     package sits in, else ``$XDG_CACHE_HOME/storage-adapter/azurite-<version>`` (an installed package)."""
-    checkout = Path(__file__).resolve().parent.parent
+    checkout = Path(__file__).resolve().parents[2]  # storage_adapter/servers/azurite.py
     if (checkout / "pyproject.toml").is_file() and os.access(checkout, os.W_OK):
         return checkout / ".cache" / f"azurite-{AZURITE_VERSION}"
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
