@@ -264,9 +264,22 @@ def test_the_servers_sit_at_the_edge_above_the_core() -> None:
     [
         "servers",
         "backends",
+        "storage_adapter/moved.py",
+        "storage_adapter/local_backend.py",
+        "storage_adapter/obstore_backend.py",
+        "storage_adapter/local_mutation.py",
     ],
 )
 def test_the_names_removed_in_0_2_0_are_gone(gone: str) -> None:
-    """The generic top-level packages a wheel must not install are gone (ci/wheel-stage proves ``import
-    servers`` fails from the installed wheel)."""
+    """No compatibility alias survives 0.2.0 (CHANGELOG.md, Removed): neither the generic top-level
+    packages a wheel must not install (ci/wheel-stage proves ``import servers`` fails from the installed
+    wheel) nor the modules that forwarded old names."""
     assert not (ROOT / gone).exists()
+
+
+def test_the_registry_no_longer_forwards_the_driver_names() -> None:
+    """``registry.Driver``, ``.AsyncDriver`` and ``.NativeAsync`` went in 0.2.0: storage_adapter.driver
+    is their one home."""
+    from storage_adapter import registry
+
+    assert [name for name in ("Driver", "AsyncDriver", "NativeAsync") if hasattr(registry, name)] == []
