@@ -6,10 +6,17 @@
 #                                     threads, processes and Spark, engine, recovery, idempotency, mypy, ruff)
 #   bash scripts/test.sh -m stress    campaigns sized for proof (races, crashes, chaos, mutation, benches)
 #   bash scripts/test.sh -m servers   a second real S3 server: Ceph RGW (installed here with apt) and moto
+# The caller's AWS_*, AZURE_* and STORAGE_ADAPTER_* variables are unset first: every stage is hermetic.
 # Each stage's time is printed; pytest ends with its wall time and the slowest tests, and writes every
 # test's duration to results/test-durations.json (ci/durations.py makes docs/ci.md's tables from it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Hermetic: the caller's client settings (AWS_*, AZURE_*, AZURITE_*, STORAGE_ADAPTER_*: the prefixes of
+# storage_adapter.servers.server.CLIENT_SETTING_PREFIXES) reach no stage; tests/conftest.py scrubs them
+# again for a pytest run started by hand. A test about the environment sets it itself.
+for name in $(compgen -e); do
+  case "$name" in AWS_* | AZURE_* | AZURITE_* | STORAGE_ADAPTER_*) unset "$name" ;; esac
+done
 stage_started=$SECONDS
 took() { echo "test: $1 took $((SECONDS - stage_started)) s" >&2; stage_started=$SECONDS; }
 
