@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The tests: the SeaweedFS contract stage (ci/contract-stage), then the project's test suite. Extra
+# The tests: the SeaweedFS contract stage (ci/contract-stage), the wheel stage (ci/wheel-stage: the built
+# sdist and wheel, and the installed wheel running check and the plugin), then the project's test suite. Extra
 # arguments go to pytest. Tiers (docs/ci.md):
 #   bash scripts/test.sh              the default tier: every promise on memory, local and SeaweedFS (the
 #                                     contract on each, its async, wrapped-store and fsspec twins, races in
@@ -35,6 +36,10 @@ esac
 export PYSPARK_PYTHON="$PWD/.venv/bin/python"
 ci/contract-stage seaweedfs
 took "the SeaweedFS contract stage"
+# The artifacts a user installs: the sdist and the wheel built, checked, and the wheel installed in a clean
+# venv running the main job and the pytest plugin (ci/wheel-stage; about 1.5 minutes).
+ci/wheel-stage
+took "the wheel stage"
 # The default tier runs on three pytest-xdist workers on two cores (measured, docs/ci.md: the suite waits
 # on spawned processes, Spark jobs and servers more than it computes); a tier chosen with -m, or a worker
 # count given with -n, runs as asked (the stress campaigns are sized for a machine of their own).
