@@ -8,7 +8,7 @@ folder as ``{dist-info}/`` whatever the version. The verdict, exit status 1 on a
 
 * a listed file the wheel lacks fails (a module, ``py.typed`` or metadata that would ship missing);
 * a file outside this project's names (a top-level folder or module other than ``storage_adapter/`` and
-  ``contract_tests/``, or anything beside ``{dist-info}/``: a generic ``servers/``, a ``tests/``, a
+  ``contract_tests/``, or anything beside ``{dist-info}/``: a generic top-level ``servers`` package, a ``tests`` folder, a
   ``.data`` folder) fails, listed or not: the wheel installs this project's names only;
 * a file inside this project's names that the list lacks (a new module) is printed, to be added with
   ``--write``, and does not fail: a branch that adds a module does not break CI for it, and the list
