@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--results", type=Path, default=Path("results/bench"))
     args = parser.parse_args(argv)
-    from servers.seaweedfs import SeaweedFS
+    from storage_adapter.servers.seaweedfs import SeaweedFS
 
     results = []
     with (

@@ -105,7 +105,7 @@ def main() -> None:
     backends = args.backends.split(",")
     with contextlib.ExitStack() as stack:
         if "seaweedfs" in backends:
-            from servers.seaweedfs import SeaweedFS
+            from storage_adapter.servers.seaweedfs import SeaweedFS
 
             global _SEAWEEDFS
             _SEAWEEDFS = stack.enter_context(SeaweedFS(bucket="scale"))

@@ -80,7 +80,7 @@ def roots(backend: str) -> Iterator[Callable[[str], StorageAdapter]]:
         with tempfile.TemporaryDirectory(prefix="scaling-") as tmp:
             yield lambda name: open_adapter(f"file://{tmp}/{name}-{uuid.uuid4().hex[:8]}")
     else:
-        from servers.seaweedfs import SeaweedFS
+        from storage_adapter.servers.seaweedfs import SeaweedFS
 
         with SeaweedFS(bucket="scaling") as endpoint, endpoint.scoped():
             options = endpoint.adapter_options()

@@ -482,7 +482,7 @@ def backends(names: list[str]) -> Iterator[list[Backend]]:
                 engine = Engine.open(f"file://{root}/warehouse")
                 found.append(Backend("local", engine, {}, root / "parquet"))
             elif name == "seaweedfs":
-                from servers.seaweedfs import SeaweedFS
+                from storage_adapter.servers.seaweedfs import SeaweedFS
 
                 server = SeaweedFS(bucket="bench")
                 endpoint = stack.enter_context(server)

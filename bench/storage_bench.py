@@ -46,7 +46,7 @@ SIZES = {"1KiB": 1024, "4MiB": 4 * 1024 * 1024}
 BACKENDS = ("memory", "local", "seaweedfs")
 # Where asked for (``--backends ...,ceph``): Ceph RGW from the Debian packages (scripts/install-ceph.sh), an
 # S3 server that reports no emptied prefix, so its list_dir is one delimited list; Azurite (Azure Blob
-# Storage, servers/azurite.py), the adapter against raw obstore AzureStore on the same container.
+# Storage, storage_adapter/servers/azurite.py), the adapter against raw obstore AzureStore on the same container.
 OPTIONAL_BACKENDS = ("ceph", "azurite")
 
 
@@ -126,8 +126,8 @@ def backend_clients(backend: str, run: str) -> Iterator[list[Client]]:
         return
     from botocore.config import Config
 
-    from servers.ceph import CephRGW
-    from servers.seaweedfs import SeaweedFS
+    from storage_adapter.servers.ceph import CephRGW
+    from storage_adapter.servers.seaweedfs import SeaweedFS
 
     with (SeaweedFS if backend == "seaweedfs" else CephRGW)(bucket="bench") as endpoint, endpoint.scoped():
         options = endpoint.adapter_options()
@@ -170,8 +170,8 @@ def _azurite_clients(run: str) -> Iterator[list[Client]]:
     obstore ``AzureStore`` on the same container, each under its own prefix."""
     import obstore.store
 
-    from servers.azurite import Azurite
     from storage_adapter import open_adapter, open_async_adapter
+    from storage_adapter.servers.azurite import Azurite
 
     with Azurite(bucket="bench") as endpoint, endpoint.scoped():
         options = endpoint.adapter_options()

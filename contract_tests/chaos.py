@@ -1027,7 +1027,7 @@ def target_url(target: str, run: str) -> Iterator[str]:
         with tempfile.TemporaryDirectory(prefix="storage-adapter-chaos-") as root:
             yield f"file://{root}"
     else:
-        from servers.registry import provider
+        from storage_adapter.servers.registry import provider
 
         with provider("seaweedfs")(bucket="chaos") as endpoint, endpoint.scoped():
             yield endpoint.url(f"chaos-{run}")

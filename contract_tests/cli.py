@@ -70,12 +70,12 @@ from contract_tests.report import (
     write_report,
 )
 from contract_tests.targets import DEFAULT_FACTORY, EMBEDDED, Target, load_factory, parse_target
-from servers.registry import provider, provider_names
-from servers.server import ServerEndpoint, ServerUnavailable, scoped_environment
 from storage_adapter.builtin_backends import UNQUOTED_IF_MATCH
 from storage_adapter.config import parse_url
 from storage_adapter.errors import ConfigurationError, PermissionDeniedError, StorageError
 from storage_adapter.registry import Backend, backend_for_scheme, redact_environment, registered, schemes
+from storage_adapter.servers.registry import provider, provider_names
+from storage_adapter.servers.server import ServerEndpoint, ServerUnavailable, scoped_environment
 
 PEER_FACTORY = "contract_tests.peers:open_peer"
 EXIT_OK, EXIT_VIOLATION, EXIT_BAD_INPUT, EXIT_SERVER_UNAVAILABLE, EXIT_INCONCLUSIVE = 0, 1, 2, 3, 4
@@ -254,7 +254,7 @@ def _explain(target: Target, exc: BaseException) -> str:
 
 @contextlib.contextmanager
 def _started_server(name: str, console: Console) -> Iterator[tuple[ServerEndpoint, str]]:
-    """Start the server provider ``name`` (``servers.registry``) with a bucket (container), and point the
+    """Start the server provider ``name`` (``storage_adapter.servers.registry``) with a bucket (container), and point the
     client environment (``AWS_*``, ``AZURE_*``) at it for the duration (spawned clause workers and s3fs read
     it). Yields the endpoint and the server's version; stops the server at exit. Raises ServerCannotRun when
     it cannot run here."""

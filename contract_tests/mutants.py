@@ -698,7 +698,7 @@ CATALOGUE: tuple[Mutant, ...] = (
         "        except BaseException:\n            raise",
         "a write whose publish (rename) failed leaves its staging file behind",
         targets=LOCAL,
-        equivalent="staging files are never listed or read, so the leftover is invisible to every reader; remove_orphans reclaims it and tests/test_local_mutation.py checks the disk",
+        equivalent="staging files are never listed or read, so the leftover is invisible to every reader; remove_orphans reclaims it and tests/test_local_files.py checks the disk",
         bug_class="orphans",
     ),
     Mutant(

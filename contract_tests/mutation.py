@@ -43,7 +43,7 @@ from pathlib import Path
 
 from contract_tests.mutants import BUG_CLASSES, CATALOGUE, Mutant
 from contract_tests.targets import EMBEDDED
-from servers.server import without_client_settings
+from storage_adapter.servers.server import without_client_settings
 
 PACKAGE = "storage_adapter"
 REFEREE = "contract_tests"
@@ -377,7 +377,7 @@ def target_routes(names: Sequence[str]) -> Iterator[dict[str, TargetRoute]]:
             if name in scratch:
                 routes[name] = TargetRoute(name, ("--storage-embedded", name))
                 continue
-            from servers.registry import provider
+            from storage_adapter.servers.registry import provider
 
             endpoint = stack.enter_context(provider(name)(bucket="mutation"))
             routes[name] = TargetRoute(

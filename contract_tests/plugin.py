@@ -6,7 +6,7 @@ Options (each mirrored as an ini setting of the same name with dashes as undersc
 ``--storage-factory MOD:FUNC``   open targets with this factory instead of ``open_adapter``.
 ``--storage-embedded LIST``      embedded targets when no URL is given (default memory,local,seaweedfs):
                                  any registered backend that makes throwaway instances, or any server
-                                 provider of ``servers.registry`` (azurite for Azure Blob Storage; minio,
+                                 provider of ``storage_adapter.servers.registry`` (azurite for Azure Blob Storage; minio,
                                  rustfs run through Docker and skip with the reason without it).
 ``--contract-threads N``         threads in the thread races (default 8).
 ``--contract-processes N``       processes in the process races (default 4).
@@ -67,7 +67,7 @@ from storage_adapter.protocol import StorageAdapter
 from storage_adapter.registry import Backend, backend_for_scheme, registered
 
 if TYPE_CHECKING:
-    from servers.server import ServerEndpoint
+    from storage_adapter.servers.server import ServerEndpoint
 
 _OPTIONS: tuple[tuple[str, str, Any, str], ...] = (
     ("storage-url", "append", None, "storage URL to run the contract against (NAME=URL or URL)"),
@@ -182,14 +182,14 @@ def configured_targets(config: pytest.Config) -> list[Target]:
 
 
 def _server_names() -> tuple[str, ...]:
-    from servers.registry import provider_names
+    from storage_adapter.servers.registry import provider_names
 
     return provider_names()
 
 
 def embedded_choices() -> tuple[str, ...]:
     """Registered backends that make throwaway instances (memory, local, ...), then every server provider
-    of ``servers.registry`` (seaweedfs, minio, rustfs, azurite, ...)."""
+    of ``storage_adapter.servers.registry`` (seaweedfs, minio, rustfs, azurite, ...)."""
     scratch = tuple(b.name for b in registered() if b.scratch is not None)
     return scratch + tuple(n for n in _server_names() if n not in scratch)
 
@@ -344,7 +344,7 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
 
 
 class ServerPool:
-    """Servers of ``servers.registry`` (S3 servers, Azurite) started on first use and stopped when the session ends. A
+    """Servers of ``storage_adapter.servers.registry`` (S3 servers, Azurite) started on first use and stopped when the session ends. A
     provider that cannot run here (no Docker for MinIO, no ``weed`` binary) skips the requesting test with
     its reason; one that was started and did not come up fails it (a crashed server is no reason to skip:
     a run that skipped the server's clauses would look green)."""
@@ -356,8 +356,8 @@ class ServerPool:
         self._failed: dict[str, str] = {}
 
     def endpoint(self, name: str) -> ServerEndpoint:
-        from servers.registry import provider
-        from servers.server import ServerStartFailed, ServerUnavailable
+        from storage_adapter.servers.registry import provider
+        from storage_adapter.servers.server import ServerStartFailed, ServerUnavailable
 
         if name in self._failed:
             pytest.fail(self._failed[name], pytrace=False)

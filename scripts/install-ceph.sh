@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install the Debian packages servers/ceph.py needs for a single-host Ceph RGW (one mon, one memstore
+# Install the Debian packages storage_adapter/servers/ceph.py needs for a single-host Ceph RGW (one mon, one memstore
 # OSD, radosgw): about 270 MB with --no-install-recommends. Idempotent: does nothing when `radosgw` is
 # already on PATH. Needs root (or sudo) and a Debian/Ubuntu apt; the provider never installs by itself.
 set -euo pipefail

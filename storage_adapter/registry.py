@@ -24,12 +24,10 @@ from types import MappingProxyType
 from typing import Any
 from urllib.parse import SplitResult
 
-from storage_adapter import driver as _driver_module
 from storage_adapter.driver import Driver as _Driver
 from storage_adapter.driver import ForeignWriter as _ForeignWriter
 from storage_adapter.errors import ConfigurationError
 from storage_adapter.keys import join_key, validate_prefix
-from storage_adapter.moved import forwarding
 from storage_adapter.redaction import MASK, Redactor
 from storage_adapter.types import Capabilities
 
@@ -281,7 +279,3 @@ def environment_secrets(environ: Mapping[str, str] | None = None) -> list[str]:
 def redact_environment(text: str, environ: Mapping[str, str] | None = None) -> str:
     """``text`` with the secret values found in the environment masked (for the CLI and its reports)."""
     return Redactor(environment_secrets(environ)).text(text)
-
-
-# Moved to storage_adapter.driver; the old names keep working for one release, with a warning.
-__getattr__ = forwarding(__name__, (_driver_module,), only=("Driver", "AsyncDriver", "NativeAsync"))

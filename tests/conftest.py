@@ -19,8 +19,26 @@ from typing import Any
 import pytest
 
 from contract_tests.plugin import ServerPool
-from servers.server import S3Endpoint, ServerEndpoint
 from storage_adapter.protocol import StorageAdapter
+from storage_adapter.servers.server import S3Endpoint, ServerEndpoint, is_client_setting
+
+
+def scrub_client_settings() -> list[str]:
+    """Remove from this process's environment every client setting the caller's shell holds (``AWS_*``,
+    ``AZURE_*``, ``AZURITE_*``, ``STORAGE_ADAPTER_*``: ``storage_adapter.servers.server.is_client_setting``,
+    the rule the servers the project starts already follow), and return their names.
+
+    The suite's one mechanism for being hermetic: the product rightly takes, say, ``AWS_ENDPOINT_URL`` as
+    an S3 client's default, and the tests assume a clean environment, so whoever exported one for a local
+    MinIO would see tests fail that pass elsewhere. Run in ``pytest_configure``, before any fixture, in
+    the controller and in every xdist worker (a worker inherits the controller's cleaned environment,
+    scrubs again for the same result). A test about the environment sets what it needs itself
+    (``monkeypatch.setenv``, or a subprocess's ``env``)."""
+    names = sorted(name for name in os.environ if is_client_setting(name))
+    for name in names:
+        del os.environ[name]
+    return names
+
 
 # `storage-adapter check` appends its summary to $GITHUB_STEP_SUMMARY when that is set: in GitHub Actions,
 # every check the tests run in a subprocess would append one to the job's page. The tests that mean to
@@ -234,6 +252,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--durations-json", metavar="PATH", help="write every test's duration to PATH (JSON)")
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
+    """Before any other plugin's configuration, any collection or fixture: the suite is hermetic."""
+    scrub_client_settings()
     if not hasattr(config, "workerinput"):  # under pytest-xdist the controller sees every worker's reports
         config.pluginmanager.register(DurationLedger(), "storage-adapter-duration-ledger")

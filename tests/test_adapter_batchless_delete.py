@@ -19,9 +19,9 @@ from urllib.parse import urlsplit
 import pytest
 from loopback_http import serving
 
-from servers.server import S3Endpoint
 from storage_adapter import open_adapter
 from storage_adapter.builtin_backends import LOCAL, MEMORY, S3
+from storage_adapter.servers.server import S3Endpoint
 
 _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade"}
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from servers.server import free_port
 from storage_adapter import (
     BackendUnavailableError,
     NotFoundError,
@@ -12,6 +11,7 @@ from storage_adapter import (
     StorageError,
     open_adapter,
 )
+from storage_adapter.servers.server import free_port
 
 
 def test_unreachable_endpoint_is_backend_unavailable_and_names_key_and_backend() -> None:

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from servers.server import S3Endpoint
 from storage_adapter import open_adapter
 from storage_adapter.protocol import StorageAdapter
+from storage_adapter.servers.server import S3Endpoint
 from storage_adapter.types import Versioned
 
 SIZE = 200 * 1024 * 1024

@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 from loopback_http import serving
 
-from servers.server import S3Endpoint, free_port
 from storage_adapter import (
     BackendUnavailableError,
     NotFoundError,
@@ -24,6 +23,7 @@ from storage_adapter import (
     open_adapter,
 )
 from storage_adapter.keys import MAX_KEY_BYTES, MAX_SEGMENT_BYTES
+from storage_adapter.servers.server import S3Endpoint, free_port
 
 _FAST = {"max_retries": 0, "retry_timeout_s": 2.0, "connect_timeout_s": 1.0, "request_timeout_s": 5.0}
 

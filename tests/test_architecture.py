@@ -3,9 +3,10 @@
 Layers, bottom up: the core (``storage_adapter``'s top-level modules: obstore and the standard library
 only) < ``storage_adapter.engine`` < ``storage_adapter.idempotency`` < ``storage_adapter.spark``, and
 ``storage_adapter.http`` (the ASGI middleware: the idempotency store over HTTP, standard library only)
-at the edge beside it, which nothing in the package imports;
-``servers`` (S3 servers for tests; ``backends``, its old name, forwards to it) sits on the core; ``contract_tests`` (the contract and its tooling, the CLI)
-on everything. No lower layer imports a higher one, one module imports obstore, and no module outside
+at the edge beside it, which nothing in the package imports; ``storage_adapter.servers`` (the real servers
+the CLI's ``check --server``, the benches and the tests start) at the edge too, on the core only, and
+imported by nothing else in the package; ``contract_tests`` (the contract and its tooling, the CLI) on
+everything. No lower layer imports a higher one, one module imports obstore, and no module outside
 the registry's backend definitions compares backend names.
 """
 
@@ -13,14 +14,13 @@ from __future__ import annotations
 
 import ast
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("storage_adapter", "contract_tests", "servers", "backends")
+PACKAGES = ("storage_adapter", "contract_tests")
 
 # layer -> the first-party layers it may import (itself included)
 ALLOWED = {
@@ -50,13 +50,11 @@ THIRD_PARTY = {
 def layer_of_module(name: str) -> str | None:
     parts = name.split(".")
     if parts[0] == "storage_adapter":
-        if len(parts) > 1 and parts[1] in ("engine", "idempotency", "spark", "http"):
+        if len(parts) > 1 and parts[1] in ("engine", "idempotency", "spark", "http", "servers"):
             return parts[1]
         return "core"
-    if parts[0] in ("contract_tests", "servers"):
+    if parts[0] == "contract_tests":
         return parts[0]
-    if parts[0] == "backends":  # the servers' old name, forwarding for one release
-        return "servers"
     return None
 
 
@@ -246,34 +244,42 @@ def test_nothing_is_typed_as_an_untyped_adapter() -> None:
     assert not offenders, offenders
 
 
-OLD_PATHS = (
-    "from storage_adapter.obstore_backend import ObstoreBackend as old; "
-    "from storage_adapter.obstore_driver import ObstoreDriver as new",
-    "from storage_adapter.obstore_backend import status_error_class as old; "
-    "from storage_adapter.translation import status_error_class as new",
-    "from storage_adapter.local_backend import LocalBackend as old; "
-    "from storage_adapter.local_driver import LocalDriver as new",
-    "from storage_adapter.local_mutation import local_token as old; "
-    "from storage_adapter.local_files import local_token as new",
-    "from storage_adapter.registry import Driver as old; from storage_adapter.driver import Driver as new",
-    "from backends.seaweedfs import SeaweedFS as old; from servers.seaweedfs import SeaweedFS as new",
-    "from backends.registry import provider as old; from servers.registry import provider as new",
+def test_the_servers_sit_at_the_edge_above_the_core() -> None:
+    """storage_adapter.servers is its own layer (not the core, though it lives in the package), and only
+    contract_tests, the CLI's home, imports it: the adapter, engine, idempotency, Spark and HTTP layers
+    never start a server."""
+    assert layer_of_module("storage_adapter.servers.seaweedfs") == "servers"
+    assert layer_of_module("storage_adapter.servers") == "servers"
+    importers = {
+        module_name(p)
+        for p in SOURCES
+        if layer_of_module(module_name(p)) not in ("servers", "contract_tests")
+        and any(layer_of_module(name) == "servers" for name in imports_of(p))
+    }
+    assert importers == set(), importers
+
+
+@pytest.mark.parametrize(
+    "gone",
+    [
+        "servers",
+        "backends",
+        "storage_adapter/moved.py",
+        "storage_adapter/local_backend.py",
+        "storage_adapter/obstore_backend.py",
+        "storage_adapter/local_mutation.py",
+    ],
 )
+def test_the_names_removed_in_0_2_0_are_gone(gone: str) -> None:
+    """No compatibility alias survives 0.2.0 (CHANGELOG.md, Removed): neither the generic top-level
+    packages a wheel must not install (ci/wheel-stage proves ``import servers`` fails from the installed
+    wheel) nor the modules that forwarded old names."""
+    assert not (ROOT / gone).exists()
 
 
-@pytest.mark.parametrize("statement", OLD_PATHS, ids=lambda s: s.split()[1])
-def test_an_old_import_path_still_works_for_one_release_and_says_where_it_went(statement: str) -> None:
-    """Names moved by the second architecture step keep their old import paths for one release: the very
-    same object, with a DeprecationWarning naming the new place (checked in a fresh interpreter, where the
-    warning of a package's import is not yet spent)."""
-    code = (
-        "import warnings\nwarnings.simplefilter('error', DeprecationWarning)\n"
-        f"try:\n    {statement.split('; ')[0]}\nexcept DeprecationWarning as warning:\n    print('WARNED', warning)\n"
-        "warnings.simplefilter('ignore')\n"
-        f"{statement.replace('; ', chr(10))}\nassert old is new\nprint('SAME')\n"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "WARNED" in done.stdout and "SAME" in done.stdout, done.stdout
-    new_home = statement.split("; ")[1].split()[1]
-    assert new_home in done.stdout, done.stdout
+def test_the_registry_no_longer_forwards_the_driver_names() -> None:
+    """``registry.Driver``, ``.AsyncDriver`` and ``.NativeAsync`` went in 0.2.0: storage_adapter.driver
+    is their one home."""
+    from storage_adapter import registry
+
+    assert [name for name in ("Driver", "AsyncDriver", "NativeAsync") if hasattr(registry, name)] == []

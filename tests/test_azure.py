@@ -19,8 +19,6 @@ import pytest
 from obstore.exceptions import PreconditionError
 from obstore.store import AzureStore
 
-from servers.azurite import DEVIATIONS, AzureEndpoint, Azurite, install_azurite
-from servers.server import ServerUnavailable
 from storage_adapter import open_adapter
 from storage_adapter.config import parse_url
 from storage_adapter.errors import (
@@ -30,6 +28,8 @@ from storage_adapter.errors import (
     PermissionDeniedError,
 )
 from storage_adapter.obstore_driver import EMULATOR_ACCOUNT_KEY, azure_credentials, store_secrets
+from storage_adapter.servers.azurite import DEVIATIONS, AzureEndpoint, Azurite, install_azurite
+from storage_adapter.servers.server import ServerUnavailable
 
 REPO = Path(__file__).resolve().parent.parent
 KEY = "c2VjcmV0LWtleS1vZi10aGUtdGVzdHMtMDEyMzQ1Njc4OQ=="  # base64, and no Azure account's

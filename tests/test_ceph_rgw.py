@@ -1,4 +1,4 @@
-"""Ceph RGW (``servers.ceph``) characterised with raw obstore calls, not the contract suite.
+"""Ceph RGW (``storage_adapter.servers.ceph``) characterised with raw obstore calls, not the contract suite.
 
 The contract itself runs on Ceph in tests/test_check_servers.py (``check --server ceph``); this module
 pins down the primitives the contract relies on: a plain round trip,
@@ -21,10 +21,10 @@ import pytest
 from obstore.exceptions import AlreadyExistsError, PreconditionError
 from obstore.store import S3Store
 
-from servers import ceph
-from servers.ceph import NOT_INSTALLED, CephRGW, ceph_conf
-from servers.registry import provider
-from servers.server import S3Endpoint, ServerUnavailable
+from storage_adapter.servers import ceph
+from storage_adapter.servers.ceph import NOT_INSTALLED, CephRGW, ceph_conf
+from storage_adapter.servers.registry import provider
+from storage_adapter.servers.server import S3Endpoint, ServerUnavailable
 
 # The nightly servers tier (docs/ci.md): a second real S3 server beside the embedded SeaweedFS.
 pytestmark = pytest.mark.servers
@@ -69,7 +69,7 @@ def test_registered_as_ceph() -> None:
 
 
 def test_missing_packages_is_one_line_reason_naming_the_installer(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("servers.ceph.shutil.which", lambda name: None)
+    monkeypatch.setattr("storage_adapter.servers.ceph.shutil.which", lambda name: None)
     server = CephRGW()
     with pytest.raises(ServerUnavailable) as raised:
         server.start()

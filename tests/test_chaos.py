@@ -17,8 +17,8 @@ import pytest
 
 from contract_tests import chaos
 from contract_tests.chaos import ChaosConfig, plan_request, run_campaign, schedule, schedule_digest
-from servers.server import S3Endpoint
 from storage_adapter.engine import CommitRequest, Engine
+from storage_adapter.servers.server import S3Endpoint
 
 SEEDS = {"memory": 11, "local": 12, "seaweedfs": 13}
 # (requests, workers): 1,000 in all. The campaign pays in real time (leases of 0.3 s expire, stalled owners

@@ -1,7 +1,7 @@
 """The referee in CI (issue 30): a whole check bounded in total time on any server, a report even when
 killed. Measured from outside, as an operator's CI job meets it: ``storage-adapter check`` in a
 subprocess, against SeaweedFS behind a loopback proxy that never answers chosen requests
-(servers.hanging_proxy), or against a planted bug whose CAS never returns."""
+(storage_adapter.servers.hanging_proxy), or against a planted bug whose CAS never returns."""
 
 from __future__ import annotations
 
@@ -22,15 +22,15 @@ import pytest
 import xmlschema
 
 from contract_tests.health import PrimitiveBroken, PrimitiveHealth, WatchedAdapter
-from servers.hanging_proxy import (
+from storage_adapter import open_adapter
+from storage_adapter.errors import BackendUnavailableError, InvalidKeyError
+from storage_adapter.servers.hanging_proxy import (
     HangingProxy,
     ProxiedRequest,
     conditional_puts,
     everything_after_the_preflight,
 )
-from servers.server import S3Endpoint
-from storage_adapter import open_adapter
-from storage_adapter.errors import BackendUnavailableError, InvalidKeyError
+from storage_adapter.servers.server import S3Endpoint
 
 ROOT = Path(__file__).resolve().parent.parent
 # The stated bound is the budget; the check may overrun it by this much (its last clause's teardown, the

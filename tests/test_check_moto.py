@@ -11,10 +11,10 @@ from rich.console import Console
 
 from contract_tests import cli
 from contract_tests.targets import Target
-from servers.moto import Moto
-from servers.registry import provider
-from servers.server import S3Endpoint
 from storage_adapter import open_adapter
+from storage_adapter.servers.moto import Moto
+from storage_adapter.servers.registry import provider
+from storage_adapter.servers.server import S3Endpoint
 
 # The nightly servers tier (docs/ci.md): a second real S3 server beside the embedded SeaweedFS.
 pytestmark = pytest.mark.servers

@@ -14,7 +14,7 @@ from contract_tests.conformance import ClauseOutcome, ClauseResult, Target, _wit
 from contract_tests.plugin import ContractSizes
 from contract_tests.remedies import QUIRKS, remedies
 from contract_tests.report import to_json, to_markdown
-from servers.server import S3Endpoint, scoped_environment
+from storage_adapter.servers.server import S3Endpoint, scoped_environment
 
 ROOT = Path(__file__).resolve().parent.parent
 SMALL = ContractSizes(threads=2, processes=2, increments=2, check_budget_s=10.0, clause_timeout_s=60.0)

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from contract_tests.remedies import QUIRKS
-from servers.ceph import ceph_binaries
-from servers.server import ServerUnavailable
+from storage_adapter.servers.ceph import ceph_binaries
+from storage_adapter.servers.server import ServerUnavailable
 
 # The nightly servers tier (docs/ci.md): a second real S3 server beside the embedded SeaweedFS.
 pytestmark = pytest.mark.servers

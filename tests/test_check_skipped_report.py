@@ -23,10 +23,10 @@ from contract_tests.conformance import LEFT_OUT_SHOWN, ClauseOutcome, Conformanc
 from contract_tests.plugin import ContractSizes
 from contract_tests.report import to_json, to_markdown
 from contract_tests.targets import Target
-from servers.server import S3Endpoint
 from storage_adapter import open_adapter
 from storage_adapter.adapter import ObjectStorageAdapter
 from storage_adapter.errors import BackendUnavailableError
+from storage_adapter.servers.server import S3Endpoint
 
 SMALL = ContractSizes(threads=2, processes=2, increments=2, check_budget_s=10.0, clause_timeout_s=60.0)
 CLAUSE = "round_trip_bytes"

@@ -24,8 +24,8 @@ from contract_tests.conformance import (
 )
 from contract_tests.plugin import ContractSizes
 from contract_tests.report import to_json, to_markdown
-from servers.server import free_port
 from storage_adapter import open_adapter
+from storage_adapter.servers.server import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 SMALL = ContractSizes(threads=4, processes=2, increments=5, check_budget_s=30.0, clause_timeout_s=60.0)

@@ -27,7 +27,9 @@ from rich.console import Console
 from contract_tests import cli
 from contract_tests.cli import InputError
 from contract_tests.targets import Target
-from servers.containers import (
+from storage_adapter import open_adapter
+from storage_adapter.errors import ConfigurationError
+from storage_adapter.servers.containers import (
     MINIO_IMAGE,
     RUSTFS_IMAGE,
     S3_CONTAINER_PORT,
@@ -37,11 +39,9 @@ from servers.containers import (
     create_bucket,
     docker_engine_problem,
 )
-from servers.registry import PROVIDERS, needs_docker, provider, provider_names
-from servers.seaweedfs import SeaweedFS
-from servers.server import ServerStartFailed, ServerUnavailable, free_port
-from storage_adapter import open_adapter
-from storage_adapter.errors import ConfigurationError
+from storage_adapter.servers.registry import PROVIDERS, needs_docker, provider, provider_names
+from storage_adapter.servers.seaweedfs import SeaweedFS
+from storage_adapter.servers.server import ServerStartFailed, ServerUnavailable, free_port
 
 PINNED = re.compile(r"^[a-z0-9]+(?:[._/-][a-z0-9]+)*:(?P<tag>[A-Za-z0-9][A-Za-z0-9._-]*)$")
 FLOATING_TAGS = {"latest", "stable", "edge", "main", "nightly"}
@@ -245,7 +245,7 @@ def test_a_seaweedfs_that_lost_a_port_race_is_started_again(monkeypatch: pytest.
     """A port found free and taken before weed binds it (two test workers starting servers at once) made
     a whole worker's SeaweedFS clauses skip. Reproduced here by handing weed a port this test holds: the
     first start dies of "address already in use", the second, with fresh ports, serves."""
-    import servers.seaweedfs as seaweedfs
+    import storage_adapter.servers.seaweedfs as seaweedfs
 
     held = socket.socket()
     held.bind(("127.0.0.1", 0))
@@ -278,7 +278,7 @@ def test_the_plugin_fails_a_server_that_was_started_and_did_not_come_up(
 ) -> None:
     """A server that cannot run here skips its tests with the reason; one that started and crashed fails
     each of them (a skipped server looks green)."""
-    import servers.registry
+    import storage_adapter.servers.registry
     from contract_tests.plugin import ServerPool
 
     class Crashing:
@@ -288,7 +288,7 @@ def test_the_plugin_fails_a_server_that_was_started_and_did_not_come_up(
         def __exit__(self, *exc: object) -> None:
             return None
 
-    monkeypatch.setattr(servers.registry, "provider", lambda name: Crashing)
+    monkeypatch.setattr(storage_adapter.servers.registry, "provider", lambda name: Crashing)
     with contextlib.ExitStack() as stack:
         pool = ServerPool(stack)
         for _ in range(2):  # the first asker and every later one

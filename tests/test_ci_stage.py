@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from servers.containers import MINIO_IMAGE, MinIO, RustFS
+from storage_adapter.servers.containers import MINIO_IMAGE, MinIO, RustFS
 
 REPO = Path(__file__).resolve().parent.parent
 STAGE = REPO / "ci" / "contract-stage"

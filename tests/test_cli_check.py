@@ -18,7 +18,7 @@ import pytest
 
 from contract_tests.conformance import ClauseOutcome, ContractRunError, Target, run_contract
 from contract_tests.report import report_paths, to_markdown, write_report
-from servers.server import free_port
+from storage_adapter.servers.server import free_port
 
 TINY_SUITE = '''
 import pytest

@@ -12,8 +12,8 @@ from http.server import BaseHTTPRequestHandler
 import pytest
 from loopback_http import serving
 
-from servers.seaweedfs import S3Identity, SeaweedFS
-from servers.server import S3Endpoint
+from storage_adapter.servers.seaweedfs import S3Identity, SeaweedFS
+from storage_adapter.servers.server import S3Endpoint
 
 ADMIN = S3Identity("ADMINKEY", "admin-secret-value")
 READER = S3Identity("READKEY", "reader-secret-value", actions=("Read:contract", "List:contract"))
@@ -99,7 +99,7 @@ def test_bucket_without_write_permission(guarded: S3Endpoint) -> None:
 def test_a_failed_start_leaves_no_server_running() -> None:
     """Credentials the server does not know make readiness fail: start() raises naming the log, and
     stops what it started even without a `with` block."""
-    from servers.server import ServerUnavailable
+    from storage_adapter.servers.server import ServerUnavailable
 
     server = SeaweedFS(identities=(READER,), start_timeout_s=5)  # READER may not write: never ready
     with pytest.raises(ServerUnavailable, match="server log"):

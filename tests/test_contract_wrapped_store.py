@@ -19,8 +19,8 @@ from storage_adapter.protocol import StorageAdapter
 
 FACTORIES = {"sync": "wrapped_stores:open_wrapped", "async": "wrapped_stores:open_async_wrapped"}
 # The clauses of the default tier here (tests/conftest.py sends the others to the stress tier). A wrapped
-# store is driven by the URL backends' own drivers (ObstoreBackend for a MemoryStore or S3Store, with S3's
-# prefix confirmation and signed deletes; LocalBackend for a LocalStore), whose every clause runs in the
+# store is driven by the URL backends' own drivers (ObstoreDriver for a MemoryStore or S3Store, with S3's
+# prefix confirmation and signed deletes; LocalDriver for a LocalStore), whose every clause runs in the
 # default tier in tests/test_contract_embedded.py; what wrapping changes is exercised by these: opening
 # and the driver chosen (basic reads, writes, conditional writes, listings, deletes, streams), pickling the
 # store into spawned processes (every *_processes clause), and the capabilities its user declares.
@@ -55,7 +55,7 @@ WRAPPED_TARGETS = ("memory", "local", "seaweedfs", "azurite")
 
 
 # The async twin over a wrapped store runs in the stress tier: its drivers are the URL backends' own
-# (ObstoreBackend's async twin, the local threaded one), whose every clause runs in the default tier in
+# (ObstoreDriver's async twin, the local threaded one), whose every clause runs in the default tier in
 # tests/test_contract_async.py; what wrapping changes the sync twin runs here on every target.
 @pytest.fixture(scope="module", params=["sync", pytest.param("async", marks=pytest.mark.stress)])
 def wrapped_root(storage_contract_target: Target, request: pytest.FixtureRequest) -> Iterator[StorageAdapter]:

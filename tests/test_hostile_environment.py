@@ -20,10 +20,10 @@ from typing import Any
 
 import pytest
 
-from servers.server import S3Endpoint, is_client_setting
 from storage_adapter import open_adapter
 from storage_adapter.config import parse_url
 from storage_adapter.registry import registered
+from storage_adapter.servers.server import S3Endpoint, is_client_setting
 
 REPO = Path(__file__).resolve().parent.parent
 SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
@@ -86,6 +86,64 @@ def _run(
     )
     assert SECRET not in done.stdout + done.stderr  # the user's secret is never printed either
     return done
+
+
+# -- the test suite itself is hermetic (issue 45) ----------------------------------------------------------
+# Azure settings of another account beside HOSTILE's AWS ones: what a user of both clouds has exported.
+FOREIGN_AZURE = {
+    "AZURE_STORAGE_ACCOUNT_NAME": "someoneelses",
+    "AZURE_STORAGE_ACCOUNT_KEY": "c29tZW9uZSBlbHNlJ3Mga2V5",
+    "AZURE_STORAGE_USE_EMULATOR": "false",
+    "AZURITE_ACCOUNTS": "someoneelses:c29tZW9uZSBlbHNlJ3Mga2V5",
+}
+
+
+def test_the_suite_scrubs_the_callers_client_settings_before_any_test(tmp_path: Path) -> None:
+    """tests/conftest.py's ``scrub_client_settings`` makes a pytest run over this suite the same whatever
+    the caller's shell holds: a child pytest, started with HOSTILE's AWS settings (endpoint, region,
+    keys, a missing profile, every ``STORAGE_ADAPTER_*`` option variable wrong) and another Azure
+    account's, runs the wire test that fails under a foreign ``AWS_ENDPOINT_URL`` when nothing scrubs it,
+    and a probe that finds no client setting left."""
+    probe = tmp_path / "test_probe.py"
+    probe.write_text(
+        "import os\n"
+        "from storage_adapter.servers.server import is_client_setting\n\n\n"
+        "def test_no_client_setting_is_left():\n"
+        "    assert [name for name in os.environ if is_client_setting(name)] == []\n"
+    )
+    wire = "tests/test_wire_clauses.py::test_the_wire_addresses_the_bucket_and_prefix_the_adapter_addresses"
+    done = subprocess.run(
+        # the probe is given by path: the rootdir (and so tests/conftest.py) is still the checkout's
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--rootdir",
+            str(REPO),
+            wire,
+            str(probe),
+        ],
+        cwd=REPO,
+        env={**hostile_process_environment(), **FOREIGN_AZURE},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0 and "5 passed" in done.stdout, done.stdout[-4000:] + done.stderr[-2000:]
+
+
+def test_the_scrub_removes_every_client_setting_and_keeps_the_rest(monkeypatch: pytest.MonkeyPatch) -> None:
+    from conftest import scrub_client_settings  # tests/ is on the path
+
+    for name, value in {**HOSTILE, **FOREIGN_AZURE, "STORAGE_ADAPTER_FAILPOINTS": "x=error*1"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("PATH_NOT_A_CLIENT_SETTING", "kept")
+    removed = scrub_client_settings()
+    assert set(removed) >= {*HOSTILE, *FOREIGN_AZURE, "STORAGE_ADAPTER_FAILPOINTS"}
+    assert client_settings() == {} and os.environ["PATH_NOT_A_CLIENT_SETTING"] == "kept"
 
 
 # -- the precedence rule, both directions ------------------------------------------------------------------

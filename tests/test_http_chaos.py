@@ -25,8 +25,8 @@ from contract_tests.http_chaos import (
     plan_http_request,
     run_http_campaign,
 )
-from servers.server import S3Endpoint
 from storage_adapter.idempotency import UUIDV7_KEYS, uuid7_key
+from storage_adapter.servers.server import S3Endpoint
 
 SEEDS = {"local": 21, "seaweedfs": 23}
 STRESS_SIZES = {"local": (2000, 16), "seaweedfs": (1000, 16)}

@@ -41,10 +41,10 @@ import httpx
 import pytest
 from test_http_service import ARGS, SERVICE, SERVICE_ARGS, TABLE_URL, TOKENS, Running, bearer
 
-from servers.server import S3Endpoint
 from storage_adapter import open_adapter
 from storage_adapter.engine import failpoints
 from storage_adapter.idempotency import IdempotencyStore, Owned, Policy, uuid7_key
+from storage_adapter.servers.server import S3Endpoint
 
 DUPLICATES = 20
 TOKEN = "token-of-a"

@@ -26,7 +26,6 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 
-from servers.server import free_port
 from storage_adapter import open_adapter
 from storage_adapter.http import (
     HttpSettings,
@@ -38,6 +37,7 @@ from storage_adapter.http import (
 )
 from storage_adapter.http.renderers import ErrorRenderer
 from storage_adapter.idempotency import IdempotencyStore, NoEffect, Policy, uuid7_key
+from storage_adapter.servers.server import free_port
 
 QUICK = Policy(first_wait_s=0.02, max_wait_s=0.1, total_wait_s=2.0)
 TASK_WAIT_S = 5.0

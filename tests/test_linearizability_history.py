@@ -9,7 +9,6 @@ import pytest
 from contract_tests.history import Event, EventKind, History, HistoryRecorder, Outcome
 from contract_tests.linearizability import KeyVerdict, check_history
 from contract_tests.planted_bugs import PLANTED_BUGS, RacyCasAdapter
-from servers.server import free_port
 from storage_adapter import open_adapter
 from storage_adapter.errors import (
     BackendUnavailableError,
@@ -19,6 +18,7 @@ from storage_adapter.errors import (
     StorageError,
     UnsupportedOperationError,
 )
+from storage_adapter.servers.server import free_port
 
 
 def test_recorder_records_each_register_operation_with_its_result(adapter) -> None:

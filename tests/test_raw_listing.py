@@ -22,8 +22,6 @@ import pytest
 from loopback_http import serving
 from obstore.store import LocalStore, MemoryStore, S3Store
 
-from servers.seaweedfs import S3Identity, SeaweedFS
-from servers.server import S3Endpoint, ServerEndpoint
 from storage_adapter import open_adapter
 from storage_adapter.errors import (
     BackendUnavailableError,
@@ -33,6 +31,8 @@ from storage_adapter.errors import (
 )
 from storage_adapter.obstore_driver import raw_listing
 from storage_adapter.obstore_driver.raw_listing import RawClient, RawEntry, raw_client
+from storage_adapter.servers.seaweedfs import S3Identity, SeaweedFS
+from storage_adapter.servers.server import S3Endpoint, ServerEndpoint
 
 # Names both servers store and list exactly.
 COMMON = [

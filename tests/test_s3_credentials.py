@@ -16,11 +16,11 @@ from urllib.parse import parse_qs
 import pytest
 from loopback_http import serving
 
-from servers.seaweedfs import S3Identity, SeaweedFS
-from servers.server import S3Endpoint
 from storage_adapter import ConfigurationError, StorageError, open_adapter
 from storage_adapter.aws_profile import BotocoreCredentials
 from storage_adapter.errors import PermissionDeniedError
+from storage_adapter.servers.seaweedfs import S3Identity, SeaweedFS
+from storage_adapter.servers.server import S3Endpoint
 
 OWNER = S3Identity("PROFILEKEY", "profile-secret-value")
 

@@ -13,11 +13,11 @@ from collections import Counter
 
 import pytest
 
-from servers.server import S3Endpoint
 from storage_adapter import open_adapter
 from storage_adapter.adapter import ObjectStorageAdapter
 from storage_adapter.faults import FaultKind, FaultPlan, injected
 from storage_adapter.obstore_driver import driver as obstore_driver
+from storage_adapter.servers.server import S3Endpoint
 
 
 def _fresh(endpoint: S3Endpoint, **options: object) -> ObjectStorageAdapter:

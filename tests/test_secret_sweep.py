@@ -24,12 +24,12 @@ import pytest
 
 from contract_tests.planted_bugs import PlantedBugAdapter
 from contract_tests.targets import parse_target
-from servers.seaweedfs import S3Identity, SeaweedFS
-from servers.server import S3Endpoint, free_port
 from storage_adapter import ConfigurationError, StorageError, open_adapter
 from storage_adapter.config import parse_url
 from storage_adapter.errors import PermissionDeniedError
 from storage_adapter.registry import Backend, Option, register_backend, unregister_backend
+from storage_adapter.servers.seaweedfs import S3Identity, SeaweedFS
+from storage_adapter.servers.server import S3Endpoint, free_port
 from storage_adapter.types import Capabilities, Support
 
 MARK = "Pl4ntedSecret"

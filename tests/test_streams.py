@@ -29,9 +29,9 @@ import pytest
 from loopback_http import serving
 
 from contract_tests.counting import CountingAdapter
-from servers.server import S3Endpoint
 from storage_adapter import open_adapter
 from storage_adapter.protocol import StorageAdapter
+from storage_adapter.servers.server import S3Endpoint
 
 KIB, MIB, GIB = 1024, 1024 * 1024, 1024 * 1024 * 1024
 WORKER = Path(__file__).with_name("stream_peak_worker.py")

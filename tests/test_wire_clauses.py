@@ -16,10 +16,10 @@ from contract_tests.plugin import fresh_prefix
 from contract_tests.verdicts import Inconclusive, Violation, split_message
 from contract_tests.wire import WireResponse, WireUnavailable, open_wire
 from contract_tests.wire_clauses import Attempt, WireClauses, judge
-from servers.moto import Moto
-from servers.server import S3Endpoint, ServerUnavailable, free_port
 from storage_adapter import open_adapter
 from storage_adapter.errors import BackendUnavailableError
+from storage_adapter.servers.moto import Moto
+from storage_adapter.servers.server import S3Endpoint, ServerUnavailable, free_port
 
 
 @pytest.mark.parametrize("url", ["memory://wire/p", "file:///tmp/wire-p"])

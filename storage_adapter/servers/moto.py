@@ -17,8 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from servers.containers import create_bucket
-from servers.server import (
+from storage_adapter.servers.containers import create_bucket
+from storage_adapter.servers.server import (
     S3Endpoint,
     S3Server,
     ServerUnavailable,

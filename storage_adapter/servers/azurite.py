@@ -25,7 +25,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from servers.server import (
+from storage_adapter.obstore_driver import EMULATOR_ACCOUNT as ACCOUNT
+from storage_adapter.obstore_driver import EMULATOR_ACCOUNT_KEY as ACCOUNT_KEY
+from storage_adapter.servers.server import (
     Server,
     ServerEndpoint,
     ServerStartFailed,
@@ -37,8 +39,6 @@ from servers.server import (
     stop_session,
     wait_until_bucket_answers,
 )
-from storage_adapter.obstore_driver import EMULATOR_ACCOUNT as ACCOUNT
-from storage_adapter.obstore_driver import EMULATOR_ACCOUNT_KEY as ACCOUNT_KEY
 
 # The newest Azurite whose engines accept the Node.js 20 of Debian and Ubuntu LTS machines (3.35.0
 # declares node >= 10); pinned, so every machine runs the very same emulator.
@@ -60,7 +60,7 @@ _LOST_PORT = ("EADDRINUSE",)
 def azurite_home() -> Path:
     """Where the pinned Azurite is installed: ``.cache/azurite-<version>`` of the source checkout this
     package sits in, else ``$XDG_CACHE_HOME/storage-adapter/azurite-<version>`` (an installed package)."""
-    checkout = Path(__file__).resolve().parent.parent
+    checkout = Path(__file__).resolve().parents[2]  # storage_adapter/servers/azurite.py
     if (checkout / "pyproject.toml").is_file() and os.access(checkout, os.W_OK):
         return checkout / ".cache" / f"azurite-{AZURITE_VERSION}"
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")

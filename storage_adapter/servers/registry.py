@@ -1,6 +1,6 @@
 """The one place server providers are looked up by name: the CLI, the pytest plugin and CI stages.
 
-``provider("minio")()`` is an unstarted :class:`servers.server.Server` (an S3 server, or Azurite for Azure
+``provider("minio")()`` is an unstarted :class:`storage_adapter.servers.server.Server` (an S3 server, or Azurite for Azure
 Blob Storage); use it as a context manager.
 Providers that need Docker are marked so callers can say so before trying (``needs_docker``).
 """
@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from servers.azurite import Azurite
-from servers.ceph import CephRGW
-from servers.containers import ContainerS3Server, MinIO, RustFS
-from servers.moto import Moto
-from servers.seaweedfs import SeaweedFS
-from servers.server import Server
 from storage_adapter.errors import ConfigurationError
+from storage_adapter.servers.azurite import Azurite
+from storage_adapter.servers.ceph import CephRGW
+from storage_adapter.servers.containers import ContainerS3Server, MinIO, RustFS
+from storage_adapter.servers.moto import Moto
+from storage_adapter.servers.seaweedfs import SeaweedFS
+from storage_adapter.servers.server import Server
 
 PROVIDERS: dict[str, type[Server[Any]]] = {
     SeaweedFS.name: SeaweedFS,

@@ -2,7 +2,7 @@
 
 A provider (:class:`Server`) starts its server and yields a :class:`ServerEndpoint`: how to reach it, as
 the URL of a container and the adapter options that open it (:class:`S3Endpoint` for S3 servers,
-``servers.azurite.AzureEndpoint`` for Azurite). Whatever the kind, a server the project starts and the
+``storage_adapter.servers.azurite.AzureEndpoint`` for Azurite). Whatever the kind, a server the project starts and the
 clients pointed at it see none of the user's client settings (``CLIENT_SETTING_PREFIXES``)."""
 
 from __future__ import annotations

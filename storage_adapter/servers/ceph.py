@@ -24,8 +24,8 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from servers.containers import create_bucket
-from servers.server import (
+from storage_adapter.servers.containers import create_bucket
+from storage_adapter.servers.server import (
     S3Endpoint,
     S3Server,
     ServerStartFailed,

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from servers.server import (
+from storage_adapter.servers.server import (
     S3Endpoint,
     S3Server,
     ServerUnavailable,
@@ -48,7 +48,7 @@ _PORT_FLAGS = (
 )
 # The Iceberg catalog and Lance namespace listeners are not used here: off, two ports fewer to race for.
 _SERVICES_OFF = ("-s3.port.iceberg=0", "-s3.port.lance=0")
-# A port found free may be taken before weed binds it (servers.server.retrying_lost_ports). weed says so
+# A port found free may be taken before weed binds it (storage_adapter.servers.server.retrying_lost_ports). weed says so
 # in one of two ways: its own check of a flag's port before starting, or the listener's bind.
 _LOST_PORT = ("is not available on 127.0.0.1 and cannot be used", "address already in use")
 

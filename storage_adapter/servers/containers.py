@@ -1,4 +1,4 @@
-"""MinIO and RustFS through testcontainers: the same S3Server interface as ``servers.seaweedfs``.
+"""MinIO and RustFS through testcontainers: the same S3Server interface as ``storage_adapter.servers.seaweedfs``.
 
 Needs a reachable Docker engine (``pip install 'storage-adapter[containers]'`` for testcontainers and
 docker). Before anything is pulled or started, the engine is pinged with a short timeout; when it does
@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from servers.server import (
+from storage_adapter.servers.server import (
     S3Endpoint,
     S3Server,
     ServerStartFailed,
