@@ -301,7 +301,6 @@ RECOVERY = _layer(
         "",
         "a writer of this process that has returned is judged by its lease, not by the live registry",
         bug_class="liveness",
-        smoke=True,
     ),
     Mutant(
         "sidecar-lease-renewed-once-a-lease",
@@ -580,6 +579,7 @@ HTTP = _layer(
         "",
         "a replayed answer does not carry idempotent-replayed: true",
         bug_class="http-framing",
+        smoke=True,
     ),
     Mutant(
         "http-in-progress-status-ignored",

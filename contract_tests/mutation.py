@@ -133,7 +133,12 @@ LAYERS: dict[str, Layer] = {
     layer.name: layer
     for layer in (
         Layer("adapter", CATALOGUE),
-        Layer("engine", ENGINE, _ENGINE_TESTS, ("tests/test_engine_core.py",)),
+        Layer(
+            "engine",
+            ENGINE,
+            _ENGINE_TESTS,
+            ("tests/test_engine_core.py::test_multi_table_commit_is_one_version_with_its_record",),
+        ),
         Layer(
             "recovery",
             RECOVERY,
@@ -154,9 +159,17 @@ LAYERS: dict[str, Layer] = {
             "idempotency",
             IDEMPOTENCY,
             ("tests/test_idempotency_*.py",),
-            ("tests/test_idempotency_handler.py",),
+            ("tests/test_idempotency_handler.py::test_deterministic_4xx_is_stored_other_errors_cancel",),
         ),
-        Layer("http", HTTP, ("tests/test_http_*.py",), ("tests/test_http_middleware.py",)),
+        Layer(
+            "http",
+            HTTP,
+            ("tests/test_http_*.py",),
+            (
+                "tests/test_http_middleware.py::"
+                "test_replay_carries_status_body_and_the_headers_that_matter_never_a_cookie",
+            ),
+        ),
     )
 }
 EVERY_MUTANT: tuple[Mutant, ...] = tuple(m for layer in LAYERS.values() for m in layer.catalogue)
