@@ -599,6 +599,8 @@ HTTP = _layer(
         "if root and path.startswith(root):",
         "the root path is cut from a path that merely starts with its text (/apix/v1 under /api)",
         bug_class="http-framing",
+        equivalent="a cut without a segment boundary leaves a path without its leading slash, which no "
+        "route template (each starts with /) matches: the request passes through as with the real rule",
     ),
     Mutant(
         "http-disconnect-taken-for-the-end",
