@@ -145,13 +145,13 @@ ENGINE = _layer(
         bug_class="schema-checks",
     ),
     Mutant(
-        "engine-fragment-prefix-without-boundary",
+        "engine-commit-fragments-skips-replace-where",
         _ENGINE,
         "Engine._commit",
-        'if ref.table != table or not ref.key.startswith(prefix + "/"):',
-        "if not ref.key.startswith(prefix):",
-        "a fragment is checked against its table by a bare string prefix: table 'a' commits a fragment of "
-        "table 'ab'",
+        "                check_in_filter(table, ref.key, laid_out, filters.get(table))\n",
+        "",
+        "commit_fragments with replace_where publishes a fragment outside the filter (commit() checks its "
+        "own fragments when it plans them; commit_fragments only here)",
         bug_class="schema-checks",
     ),
     Mutant(

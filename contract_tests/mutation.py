@@ -609,7 +609,7 @@ class _Referee:
         if self.layer.by_contract:
             return "the contract on " + ", ".join(r.name for r in self.routes)
         tests = [a for a in self.routes[0].args if a.startswith("tests/")]
-        return f"{len(tests)} test files and tests ({', '.join(tests)}), default tier, memory and local"
+        return f"{', '.join(tests)} (default tier, memory and local)"
 
     def session(self, route: TargetRoute, copy: Path) -> SessionResult:
         return run_session(route, copy, self.timeouts.get(route.name, SESSION_TIMEOUT_S))
