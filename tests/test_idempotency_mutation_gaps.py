@@ -1,10 +1,12 @@
 """The idempotency layer's promises the mutation campaign found unguarded (docs/mutation.md, "The layers
 built on the adapter"): a payload's fingerprint does not depend on the order of its objects' keys, and
 tells raw bytes from JSON; an owner whose heartbeats fail counts its ownership lost ``margin`` before its
-lease runs out, not after (a successor may take the record over once the lease is past)."""
+lease runs out, not after (a successor may take the record over once the lease is past); and
+``purge_expired(before)`` deletes the records that expire before ``before``, never one that expires at it."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from test_idempotency_store import BINDING, Clock, make_store, new_key
@@ -33,3 +35,18 @@ def test_an_owner_counts_its_lease_lost_a_margin_before_it_runs_out(adapter: Any
     assert not keeper.lost
     clock.advance(seconds=2)  # within the lease, past its margin
     assert keeper.lost
+
+
+def test_purge_spares_a_record_that_expires_exactly_at_its_bound(adapter: Any) -> None:
+    clock = Clock()
+    store = make_store(adapter, clock)
+    key = new_key()
+    owned = store.reserve("r", key, **BINDING)
+    assert isinstance(owned, Owned)
+    store.finalize(owned, http_status=200, summary="done")
+    expires_at = owned.record.expires_at
+    clock.advance(hours=2)
+    assert store.purge_expired(expires_at) == 0
+    assert store.load("r", key) is not None
+    assert store.purge_expired(expires_at + timedelta(microseconds=1)) == 1
+    assert store.load("r", key) is None
