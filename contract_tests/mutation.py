@@ -60,7 +60,7 @@ from servers.server import without_client_settings
 PACKAGE = "storage_adapter"
 REFEREE = "contract_tests"
 # The project's other packages the sessions import (the S3 servers; backends, their old name): copied from
-# this tree too, so that a session never depends on what an installed checkout happens to hold.
+# this tree too, those it has, so that a session never depends on what an installed checkout holds.
 SUPPORT = ("servers", "backends")
 SOURCE_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_RUNS = 3
@@ -484,7 +484,8 @@ def planted_copy(
     another checkout would judge the mutant by its own, older clauses). So are the project's other
     packages (``SUPPORT``) and the files and folders of ``tree`` (a layer's tests, unmutated): a worker a
     test starts from its own folder's parent then runs the mutated package too."""
-    for name in (PACKAGE, REFEREE, *SUPPORT, *tree):
+    present = [name for name in SUPPORT if (root / name).exists()]
+    for name in (PACKAGE, REFEREE, *present, *tree):
         if (root / name).is_dir():
             shutil.copytree(root / name, into / name, ignore=shutil.ignore_patterns("__pycache__"))
         else:
