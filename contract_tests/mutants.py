@@ -20,6 +20,8 @@ replacement of several lines needs a ``find`` that starts with its indentation.
 kept, with ``equivalent`` saying why, and never run. ``smoke`` marks the CI-sized subset: one or more
 of every bug class. ``bug_class`` names the kind of promise the bug breaks, one of :data:`BUG_CLASSES`: the
 harness reports kills per class, so a class the contract is blind to shows as one, whatever the total.
+``layer`` names the catalogue a mutant belongs to: ``adapter`` here (judged by the contract), the layers
+built on it in :mod:`contract_tests.layer_mutants` (each judged by its own tests; ``targets`` unused).
 """
 
 from __future__ import annotations
@@ -50,6 +52,23 @@ BUG_CLASSES = {
     "identity": "adapters compare or hash by how they were built, not by the place they address",
     "fresh-reads": "a read serves the bytes of a replaced or deleted version",
     "stream-failures": "a streamed body that fails part-way is published as if it had ended",
+    # The layers built on the adapter (contract_tests.layer_mutants), each judged by its own tests.
+    "commit-atomicity": "a commit becomes visible in part, or its pins move apart from its record",
+    "replay": "a landed idempotency key or application watermark is applied again instead of replayed",
+    "conflicts": "a commit that raced another, or expected another version, publishes over it unseen",
+    "schema-checks": "a fragment of another table, schema or partition is committed without complaint",
+    "age-bounds": "an age, grace or lease bound is off by one or compared the wrong way",
+    "retention": "history, records or ledger entries are kept too briefly or their bounds are off",
+    "fencing": "a writer or owner presumed dead is not fenced, or publishes over its successor",
+    "liveness": "a live writer is recovered, or a dead one is left pending, by a wrong liveness judgement",
+    "roll-forward": "recovery publishes an operation it must not (key held elsewhere, watermark reached, fenced)",
+    "roll-back-target": "recovery restores the wrong version, or leaves a rolled-back head in place",
+    "settle-order": "an outcome is settled, audited or stored in the wrong order with the writes it covers",
+    "key-ledger": "an idempotency key's ledger entry is published or released by an operation that does not hold it",
+    "fingerprint": "a field is left out of a request's fingerprint or binding: another request is replayed",
+    "status-classification": "a response status is stored or replayed when it must not be, or the reverse",
+    "size-bounds": "a request, response, summary or attachment bound is off or checked too late",
+    "http-framing": "the HTTP layer routes, keys or frames an answer wrongly (headers, realms, paths)",
 }
 
 
@@ -65,6 +84,7 @@ class Mutant:
     equivalent: str = ""
     smoke: bool = False
     bug_class: str = ""
+    layer: str = "adapter"  # the catalogue it belongs to: the layer its bug is planted in
 
 
 _ADAPTER = "storage_adapter/adapter.py"
