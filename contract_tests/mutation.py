@@ -59,9 +59,6 @@ from storage_adapter.servers.server import without_client_settings
 
 PACKAGE = "storage_adapter"
 REFEREE = "contract_tests"
-# The project's other packages the sessions import (the S3 servers; backends, their old name): copied from
-# this tree too, those it has, so that a session never depends on what an installed checkout holds.
-SUPPORT = ("servers", "backends")
 SOURCE_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_RUNS = 3
 DEFAULT_MIN_SCORE = 0.95
@@ -481,11 +478,10 @@ def planted_copy(
     """A copy of the package under ``into`` with ``mutant`` applied (none: unmutated); returns the
     directory to put first on PYTHONPATH. The contract is copied beside it, unmutated: the sessions run
     the clauses of this source tree, not those of whatever tree is installed (an editable install of
-    another checkout would judge the mutant by its own, older clauses). So are the project's other
-    packages (``SUPPORT``) and the files and folders of ``tree`` (a layer's tests, unmutated): a worker a
-    test starts from its own folder's parent then runs the mutated package too."""
-    present = [name for name in SUPPORT if (root / name).exists()]
-    for name in (PACKAGE, REFEREE, *present, *tree):
+    another checkout would judge the mutant by its own, older clauses). So are the files and folders
+    of ``tree`` (a layer's tests, unmutated): a worker a test starts from its own folder's parent then
+    runs the mutated package too."""
+    for name in (PACKAGE, REFEREE, *tree):
         if (root / name).is_dir():
             shutil.copytree(root / name, into / name, ignore=shutil.ignore_patterns("__pycache__"))
         else:
