@@ -450,6 +450,18 @@ def store_fragment(
         created = True
     if not created:
         raise CorruptMetadataError(f"fragment {key} already exists: fragment ids must be fresh", key=key)
+    return fragment_ref(table, schema, body, key, partition)
+
+
+def fragment_ref(
+    table: str,
+    schema: pa.Schema,
+    body: FragmentBody,
+    key: str,
+    partition: tuple[tuple[str, str | None], ...] = (),
+) -> FragmentRef:
+    """The reference to ``body`` stored at ``key`` (``rows`` and ``size`` are final once it is encoded
+    whole, or written); ``written_at`` is now."""
     return FragmentRef(
         table, key, body.rows, body.size, schema_fingerprint(schema), codec.now_iso(), partition
     )
