@@ -394,8 +394,8 @@ class Engine:
                     key=layout.table_prefix(table),
                 )
             schema = pa.schema([schema.field(c) for c in names])
-        keys = [key for (key, _, _), _ in self._pruned(table, snap, where)]
-        parts = self._read_fragments(keys, names)
+        fragments = [(key, size) for (key, _, size), _ in self._pruned(table, snap, where)]
+        parts = self._read_fragments(fragments, names)
         if not parts:
             return schema.empty_table()
         # A fragment Spark's own writer wrote may say non-nullable where the table allows nulls (it holds
@@ -447,11 +447,16 @@ class Engine:
         return AuditLog(self._adapter).records()
 
     # -- internals ------------------------------------------------------------------------------------
-    def _read_fragments(self, keys: list[str], columns: list[str] | None = None) -> list[pa.Table]:
-        """Every fragment's rows (only ``columns`` when given, read by range), in the order of ``keys``:
-        one GET each (a projection: its footer and column chunks), concurrently (a table of n fragments reads in about n / ``REQUESTS_IN_FLIGHT`` round trips, not
-        n). The first failure raises, and fragments not yet requested are not requested."""
-        return map_bounded(partial(read_fragment, self._adapter, columns=columns), keys)
+    def _read_fragments(
+        self, fragments: list[tuple[str, int]], columns: list[str] | None = None
+    ) -> list[pa.Table]:
+        """Every fragment's rows (only ``columns`` when given: a large fragment's read by range), in the
+        order of ``fragments`` ((key, size) each): one GET each (a large one's projection: its footer and
+        column chunks), concurrently (a table of n fragments reads in about n / ``REQUESTS_IN_FLIGHT``
+        round trips, not n). The first failure raises, and fragments not yet requested are not requested."""
+        return map_bounded(
+            lambda fragment: read_fragment(self._adapter, fragment[0], columns, fragment[1]), fragments
+        )
 
     def _check_writable(self) -> None:
         if self._read_only:
