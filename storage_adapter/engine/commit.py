@@ -114,9 +114,15 @@ class CommitPolicy:
     backoff_s: float = 0.005
     backoff_cap_s: float = 0.2
 
-    def backoff(self, lost: int) -> float:
-        """Seconds to wait after the ``lost``-th lost publish: uniform in [0, min(cap, base * 2**lost)]."""
-        return random.uniform(0, min(self.backoff_cap_s, self.backoff_s * 2**lost))
+    def backoff(self, lost: int, attempt_s: float | None = None) -> float:
+        """Seconds to wait after the ``lost``-th lost publish: uniform in [0, min(cap, slot * 2**(lost-1))],
+        where the slot is ``attempt_s``, how long the attempt that lost took (its re-base, version PUTs
+        and CAS), when given, else ``base * 2``. A slot measured on the store itself (Lance's commit loop
+        backs off the same way) spreads the losers of a round over about one more attempt's time: long
+        enough that their next CASes seldom collide again, where a fixed base is too short on a store with
+        slow writes (durable local, S3) and needlessly long on a fast one."""
+        slot = self.backoff_s * 2 if attempt_s is None else attempt_s
+        return random.uniform(0, min(self.backoff_cap_s, slot * 2 ** (lost - 1)))
 
 
 class _Replay(Exception):  # control flow inside this module only
@@ -205,6 +211,7 @@ class CommitOperation:
             return replayed
         written: dict[str, TableVersion] = {}
         for attempt in range(1, self._policy.max_attempts + 1):
+            attempt_start = time.monotonic()
             # The records this publish drops from the manifest's tail are stored while Phase B runs (they
             # are published records, stored create-only: writing one early, or twice, changes nothing).
             schemas = {n: w.schema for n, w in writes.items()} if mode == "create" else {}
@@ -232,7 +239,7 @@ class CommitOperation:
             if attempt < self._policy.max_attempts:
                 # Back off *before* re-reading the manifest: the next CAS then carries the freshest token
                 # we can have. Sleeping between the read and the CAS would make it stale by construction.
-                time.sleep(self._policy.backoff(attempt))
+                time.sleep(self._policy.backoff(attempt, time.monotonic() - attempt_start))
             state = self._manifests.load()
             done = self._after_lost_publish(
                 state, writes, mode, bases, written, expected_version, idempotency_key, attempt
