@@ -498,8 +498,12 @@ def read_fragment(
         # ParquetFile, not pq.read_table: the dataset machinery of read_table costs ~4x the CPU on small
         # files; over an Arrow BufferReader, not io.BytesIO: pyarrow then reads without calling back into
         # Python (and the GIL) for every read of the footer and each column chunk.
-        whole = pq.ParquetFile(pa.BufferReader(adapter.read_bytes(key)))
-        return whole.read() if columns is None else whole.read(columns=list(columns))
+        body = adapter.read_bytes(key)
+        whole = pq.ParquetFile(pa.BufferReader(body))
+        # A small file decodes on this thread: handing its few column chunks to Arrow's CPU pool costs more
+        # than decoding them (1,000 two-KB fragments: ~30% less time); the reads overlap across fragments.
+        threads = len(body) > WHOLE_READ_BYTES
+        return whole.read(columns=None if columns is None else list(columns), use_threads=threads)
     with adapter.open_reader(key) as reader:
         return pq.ParquetFile(reader, pre_buffer=True).read(columns=list(columns))
 
