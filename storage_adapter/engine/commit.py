@@ -117,8 +117,8 @@ class CommitPolicy:
     def backoff(self, lost: int, attempt_s: float | None = None) -> float:
         """Seconds to wait after the ``lost``-th lost publish: uniform in [0, min(cap, slot * 2**(lost-1))],
         where the slot is ``attempt_s``, how long the attempt that lost took (its re-base, version PUTs
-        and CAS), when given, else ``base * 2``. A slot measured on the store itself (Lance's commit loop
-        backs off the same way) spreads the losers of a round over about one more attempt's time: long
+        and CAS), when given, else ``base * 2``. A slot measured on the store itself (in the spirit of
+        Lance's SlotBackoff) spreads the losers of a round over about one more attempt's time: long
         enough that their next CASes seldom collide again, where a fixed base is too short on a store with
         slow writes (durable local, S3) and needlessly long on a fast one."""
         slot = self.backoff_s * 2 if attempt_s is None else attempt_s
