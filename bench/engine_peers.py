@@ -40,6 +40,7 @@ SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string())])
 ROWS_PER_APPEND = 100
 ENGINE, ENGINE_FAST, DELTA, LANCE = "engine", "engine (durable=False)", "delta-rs", "lance"
 PEERS = (DELTA, LANCE)
+COLORS = {ENGINE: "C0", ENGINE_FAST: "C1", DELTA: "C2", LANCE: "C3"}  # one colour per system in every panel
 
 # What each system promises, stated beside the numbers (checked for the versions measured; see
 # docs/bench.md, "The engine beside delta-rs and Lance").
@@ -610,9 +611,7 @@ def plot(rows: Sequence[Row], settings: Settings, path: Path) -> None:
                 for s in systems
             ]
             ax = axes[i][j]
-            ax.bar(
-                range(len(systems)), [v or 0 for v in values], color=["C0", "C1", "C2", "C3"][: len(systems)]
-            )
+            ax.bar(range(len(systems)), [v or 0 for v in values], color=[COLORS[s] for s in systems])
             ax.set_xticks(range(len(systems)), [s.replace(" (", "\n(") for s in systems], fontsize=6)
             ax.set_title(f"{backend}: {m}", fontsize=7)
             ax.tick_params(axis="y", labelsize=6)
