@@ -106,3 +106,40 @@ def test_scaling_curves_quick_on_memory(tmp_path: Path) -> None:
     for entry in data["curves"].values():
         assert entry["goal"] and len(entry["backends"]["memory"]["points"]) == 3
     assert out.with_suffix(".png").stat().st_size > 0
+
+
+def test_engine_peers_quick_on_local(tmp_path: Path) -> None:
+    """bench.engine_peers (issue 44) at its smoke size on local: every system's rows, the report's shape.
+    No number is asserted (only the counts of rows lost and failed, which are exact)."""
+    pytest.importorskip("deltalake")
+    pytest.importorskip("lance")
+    out = tmp_path / "peers"
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.engine_peers", "--quick", "--backends", "local", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ),
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    data = json.loads((out / "engine_peers.json").read_text())
+    rows = {(r["system"], r["backend"], r["measurement"]): r for r in data["rows"]}
+    systems = ("engine", "engine (durable=False)", "delta-rs", "lance")
+    for system in systems:
+        for measurement in (
+            "commit p50, commits 1-5",
+            "commit p50, commits 8-12",
+            "whole-table read",
+            "one-column read (id)",
+            "requests per commit",
+            "2 writers x 3 appends: commits/s",
+        ):
+            assert (system, "local", measurement) in rows, (system, measurement)
+        assert rows[(system, "local", "2 writers x 3 appends: rows lost")]["value"] == 0
+        assert system in data["promises"]
+    # this engine's requests are counted through the adapter; a peer's own I/O is not
+    assert rows[("engine", "local", "requests per commit")]["value"] is not None
+    assert rows[("lance", "local", "requests per commit")]["value"] is None
+    assert ("engine", "local", "two-table atomic commit p50") in rows
+    assert "## What each system promises" in (out / "engine_peers.md").read_text()
+    assert (out / "engine_peers.png").stat().st_size > 0

@@ -20,6 +20,7 @@ from storage_adapter.engine import failpoints as fp
 from storage_adapter.engine.failpoints import COMMIT_POINTS, ENV_VAR, SimulatedCrash
 from storage_adapter.engine.layout import MANIFEST_KEY, RECOVERY_PREFIX
 from storage_adapter.engine.manifest import Manifest
+from storage_adapter.engine.recovery import HealReport
 
 SCHEMA = pa.schema([("id", pa.int64())])
 
@@ -152,7 +153,8 @@ def test_crashed_commit_is_rolled_back_when_a_rerun_set_the_watermark_first(engi
         engine.commit({"t": data(4)}, CommitRequest(app_id="job", app_version=3))
     # the crashed writer's sidecar is still pending when the re-run (another engine, same process) lands
     rerun = Engine(adapter, actor=None, read_only=False, settings=engine.settings)
-    rerun._recovery.heal = lambda full=True: None  # type: ignore[method-assign]  # no heal before the rerun
+    # no heal before the rerun (a report of nothing found: the commit reads whether its heal recovered)
+    rerun._recovery.heal = lambda full=True: HealReport(0, (), (), 0)  # type: ignore[method-assign]
     # the re-run writes another table, so the crashed commit's own pins are still exactly rollable forward
     assert not rerun.commit({"u": data(4)}, CommitRequest(app_id="job", app_version=3)).replayed
     fp.disarm()

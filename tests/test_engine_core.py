@@ -430,7 +430,7 @@ def test_a_commits_heal_reads_no_sidecar_written_within_the_lease(adapter):
 
 
 def test_no_lost_update_check_catches_a_planted_unconditional_publish(engine, adapter, monkeypatch):
-    def planted_publish(self, current, new):  # ignores the token: last writer wins
+    def planted_publish(self, current, new, stored=frozenset()):  # ignores the token: last writer wins
         adapter.write(MANIFEST_KEY, new.encode())
         return type(current)(new, "planted")
 

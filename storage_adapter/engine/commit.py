@@ -50,7 +50,7 @@ from storage_adapter.engine.failpoints import failpoint, is_armed
 from storage_adapter.engine.history import CommitRecord, TableChange
 from storage_adapter.engine.key_ledger import KeyLedger, KeyState, StoredEntry, entry_key
 from storage_adapter.engine.manifest import Manifest, ManifestState, ManifestStore
-from storage_adapter.engine.parallel import executor, in_pool_thread, settle
+from storage_adapter.engine.parallel import Started, executor, in_pool_thread, settle
 from storage_adapter.engine.recovery import Recovery
 from storage_adapter.engine.sidecar import (
     HOST,
@@ -114,9 +114,15 @@ class CommitPolicy:
     backoff_s: float = 0.005
     backoff_cap_s: float = 0.2
 
-    def backoff(self, lost: int) -> float:
-        """Seconds to wait after the ``lost``-th lost publish: uniform in [0, min(cap, base * 2**lost)]."""
-        return random.uniform(0, min(self.backoff_cap_s, self.backoff_s * 2**lost))
+    def backoff(self, lost: int, attempt_s: float | None = None) -> float:
+        """Seconds to wait after the ``lost``-th lost publish: uniform in [0, min(cap, slot * 2**(lost-1))],
+        where the slot is ``attempt_s``, how long the attempt that lost took (its re-base, version PUTs
+        and CAS), when given, else ``base * 2``. A slot measured on the store itself (in the spirit of
+        Lance's SlotBackoff) spreads the losers of a round over about one more attempt's time: long
+        enough that their next CASes seldom collide again, where a fixed base is too short on a store with
+        slow writes (durable local, S3) and needlessly long on a fast one."""
+        slot = self.backoff_s * 2 if attempt_s is None else attempt_s
+        return random.uniform(0, min(self.backoff_cap_s, slot * 2 ** (lost - 1)))
 
 
 class _Replay(Exception):  # control flow inside this module only
@@ -146,6 +152,7 @@ class CommitOperation:
         self._key: str | None = None
         self._app: tuple[str, int] | None = None
         self._claim: StoredEntry | None = None  # our key's ledger entry as claimed (its token)
+        self._data_written: Started | None = None
         self._sidecar_lock = threading.Lock()  # Phase B rewrites the sidecar from several threads
         self.operation_id = str(ULID())
 
@@ -159,10 +166,15 @@ class CommitOperation:
         idempotency_key: str | None,
         actor: str | None,
         app: tuple[str, int] | None = None,
+        data_written: Started | None = None,
     ) -> Commit:
         """Commit ``writes`` on top of ``state``. The caller validated tables and schemas against it, and
         the key and ``app`` (a CommitRequest). ``app``: the (app_id, app_version) watermark the commit
-        sets; a replay when already reached."""
+        sets; a replay when already reached. ``data_written``: the PUTs of the fragments ``writes`` adds,
+        when they are still in flight: they overlap Phase A's sidecar PUT and are waited for before any
+        table version is written (a failure: the sidecar is discarded and the error raised, nothing
+        advanced)."""
+        self._data_written = data_written
         if idempotency_key is not None:
             self._key = idempotency_key
             landed = state.manifest.record_for_key(idempotency_key)
@@ -189,11 +201,28 @@ class CommitOperation:
     ) -> Commit:
         bases = {name: _pin(state, name) for name in writes}
         self._write_sidecar(state, writes, mode, bases, idempotency_key, actor)  # Phase A
+        if self._data_written is not None:
+            try:
+                self._data_written.results()  # every fragment durable before a table version names it
+            except BaseException:
+                self._discard_own_sidecar()
+                raise
         if idempotency_key is not None and (replayed := self._claim_key(idempotency_key)) is not None:
             return replayed
         written: dict[str, TableVersion] = {}
         for attempt in range(1, self._policy.max_attempts + 1):
-            self._write_table_versions(writes, mode, bases, written)  # Phase B
+            attempt_start = time.monotonic()
+            # The records this publish drops from the manifest's tail are stored while Phase B runs (they
+            # are published records, stored create-only: writing one early, or twice, changes nothing).
+            schemas = {n: w.schema for n, w in writes.items()} if mode == "create" else {}
+            retiring, stored = self._manifests.start_retiring(
+                state, state.manifest.advance(self._provisional(state, writes, mode, bases), schemas)
+            )
+            try:
+                self._write_table_versions(writes, mode, bases, written)  # Phase B
+            finally:
+                retiring.settle()
+            retiring.results()
             record = CommitRecord(
                 state.manifest.version + 1,
                 codec.now_iso(),
@@ -205,12 +234,12 @@ class CommitOperation:
                 tuple(TableChange(n, bases[n], written[n].version) for n in sorted(writes)),
                 self._app,
             )
-            if self._publish(state, record, writes, mode):  # Phase C
+            if self._publish(state, record, writes, mode, stored):  # Phase C
                 return self._finish(record, attempt)  # Phase D
             if attempt < self._policy.max_attempts:
                 # Back off *before* re-reading the manifest: the next CAS then carries the freshest token
                 # we can have. Sleeping between the read and the CAS would make it stale by construction.
-                time.sleep(self._policy.backoff(attempt))
+                time.sleep(self._policy.backoff(attempt, time.monotonic() - attempt_start))
             state = self._manifests.load()
             done = self._after_lost_publish(
                 state, writes, mode, bases, written, expected_version, idempotency_key, attempt
@@ -357,14 +386,37 @@ class CommitOperation:
         finally:
             settle(list(futures))
 
+    def _provisional(
+        self, state: ManifestState, writes: dict[str, TableWrite], mode: str, bases: dict[str, int | None]
+    ) -> CommitRecord:
+        """This attempt's record as far as it is known before Phase B (its version and its changes' count,
+        which decide the records leaving the manifest's tail; the versions Phase B takes may differ)."""
+        return CommitRecord(
+            state.manifest.version + 1,
+            codec.now_iso(),
+            None,
+            self.operation_id,
+            None,
+            mode,
+            False,
+            tuple(TableChange(n, bases[n], _next(bases[n])) for n in sorted(writes)),
+            self._app,
+        )
+
     def _publish(
-        self, state: ManifestState, record: CommitRecord, writes: dict[str, TableWrite], mode: str
+        self,
+        state: ManifestState,
+        record: CommitRecord,
+        writes: dict[str, TableWrite],
+        mode: str,
+        stored: frozenset[str],
     ) -> bool:
-        """Phase C: the manifest CAS. True when this commit is now visible."""
+        """Phase C: the manifest CAS (after the retiring records not in ``stored``). True when this commit
+        is now visible."""
         failpoint("commit.before_publish")
         self._sidecar = self._keeper.renew_if_due(self._sidecar)
         schemas = {n: w.schema for n, w in writes.items()} if mode == "create" else {}
-        return self._manifests.publish(state, state.manifest.advance(record, schemas)) is not None
+        return self._manifests.publish(state, state.manifest.advance(record, schemas), stored) is not None
 
     def _after_lost_publish(
         self,

@@ -40,7 +40,7 @@ from storage_adapter.engine.errors import (
 from storage_adapter.engine.history import CommitRecord
 from storage_adapter.engine.key_ledger import KeyLedger, KeyState, check_key, entry_key
 from storage_adapter.engine.manifest import DEFAULT_RETENTION, ManifestState, ManifestStore
-from storage_adapter.engine.parallel import map_bounded
+from storage_adapter.engine.parallel import Started, map_bounded, start
 from storage_adapter.engine.recovery import HealReport, Recovery, recovered_by
 from storage_adapter.engine.request import DEFAULT_REQUEST, CommitRequest
 from storage_adapter.engine.schema import (
@@ -65,6 +65,7 @@ from storage_adapter.engine.tables import (
     FragmentRef,
     TableVersionStore,
     encode_fragment,
+    fragment_ref,
     read_fragment,
     schema_fingerprint,
     store_fragment,
@@ -275,8 +276,26 @@ class Engine:
             planned[table] = plan_fragments(table, conform(table, schema, table_data), partition_by)
             for partition, _, key in planned[table]:
                 check_in_filter(table, key, partition, filters.get(table))
-        refs = {table: tuple(self._store(table, parts)) for table, parts in planned.items()}
-        return self._commit(state, refs, request)
+        bodies = {table: encode_fragment(parts[0][1]) for table, parts in planned.items() if len(parts) == 1}
+        # A streamed body's size is known once written; several fragments per table: PUT concurrently first.
+        if len(bodies) < len(planned) or any(body.whole is None for body in bodies.values()):
+            stored = {table: tuple(self._store(table, parts)) for table, parts in planned.items()}
+            return self._commit(state, stored, request)
+        # The common case, one small fragment per table: its PUT overlaps the commit's sidecar PUT (both
+        # are durable before any table version names the fragment: the protocol waits for them there).
+        refs: dict[str, tuple[FragmentRef, ...]] = {}
+        puts = []
+        for table, parts in planned.items():
+            partition, rows, key = parts[0]
+            refs[table] = (fragment_ref(table, rows.schema, bodies[table], key, partition),)
+            puts.append(
+                partial(store_fragment, self._adapter, table, rows.schema, bodies[table], key, partition)
+            )
+        data_written = start(puts)
+        try:
+            return self._commit(state, refs, request, data_written)
+        finally:
+            data_written.settle()  # a commit that raised or replayed before waiting: nothing left in flight
 
     def compact(
         self,
@@ -375,8 +394,8 @@ class Engine:
                     key=layout.table_prefix(table),
                 )
             schema = pa.schema([schema.field(c) for c in names])
-        keys = [key for (key, _, _), _ in self._pruned(table, snap, where)]
-        parts = self._read_fragments(keys, names)
+        fragments = [(key, size) for (key, _, size), _ in self._pruned(table, snap, where)]
+        parts = self._read_fragments(fragments, names)
         if not parts:
             return schema.empty_table()
         # A fragment Spark's own writer wrote may say non-nullable where the table allows nulls (it holds
@@ -428,21 +447,35 @@ class Engine:
         return AuditLog(self._adapter).records()
 
     # -- internals ------------------------------------------------------------------------------------
-    def _read_fragments(self, keys: list[str], columns: list[str] | None = None) -> list[pa.Table]:
-        """Every fragment's rows (only ``columns`` when given, read by range), in the order of ``keys``:
-        one GET each (a projection: its footer and column chunks), concurrently (a table of n fragments reads in about n / ``REQUESTS_IN_FLIGHT`` round trips, not
-        n). The first failure raises, and fragments not yet requested are not requested."""
-        return map_bounded(partial(read_fragment, self._adapter, columns=columns), keys)
+    def _read_fragments(
+        self, fragments: list[tuple[str, int]], columns: list[str] | None = None
+    ) -> list[pa.Table]:
+        """Every fragment's rows (only ``columns`` when given: a large fragment's read by range), in the
+        order of ``fragments`` ((key, size) each): one GET each (a large one's projection: its footer and
+        column chunks), concurrently (a table of n fragments reads in about n / ``REQUESTS_IN_FLIGHT``
+        round trips, not n). The first failure raises, and fragments not yet requested are not requested."""
+        return map_bounded(
+            lambda fragment: read_fragment(self._adapter, fragment[0], columns, fragment[1]), fragments
+        )
 
     def _check_writable(self) -> None:
         if self._read_only:
             raise ReadOnlyEngineError(f"engine at {self._root} was opened read-only", key=self._root)
 
     def _begin_write(self) -> ManifestState:
-        """Every write entry: a light heal (its cost does not grow with the writers in flight), then read
-        the manifest the operation builds on."""
-        self.heal(full=False)
-        return self._manifests.load()
+        """Every write entry: a light heal (its cost does not grow with the writers in flight), and the
+        manifest the operation builds on. The manifest GET overlaps the heal's LIST (one round trip, not
+        two); a heal that recovered anything may have moved the manifest, so then it is read again. Any
+        manifest read is only a base: a stale one loses the publish CAS, never a commit."""
+        self._check_writable()
+        manifest = start([self._manifests.load])
+        try:
+            self.last_heal = self._recovery.heal(full=False)
+        except BaseException:
+            manifest.settle()
+            raise
+        state: ManifestState = manifest.results()[0]
+        return self._manifests.load() if self.last_heal.recovered else state
 
     def _operation(self) -> CommitOperation:
         policy = CommitPolicy(max_attempts=self._settings.max_attempts, lease_s=self._settings.lease_s)
@@ -571,10 +604,15 @@ class Engine:
             state.manifest.entry(table)  # UnknownTableError
 
     def _commit(
-        self, state: ManifestState, refs: dict[str, tuple[FragmentRef, ...]], request: CommitRequest
+        self,
+        state: ManifestState,
+        refs: dict[str, tuple[FragmentRef, ...]],
+        request: CommitRequest,
+        data_written: Started | None = None,
     ) -> Commit:
         """Check ``refs`` against ``state`` (tables, schemas, partitions, ``replace_where``, age) and run the
-        commit protocol (commit.py) on them with ``request``."""
+        commit protocol (commit.py) on them with ``request``. ``data_written``: the PUTs of ``refs``'
+        fragments when they are still in flight (the protocol waits for them before any table version)."""
         self._check_tables(state, refs.keys())
         filters = self._replace_filters(state, refs.keys(), request.replace_where)
         oldest_allowed = datetime.now(UTC) - timedelta(seconds=self._settings.grace_s / 2)
@@ -624,6 +662,7 @@ class Engine:
             idempotency_key=request.idempotency_key,
             actor=request.actor or self._actor,
             app=request.app,
+            data_written=data_written,
         )
         self._checkpoint(commit)
         return commit

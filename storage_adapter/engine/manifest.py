@@ -27,6 +27,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 from storage_adapter.engine import codec, layout
@@ -34,7 +35,7 @@ from storage_adapter.engine.errors import CorruptManifestError, HistoryExpiredEr
 from storage_adapter.engine.failpoints import failpoint
 from storage_adapter.engine.history import CommitRecord, HistoryStore, TableChange
 from storage_adapter.engine.key_ledger import KeyLedger
-from storage_adapter.engine.parallel import map_bounded
+from storage_adapter.engine.parallel import Started, map_bounded, start
 from storage_adapter.errors import NotFoundError
 from storage_adapter.protocol import StorageAdapter
 from storage_adapter.stored_json import StoredJSONError, items
@@ -429,20 +430,35 @@ class ManifestStore:
         except HistoryExpiredError:  # fell out of the history since ``manifest`` was read
             return None
 
-    def publish(self, current: ManifestState, new: Manifest) -> ManifestState | None:
-        """Compare-and-swap ``new`` over ``current``: the new state, or None if the manifest moved.
-
-        First, so that no manifest ever lacks a retained record or names a missing map: the records ``new``
-        drops from the tail are stored in the history (one write_if_absent each: usually one), and the
-        table map ``new`` builds on is written when ``new`` is the version it is of (every
-        ``CHANGED_LIMIT`` distinct tables changed), all concurrently; over a format 1 manifest (the
-        upgrade) its keyed records are entered in the key ledger (one write_if_absent each, once)."""
+    def retiring(self, current: ManifestState, new: Manifest) -> list[tuple[str, bytes]]:
+        """The (key, body) of each record ``new`` drops from ``current``'s tail and still retains: the
+        history objects its publish must store first."""
         kept = {record.version for record in new.commits}
-        objects = [
+        return [
             self.history.stored_object(r)
             for r in current.manifest.commits
             if r.version not in kept and r.version > new.history_floor
         ]
+
+    def start_retiring(self, current: ManifestState, new: Manifest) -> tuple[Started, frozenset[str]]:
+        """Start storing :meth:`retiring` (create-only, on the shared pool) while the caller works; the
+        started writes and their keys, for ``publish``'s ``stored``."""
+        objects = self.retiring(current, new)
+        writes = [partial(self._adapter.write_if_absent, key, body) for key, body in objects]
+        return start(writes), frozenset(key for key, _ in objects)
+
+    def publish(
+        self, current: ManifestState, new: Manifest, stored: frozenset[str] = frozenset()
+    ) -> ManifestState | None:
+        """Compare-and-swap ``new`` over ``current``: the new state, or None if the manifest moved.
+
+        First, so that no manifest ever lacks a retained record or names a missing map: the records ``new``
+        drops from the tail are stored in the history (one write_if_absent each: usually one; none for
+        those whose keys are in ``stored``, which the caller stored already), and the table map ``new``
+        builds on is written when ``new`` is the version it is of (every ``CHANGED_LIMIT`` distinct tables
+        changed), all concurrently; over a format 1 manifest (the upgrade) its keyed records are entered
+        in the key ledger (one write_if_absent each, once)."""
+        objects = [(key, body) for key, body in self.retiring(current, new) if key not in stored]
         if (table_map := new.new_table_map) is not None:
             objects.append((table_map.key, new.encode_table_map()))  # a unique key: never taken
         map_bounded(lambda stored: self._adapter.write_if_absent(*stored), objects)

@@ -80,3 +80,38 @@ def map_bounded(call: Callable[[T], R], items: Sequence[T]) -> list[R]:
         return results
     finally:
         settle(window)
+
+
+class Started:
+    """Calls started on the shared pool while the caller does other work (:func:`start`). ``results``
+    waits for them all: their results in order, or the first failure once every call has finished.
+    ``settle`` waits without raising (the caller is already failing). Either way nothing of them is in
+    flight afterwards."""
+
+    def __init__(self, futures: Sequence[Future[Any]]) -> None:
+        self._futures = futures
+
+    def results(self) -> list[Any]:
+        wait(self._futures)
+        return [future.result() for future in self._futures]
+
+    def settle(self) -> None:
+        wait(self._futures)
+
+
+def start(calls: Sequence[Callable[[], Any]]) -> Started:
+    """Start ``calls`` on the shared pool and return at once, so the caller's own request overlaps them.
+    From a pool thread (whose calls must not wait on the pool) they run here, before returning. At most
+    ``REQUESTS_IN_FLIGHT`` calls (a commit's few PUTs): more would queue behind each other anyway."""
+    if in_pool_thread():
+        done: list[Future[Any]] = []
+        for call in calls:
+            future: Future[Any] = Future()
+            try:
+                future.set_result(call())
+            except Exception as exc:
+                future.set_exception(exc)
+            done.append(future)
+        return Started(done)
+    pool = executor()
+    return Started([pool.submit(call) for call in calls])
