@@ -10,7 +10,7 @@ the last ``window``); then a whole-table read and a one-column read of all those
 ``appends`` appends at once (commits/s, retries, failed commits, and rows lost: the rows counted at the
 end against the appends acknowledged); and, for this engine only, a commit of two tables at once (the
 peers have no multi-table commit). Storage: a temporary directory (local) and an embedded SeaweedFS
-started here (``servers.seaweedfs``).
+started here (``storage_adapter.servers.seaweedfs``).
 
 Writes ``engine_peers.md`` (the tables, with what each system promises), ``engine_peers.json`` (one row
 per system, backend and measurement) and ``engine_peers.png``. Numbers are reported, never asserted.
@@ -88,7 +88,7 @@ class Backends:
         self._tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-peers-"))
         self._s3: Any = None
         if "seaweedfs" in backends:
-            from servers.seaweedfs import SeaweedFS
+            from storage_adapter.servers.seaweedfs import SeaweedFS
 
             self._s3 = stack.enter_context(SeaweedFS(bucket="peers"))
             stack.enter_context(self._s3.scoped())
