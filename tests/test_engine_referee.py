@@ -168,14 +168,14 @@ def test_a_landed_key_is_replayed_by_every_entry_point(engine: Engine, entry: st
 
 
 # Where the same key lands from another engine while a commit is on its way: after the entry point's own
-# check (in Engine.commit, while its fragments are written), before its sidecar, after its sidecar (before
-# its key claim). commit_fragments writes no fragment of its own: its first check is the one before its
-# sidecar.
+# check (in Engine.commit, before its fragments are written: they may be written while its sidecar is),
+# before its sidecar, after its sidecar (before its key claim). commit_fragments writes no fragment of its
+# own: its first check is the one before its sidecar.
 LANDINGS = [
     (entry, point)
     for entry in ENTRIES
-    for point in ("fragments_written", "commit.before_sidecar", "commit.after_sidecar")
-    if not (point == "fragments_written" and entry.startswith("commit_fragments"))
+    for point in ("after_entry_check", "commit.before_sidecar", "commit.after_sidecar")
+    if not (point == "after_entry_check" and entry.startswith("commit_fragments"))
 ]
 
 
@@ -189,16 +189,16 @@ def test_a_key_that_lands_while_a_commit_is_on_its_way_is_replayed_not_applied_a
     def land(*_: object) -> None:
         landed.append(other.commit({"a": rows(9)}, CommitRequest(idempotency_key="realm/race")))
 
-    if point == "fragments_written":
-        store = engine._store
+    if point == "after_entry_check":
+        checked = engine._prechecked
 
-        def store_then_land(*args: Any) -> Any:
-            refs = store(*args)
+        def check_then_land(*args: Any) -> Any:
+            answer = checked(*args)
             if not landed:
                 land()
-            return refs
+            return answer
 
-        monkeypatch.setattr(engine, "_store", store_then_land)
+        monkeypatch.setattr(engine, "_prechecked", check_then_land)
         got = _commit(engine, entry, 1, "realm/race")
     else:
         with fp.armed(point, land, times=1):
