@@ -14,25 +14,23 @@ from pathlib import Path
 import pytest
 
 
-def _bench(results: Path, backends: str) -> dict[str, object]:
+def _run_module(module: str, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    """``python -m module args``, asserted to exit 0 (its output's tail is the failure message)."""
     done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "contract_tests",
-            "bench",
-            "--quick",
-            "--backends",
-            backends,
-            "--results",
-            str(results),
-        ],
+        [sys.executable, "-m", module, *args],
         capture_output=True,
         text=True,
-        timeout=900,
+        timeout=timeout,
         env=dict(os.environ),
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done
+
+
+def _bench(results: Path, backends: str) -> dict[str, object]:
+    done = _run_module(
+        "contract_tests", "bench", "--quick", "--backends", backends, "--results", str(results), timeout=900
+    )
     assert "## Targets" in done.stdout
     for name in ("bench.md", "bench.json", "bench.png"):
         assert (results / name).stat().st_size > 0
@@ -83,14 +81,7 @@ def test_bench_quick_with_seaweedfs(tmp_path: Path) -> None:
 def test_scaling_curves_quick_on_memory(tmp_path: Path) -> None:
     """bench.scaling draws every curve with its goal (sizes from --quick); numbers are not asserted."""
     out = tmp_path / "scaling"
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.scaling", "--quick", "--backends", "memory", "--out", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=dict(os.environ),
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    _run_module("bench.scaling", "--quick", "--backends", "memory", "--out", str(out), timeout=600)
     data = json.loads(out.with_suffix(".json").read_text())
     assert set(data["curves"]) == {
         "history",
@@ -108,20 +99,14 @@ def test_scaling_curves_quick_on_memory(tmp_path: Path) -> None:
     assert out.with_suffix(".png").stat().st_size > 0
 
 
+@pytest.mark.stress
 def test_engine_peers_quick_on_local(tmp_path: Path) -> None:
     """bench.engine_peers (issue 44) at its smoke size on local: every system's rows, the report's shape.
     No number is asserted (only the counts of rows lost and failed, which are exact)."""
     pytest.importorskip("deltalake")
     pytest.importorskip("lance")
     out = tmp_path / "peers"
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.engine_peers", "--quick", "--backends", "local", "--out", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=dict(os.environ),
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    _run_module("bench.engine_peers", "--quick", "--backends", "local", "--out", str(out), timeout=300)
     data = json.loads((out / "engine_peers.json").read_text())
     rows = {(r["system"], r["backend"], r["measurement"]): r for r in data["rows"]}
     systems = ("engine", "engine (durable=False)", "delta-rs", "lance")
