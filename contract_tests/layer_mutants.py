@@ -66,24 +66,26 @@ ENGINE = _layer(
         bug_class="commit-atomicity",
     ),
     Mutant(
-        "engine-run-skips-key-replay",
-        _COMMIT,
-        "CommitOperation.run",
-        "            if landed is not None:\n"
-        "                return Commit(landed.version, landed, 0, replayed=True)\n",
-        "            pass\n",
-        "the commit protocol does not look for its idempotency key in the manifest's records before its "
-        "sidecar (commit_fragments' only replay check before the ledger claim)",
+        "engine-landed-trusts-a-claimed-entry",
+        _ENGINE,
+        "Engine._landed",
+        "        if entry is not None and entry.entry.state is KeyState.PUBLISHED:\n"
+        "            return entry.entry.record\n",
+        "        if entry is not None:\n"
+        "            return entry.entry.record if entry.entry.state is KeyState.PUBLISHED else None\n",
+        "a key whose ledger entry is still claimed counts as not landed although its holder's commit is "
+        "visible (published, the entry not yet marked): find_commit answers None and a retry writes before "
+        "it replays",
         bug_class="replay",
     ),
     Mutant(
-        "engine-precheck-skips-key-replay",
+        "engine-entry-skips-key-replay",
         _ENGINE,
-        "Engine._prechecked",
+        "Engine._key_replay",
         "if key is not None and (landed := self._landed(state, key)):",
         "if False and key is not None and (landed := self._landed(state, key)):",
-        "commit() and precheck() do not look up a landed idempotency key: data files are written and "
-        "precheck answers None for a landed key",
+        "no entry point looks up a landed idempotency key before it writes: a retry writes its fragments "
+        "and a sidecar and replays only at its ledger claim; precheck answers None for a landed key",
         bug_class="replay",
     ),
     Mutant(

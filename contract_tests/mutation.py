@@ -145,6 +145,7 @@ LAYERS: dict[str, Layer] = {
             (
                 "tests/test_recovery_*.py",
                 "tests/test_exactly_once_engine.py",
+                "tests/test_engine_referee.py",  # its roll-back, roll-forward, lease and heal-bound promises
                 # the engine's crash and heal tests of the default tier
                 "tests/test_engine_app_watermark.py",
                 "tests/test_engine_core.py::test_heal_reads_a_live_foreign_sidecar_once_and_rechecks_it_when_its_writer_may_be_dead",

@@ -22,7 +22,9 @@ import pyarrow as pa
 import pytest
 from ulid import ULID
 
+from contract_tests.counting import CountingAdapter
 from storage_adapter.engine import (
+    Commit,
     CommitFencedError,
     CommitRequest,
     Engine,
@@ -153,18 +155,63 @@ ENTRIES = ["commit", "overwrite", "multi_table", "commit_fragments", "commit_fra
 @pytest.mark.parametrize("entry", ENTRIES)
 def test_a_landed_key_is_replayed_by_every_entry_point(engine: Engine, entry: str, aged: bool) -> None:
     """The key landed (its record in the manifest's tail, or long gone from the retained history: only
-    the key ledger knows it then): every entry point answers the landed commit, writes no second effect
-    and leaves nothing pending."""
+    the key ledger knows it then): every entry point answers the landed commit, writes nothing (no
+    second effect, not even a sidecar) and leaves nothing pending."""
     first = _commit(engine, entry, 1, "realm/landed")
     if aged:
         for n in range(3 * RETENTION):
             engine.commit({"b": rows(100 + n)})
     before = (engine.snapshot().version, ids(engine, "a"), ids(engine, "b"))
-    again = _commit(engine, entry, 2, "realm/landed")
-    assert again.replayed and again.version == first.version, again
+    again, writes = _retry_counting_writes(engine, entry, 2, "realm/landed")
+    assert again.replayed and again.version == first.version and writes == {}, (again, writes)
     assert (engine.snapshot().version, ids(engine, "a"), ids(engine, "b")) == before
     assert pending(engine) == [] and engine.find_commit("realm/landed").version == first.version
     assert engine.precheck(["a"], CommitRequest(idempotency_key="realm/landed")).version == first.version
+
+
+WRITES = ("write", "write_if_absent", "write_if_match", "delete", "delete_many", "rename")
+
+
+def _retry_counting_writes(engine: Engine, entry: str, value: int, key: str) -> tuple[Commit, dict[str, int]]:
+    """``_commit`` by another engine on the same root whose requests are counted: the commit and the
+    writes the commit itself made (fragments written beforehand for commit_fragments are not its own)."""
+    counting = CountingAdapter(engine.adapter)
+    retry = Engine.open(counting, actor="retry", settings=EngineSettings(retention=RETENTION))
+    data = (
+        {"a": rows(value)}
+        if entry in ("commit", "overwrite", "commit_fragments")
+        else {
+            "a": rows(value),
+            "b": rows(value),
+        }
+    )
+    if entry.startswith("commit_fragments"):
+        refs = {table: retry.write_fragments(table, part) for table, part in data.items()}
+        counting.reset()
+        commit = retry.commit_fragments(refs, CommitRequest(idempotency_key=key))
+    else:
+        counting.reset()
+        mode = "overwrite" if entry == "overwrite" else "append"
+        commit = retry.commit(data, CommitRequest(mode=mode, idempotency_key=key))
+    return commit, {name: counting.counts[name] for name in WRITES if counting.counts[name]}
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_a_visible_commit_whose_key_is_not_yet_marked_published_is_replayed_writing_nothing(
+    engine: Engine, entry: str
+) -> None:
+    """A writer stalls between its publish and marking its key published in the ledger (another host's
+    writer, its lease still running: no heal touches it). Its commit is visible, so ``find_commit`` and
+    ``precheck`` answer it, and a retry through every entry point is its replay that writes nothing: no
+    data file, no sidecar, no ledger entry."""
+    request = CommitRequest(idempotency_key="realm/visible")
+    stalled = crash(engine, "commit.after_publish", {"a": rows(1)}, request)
+    elsewhere(engine, stalled, lease_s=HOUR)
+    assert (found := engine.find_commit("realm/visible")) is not None and found.operation_id == stalled
+    assert (pre := engine.precheck(["a"], request)) is not None and pre.record.operation_id == stalled
+    again, writes = _retry_counting_writes(engine, entry, 2, "realm/visible")
+    assert again.replayed and again.record.operation_id == stalled, again
+    assert writes == {} and ids(engine, "a") == [1] and ids(engine, "b") == []
 
 
 # Where the same key lands from another engine while a commit is on its way: after the entry point's own
@@ -414,6 +461,64 @@ def test_a_roll_back_restores_the_pinned_version_not_the_expected_one_nor_the_on
     restored = versions.head("a", head)
     assert restored == head + 1 and versions.read("a", restored).kind == "restore"
     assert versions.fragments("a", restored) == versions.fragments("a", pinned) and ids(engine, "a") == [1, 2]
+
+
+def test_a_writer_dying_the_instant_its_put_of_a_version_taken_after_a_lost_race_lands_is_rolled_forward(
+    engine: Engine, monkeypatch
+) -> None:
+    """The writer's sidecar pins a@2; a writer alive elsewhere (unpublished, its lease running) takes a@2
+    first, so the writer moves on to a@3 and dies the instant its PUT of a@3 lands, before any other step.
+    Phase A's promise: the sidecar names a@3 before that PUT. So the heal finds every version the sidecar
+    names written and the manifest unmoved, and rolls the commit forward (exactly once); a sidecar still
+    naming a@2 would be rolled back instead, its head being one no sidecar names."""
+    engine.commit({"a": rows(1)})
+    other = other_engine(engine)
+    raced: list[str] = []
+
+    def take_the_writers_number(*_: object) -> None:
+        raced.append(crash(other, "commit.before_publish", {"a": rows(2)}, CommitRequest()))
+        elsewhere(other, raced[0], lease_s=HOUR)
+
+    put = TableVersionStore.write_if_absent
+
+    def dies_after_its_put(self: TableVersionStore, content: Any) -> bool:
+        written = put(self, content)
+        if written and raced and content.operation_id != raced[0]:
+            raise SimulatedCrash(
+                f"the writer dies the instant its PUT of {content.table}@{content.version} lands"
+            )
+        return written
+
+    monkeypatch.setattr(TableVersionStore, "write_if_absent", dies_after_its_put)
+    with fp.armed("commit.after_sidecar", take_the_writers_number, times=1), pytest.raises(SimulatedCrash):
+        engine.commit({"a": rows(3)})
+    monkeypatch.setattr(TableVersionStore, "write_if_absent", put)
+    (writer,) = {key.rsplit("/", 1)[-1].removesuffix(".json") for key in pending(engine)} - set(raced)
+    found = Sidecar.decode(engine.adapter.read_bytes(sidecar_key(writer)), sidecar_key(writer))
+    assert found.tables["a"].post_commit_pin == 3 == TableVersionStore(engine.adapter).head("a", 0)
+    healed = engine.heal()
+    assert [(r.operation_id, r.outcome) for r in healed.recovered] == [
+        (writer, RecoveryOutcome.ROLLED_FORWARD)
+    ]
+    assert ids(engine, "a") == [1, 3] and engine.snapshot().pins["a"] == 3
+
+
+def test_a_writer_whose_version_lies_under_a_foreign_head_is_rolled_back_not_forward(engine: Engine) -> None:
+    """The writer wrote a@2 (its sidecar's pin) on a@1 and stalled before its publish; a writer alive
+    elsewhere, also on a@1, then took a@3. The writer's lease runs out: its version is not the table's
+    head, so the heal does not roll it forward (recovery.py's UNEXPECTED: only a pin that is the head is
+    ROLLED_FORWARD_EXACT); it rolls it back, and the other writer's version stays its own to publish."""
+    engine.commit({"a": rows(1)})
+    writer = crash(engine, "commit.before_publish", {"a": rows(2)}, CommitRequest())
+    elsewhere(engine, writer, lease_s=HOUR)
+    other = other_engine(engine)
+    third = crash(other, "commit.before_publish", {"a": rows(3)}, CommitRequest())
+    elsewhere(other, third, lease_s=HOUR)
+    assert TableVersionStore(engine.adapter).head("a", 0) == 3
+    elsewhere(engine, writer, lease_s=-HOUR)
+    healed = engine.heal()
+    assert [(r.operation_id, r.outcome) for r in healed.recovered] == [(writer, RecoveryOutcome.ROLLED_BACK)]
+    assert ids(engine, "a") == [1] and sorted(pending(engine)) == [sidecar_key(third)]
 
 
 # -- 6: a roll-forward never publishes a key another operation holds ---------------------------------------

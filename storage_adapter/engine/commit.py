@@ -1,7 +1,8 @@
 """The commit protocol of one writer, in the order it runs (:meth:`CommitOperation.run`, top-down):
 
-0. replay: a commit with the same idempotency key already landed, or the application watermark is at or
-   above the commit's ``app_version`` → return that commit, write nothing;
+0. replay: the application watermark is at or above the commit's ``app_version`` → return the commit
+   that set it, write nothing (a landed idempotency key is the caller's to answer before it writes
+   anything: the engine's entry points look it up in the key ledger, which this protocol only claims);
 1. Phase A, :meth:`~CommitOperation._write_sidecar`: the recovery sidecar names every pin the commit
    will move, before any table head advances (a failure here leaves nothing behind); then, with an
    idempotency key, :meth:`~CommitOperation._claim_key` claims it in the key ledger (key_ledger.py): the
@@ -169,17 +170,14 @@ class CommitOperation:
         data_written: Started | None = None,
     ) -> Commit:
         """Commit ``writes`` on top of ``state``. The caller validated tables and schemas against it, and
-        the key and ``app`` (a CommitRequest). ``app``: the (app_id, app_version) watermark the commit
+        the key and ``app`` (a CommitRequest), and answered an ``idempotency_key`` that already landed on
+        it (the key ledger is the engine's). ``app``: the (app_id, app_version) watermark the commit
         sets; a replay when already reached. ``data_written``: the PUTs of the fragments ``writes`` adds,
         when they are still in flight: they overlap Phase A's sidecar PUT and are waited for before any
         table version is written (a failure: the sidecar is discarded and the error raised, nothing
         advanced)."""
         self._data_written = data_written
-        if idempotency_key is not None:
-            self._key = idempotency_key
-            landed = state.manifest.record_for_key(idempotency_key)
-            if landed is not None:
-                return Commit(landed.version, landed, 0, replayed=True)
+        self._key = idempotency_key
         self._app = app
         if (replay := app_replay(self._manifests, state.manifest, app)) is not None:
             return replay

@@ -261,6 +261,8 @@ class Engine:
         same manifest publish as the commit. Never expires.
         """
         state = self._begin_commit(request)
+        if (replay := self._key_replay(state, request.idempotency_key)) is not None:
+            return replay
         return self._commit(state, {t: tuple(refs) for t, refs in fragments.items()}, request)
 
     def commit(self, data: Mapping[str, pa.Table], request: CommitRequest = DEFAULT_REQUEST) -> Commit:
@@ -438,8 +440,8 @@ class Engine:
 
         Exact for every key whose ledger entry is kept (``settings.key_window_s`` after its commit; see
         docs/engine.md, "Idempotency keys"), whatever the manifest's retention: one GET of the key's
-        ledger entry (a second, of the manifest, only for a key no ledger entry names). None also while
-        a commit holding the key is still in flight: a commit with the key waits for that one to land or
+        ledger entry (a second, of the manifest, only for a key no published ledger entry names). None
+        also while a commit holding the key is still in flight: a commit with the key waits for that one to land or
         be rolled back, so it cannot apply twice. ValueError for a key that is not a non-empty str."""
         return self._landed(None, check_key(idempotency_key))
 
@@ -563,9 +565,8 @@ class Engine:
         """The replay ``request`` is on ``state`` (its key landed, its application watermark reached), if
         any; else the commit's tables and expected version checked and its ``replace_where`` filters."""
         names = list(tables)
-        key = request.idempotency_key
-        if key is not None and (landed := self._landed(state, key)):
-            return Commit(landed.version, landed, 0, replayed=True), {}
+        if (replay := self._key_replay(state, request.idempotency_key)) is not None:
+            return replay, {}
         if (replay := app_replay(self._manifests, state.manifest, request.app)) is not None:
             return replay, {}
         self._check_tables(state, names)
@@ -588,12 +589,22 @@ class Engine:
                 key=entry_key(key),
             )
 
+    def _key_replay(self, state: ManifestState, key: str | None) -> Commit | None:
+        """The replay of a commit whose idempotency ``key`` already landed (None: no key, or not landed).
+        Every entry point asks this before it writes anything, so a retry of a landed commit writes
+        nothing: not a fragment, not a sidecar, not a ledger entry."""
+        if key is not None and (landed := self._landed(state, key)):
+            return Commit(landed.version, landed, 0, replayed=True)
+        return None
+
     def _landed(self, state: ManifestState | None, key: str) -> CommitRecord | None:
-        """The visible commit carrying ``key``: its published ledger entry, else (a key committed before the
-        ledger existed) the manifest's retained record of it."""
+        """The visible commit carrying ``key``: its published ledger entry, else the manifest's retained
+        record of it: a key committed before the ledger existed, or one whose holder published its commit
+        and has not yet marked the entry published (it is visible all the same: a retry must replay it,
+        not write anything)."""
         entry = self._ledger.read(key)
-        if entry is not None:
-            return entry.entry.record if entry.entry.state is KeyState.PUBLISHED else None
+        if entry is not None and entry.entry.state is KeyState.PUBLISHED:
+            return entry.entry.record
         return (state or self._manifests.load()).manifest.record_for_key(key)
 
     def _check_tables(self, state: ManifestState, tables: Iterable[str]) -> None:
