@@ -359,6 +359,31 @@ def _openat2() -> Callable[[bytes, int], int] | None:
 _OPENAT2 = _openat2()
 
 
+# A streamed write asks the kernel to start writing back every WRITEBACK_BYTES it has staged, as RocksDB's
+# bytes_per_sync does: Linux's sync_file_range(SYNC_FILE_RANGE_WRITE) queues the pages and returns at once,
+# so the producer goes on while they are written, and the fsync before the publish waits for the last
+# piece only. Measured here (7 MiB staged in 64 KiB pieces): that fsync 11-13 ms -> 7.5 ms. Python has no
+# binding; elsewhere (not Linux, or a libc without it) nothing is asked and the fsync does all the work.
+WRITEBACK_BYTES = 1024 * 1024
+_SYNC_FILE_RANGE_WRITE = 2
+
+
+def _writeback_starter() -> Callable[[int, int, int, int], int] | None:
+    """libc's ``sync_file_range(fd, offset, nbytes, flags)``; None where there is none."""
+    if os.uname().sysname != "Linux":
+        return None
+    try:
+        call = ctypes.CDLL(None, use_errno=True).sync_file_range
+    except AttributeError:
+        return None
+    call.restype = ctypes.c_int
+    call.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
+    return call
+
+
+_START_WRITEBACK = _writeback_starter()
+
+
 def open_below(root: str, path: str, flags: int) -> int:
     """A descriptor, opened with ``flags`` (``_READ_FLAGS`` or ``_STAT_FLAGS``), of the entry at the store
     path ``path`` below ``root``, reached through no symlink. Raises FileNotFoundError when nothing is
@@ -643,21 +668,37 @@ class LocalMutator:
             staging, fd = self._open_staging(directory, name)
             published = False
             try:
+                written = flushed = 0
                 for chunk in chunks:
                     view = memoryview(chunk)
                     while view:
                         fault_point("write")
-                        view = view[os.write(fd, view) :]
-                self._sync(fd)  # the bulk of the data on disk before taking the lock
+                        done = os.write(fd, view)
+                        view, written = view[done:], written + done
+                    if self.durable and _START_WRITEBACK is not None and written - flushed >= WRITEBACK_BYTES:
+                        # The kernel starts writing these bytes now (the call does not wait): the fsync
+                        # below then waits for the stream's last piece, not for all of it. Its outcome
+                        # is not checked here: that fsync reports any failure to write them.
+                        _START_WRITEBACK(fd, flushed, written - flushed, _SYNC_FILE_RANGE_WRITE)
+                        flushed = written
+                # Dated now, before the sync, so that one fsync makes both the data and the token's mtime
+                # durable; dated again (and synced again) only if the version found at the publish was
+                # dated as late or later (published meanwhile, or by a clock ahead): tokens must increase.
+                _date_after(fd, None)
+                self._sync(fd)  # data and mtime on disk before taking the lock
                 with self._locked((directory, True)) as (chain,):
                     current = self._current(chain, name)
                     if (create and current is not None) or (
                         token is not None and (current is None or local_token(current) != token)
                     ):
                         return None
-                    _date_after(fd, current)
+                    if (
+                        current is not None
+                        and os.fstat(fd).st_mtime_ns // 1000 <= current.st_mtime_ns // 1000
+                    ):
+                        _date_after(fd, current)
+                        self._sync(fd)  # the new mtime: the token a durable reader will see
                     new_token = local_token(os.fstat(fd))
-                    self._sync(fd)  # the new mtime: the token a durable reader will see
                     if create:
                         # link fails if the name exists: one winner even against writers that take no lock.
                         try:

@@ -5,22 +5,24 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from storage_adapter import StorageAdapter, open_adapter
+from storage_adapter import StorageAdapter, local_files, open_adapter
 
 
 class Syscalls:
-    """Records fsync (as the synced file or directory, relative to the root), rename, link and unlink."""
+    """Records fsync (as the synced file or directory, relative to the root), utime of a descriptor (as
+    "file"), rename, link, unlink and mkdir."""
 
     def __init__(self, root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         self.root = root
         self.events: list[tuple[str, str]] = []
-        for name in ("fsync", "rename", "link", "unlink", "mkdir"):
+        for name in ("fsync", "utime", "rename", "link", "unlink", "mkdir"):
             monkeypatch.setattr(os, name, self._recording(name, getattr(os, name)))
 
     def _where(self, fd: int) -> str:
@@ -36,6 +38,8 @@ class Syscalls:
         def recorded(*args: Any, **kwargs: Any) -> Any:
             if name == "fsync":
                 self.events.append(("fsync", self._where(args[0])))
+            elif name == "utime" and isinstance(args[0], int):
+                self.events.append(("utime", "file"))
             else:
                 target = str(args[1] if name in ("rename", "link") else args[0])
                 self.events.append((name, target.split("#")[0] + ("#staging" if "#" in target else "")))
@@ -131,12 +135,67 @@ def test_a_streamed_write_syncs_created_directories_then_the_file_before_publish
     local: StorageAdapter, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
 ) -> None:
     """Staged outside the directory lock: the directories it created are synced in their parents when the
-    staging file is made, the file (data, then its token's mtime) before the name points at it, and the
-    directory after."""
+    staging file is made, the file before the name points at it (one fsync: the token's mtime is set
+    first), and the directory after."""
     calls = Syscalls(tmp_path, monkeypatch)
     assert getattr(local, how)("a/b/k", iter([b"one", b"two"])) is not None
     published = calls.index(("rename" if how == "write" else "link", "k"))
     syncs_before = [where for op, where in calls.events[:published] if op == "fsync"]
-    assert syncs_before == ["dir:a/b", "dir:a", "dir:.", "file", "file"], calls.events
+    assert syncs_before == ["dir:a/b", "dir:a", "dir:.", "file"], calls.events
+    assert calls.index(("utime", "file")) < calls.index(("fsync", "file"))
+    assert calls.events.count(("utime", "file")) == 1
     assert [where for op, where in calls.events[published:] if op == "fsync"] == ["dir:a/b"], calls.events
     assert local.read_bytes("a/b/k") == b"onetwo"
+
+
+def microseconds(token: str) -> int:
+    """The mtime (microseconds) a local token carries (``"<ino>-<mtime>-<size>"``, hex)."""
+    return int(token.strip('"').split("-")[1], 16)
+
+
+@pytest.mark.parametrize("ahead", [False, True])
+def test_a_streamed_replace_is_dated_after_the_version_it_replaces_and_synced_so(
+    local: StorageAdapter, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ahead: bool
+) -> None:
+    """The stream is dated when its last byte is staged and synced once; a version found at the publish
+    dated as late or later (here: a clock an hour ahead) makes it date itself after that one and sync
+    again before the rename, so the key's tokens still increase and the durable mtime is the token's."""
+    previous = local.write("a/k", b"v1")
+    if ahead:
+        later = time.time_ns() + 3600 * 10**9
+        os.utime(tmp_path / "a" / "k", ns=(later, later))
+        previous = local.read_versioned("a/k").token
+    calls = Syscalls(tmp_path, monkeypatch)
+    token = local.write_if_match("a/k", iter([b"v", b"2"]), previous)
+    assert token is not None
+    published = calls.index(("rename", "k"))
+    before = [event for event in calls.events[:published] if event[1] == "file"]
+    expected = [("utime", "file"), ("fsync", "file")] * (2 if ahead else 1)
+    assert before == expected, calls.events
+    assert microseconds(token) > microseconds(previous)
+    assert local.read_versioned("a/k").token == token
+
+
+def test_a_durable_stream_starts_the_writeback_of_every_mebibyte_it_stages(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each full WRITEBACK_BYTES staged is handed to the kernel's writeback as it is written (the fsync
+    before the publish then waits for the rest only); a scratch root (durable=False) asks for none."""
+    asked: list[tuple[str, int, int]] = []
+
+    def recorded(fd: int, offset: int, length: int, flags: int) -> int:
+        asked.append((os.readlink(f"/proc/self/fd/{fd}").rsplit("/", 1)[1].split("#")[0], offset, length))
+        return 0
+
+    monkeypatch.setattr(local_files, "_START_WRITEBACK", recorded)
+    step = local_files.WRITEBACK_BYTES
+    piece = b"x" * (64 * 1024)
+    pieces = 3 * step // len(piece) + 5  # three whole mebibytes and a bit
+    durable = open_adapter(f"file://{tmp_path}/durable")
+    assert durable.write_if_absent("a/k", iter([piece] * pieces)) is not None
+    assert asked == [("k", 0, step), ("k", step, step), ("k", 2 * step, step)]
+    assert durable.read_bytes("a/k") == piece * pieces
+    asked.clear()
+    scratch = open_adapter(f"file://{tmp_path}/scratch", durable=False)
+    assert scratch.write_if_absent("a/k", iter([piece] * pieces)) is not None
+    assert asked == []
