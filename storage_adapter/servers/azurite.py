@@ -14,7 +14,6 @@ Azurite's known deviations from Azure (docs/azure.md), none of which changes an 
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import json
 import os
@@ -28,15 +27,13 @@ from pathlib import Path
 from storage_adapter.obstore_driver import EMULATOR_ACCOUNT as ACCOUNT
 from storage_adapter.obstore_driver import EMULATOR_ACCOUNT_KEY as ACCOUNT_KEY
 from storage_adapter.servers.server import (
-    Server,
+    ProcessServer,
     ServerEndpoint,
     ServerStartFailed,
     ServerUnavailable,
     free_port,
-    launch_server_process,
     pinned_options,
     retrying_lost_ports,
-    stop_session,
     wait_until_bucket_answers,
 )
 
@@ -171,17 +168,10 @@ class AzureEndpoint(ServerEndpoint):
         }
 
 
-class Azurite(Server[AzureEndpoint]):
+class Azurite(ProcessServer[AzureEndpoint]):
     """``with Azurite() as endpoint:`` an Azurite blob service with one container, ready to use."""
 
     name = "azurite"
-
-    def __init__(self, bucket: str = "contract", start_timeout_s: float = 60.0) -> None:
-        super().__init__(bucket)
-        self.start_timeout_s = start_timeout_s
-        self._process: subprocess.Popen[bytes] | None = None
-        self._workdir: str | None = None
-        self.log_path: Path | None = None  # kept after stop, so a failed start can be inspected
 
     def _launch(self) -> AzureEndpoint:
         script = install_azurite()
@@ -192,9 +182,7 @@ class Azurite(Server[AzureEndpoint]):
     def _launch_once(self, script: Path) -> AzureEndpoint:
         port = free_port()
         # Azurite writes its debug and extent files into its working directory, even in memory.
-        self._workdir = tempfile.mkdtemp(prefix="azurite-")
-        log_fd, log_name = tempfile.mkstemp(prefix="azurite-", suffix=".log")
-        self.log_path = Path(log_name)
+        workdir = self._workdir_made()
         args = [
             str(script),
             "--blobHost",
@@ -208,21 +196,15 @@ class Azurite(Server[AzureEndpoint]):
             "--disableTelemetry",
             "--silent",
         ]
-        self._process = launch_server_process(args, log_fd, cwd=self._workdir)
-        os.close(log_fd)
+        self._spawn(args, cwd=workdir)
         endpoint = AzureEndpoint(
             name=self.name, endpoint=f"http://127.0.0.1:{port}/{ACCOUNT}", container=self.bucket
         )
         deadline = time.monotonic() + self.start_timeout_s
-        try:
+        with self._log_named():
             self._create_container(endpoint, deadline)
             wait_until_bucket_answers(endpoint, max(1.0, deadline - time.monotonic()), self._alive)
-        except ServerUnavailable as exc:
-            raise type(exc)(f"{exc}; see the server log {self.log_path}") from exc
         return endpoint
-
-    def _alive(self) -> bool:
-        return self._process is not None and self._process.poll() is None
 
     def _create_container(self, endpoint: AzureEndpoint, deadline: float) -> None:
         """Create the endpoint's container through the ``azure`` backend's own Create Container, retried
@@ -254,11 +236,3 @@ class Azurite(Server[AzureEndpoint]):
             f"Azurite {AZURITE_VERSION} (npm, in memory) on Node.js {node.stdout.strip() or 'unknown'}; "
             f"declared deviations from Azure: {deviations}"
         )
-
-    def stop(self) -> None:
-        process, self._process = self._process, None
-        stop_session(process)
-        if self._workdir is not None:
-            with contextlib.suppress(OSError):
-                shutil.rmtree(self._workdir)
-            self._workdir = None

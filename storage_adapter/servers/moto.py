@@ -10,21 +10,16 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
-import os
-import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 from storage_adapter.servers.containers import create_bucket
 from storage_adapter.servers.server import (
+    ProcessServer,
     S3Endpoint,
     S3Server,
     ServerUnavailable,
     free_port,
-    launch_server_process,
-    stop_session,
     wait_until_bucket_answers,
 )
 
@@ -39,28 +34,18 @@ def moto_version() -> str:
         raise ServerUnavailable(NOT_INSTALLED) from None
 
 
-class Moto(S3Server):
+class Moto(ProcessServer[S3Endpoint], S3Server):
     """``with Moto() as endpoint:`` a ``moto_server`` with one bucket, stopped (and its state gone) at exit."""
 
     name = "moto"
-
-    def __init__(self, bucket: str = "contract", start_timeout_s: float = 60.0) -> None:
-        super().__init__(bucket)
-        self.start_timeout_s = start_timeout_s
-        self._process: subprocess.Popen[bytes] | None = None
-        self.log_path: Path | None = None  # kept after stop, so a failed start can be inspected
 
     def _launch(self) -> S3Endpoint:
         moto_version()
         if importlib.util.find_spec("flask") is None:  # moto_server needs moto's [server] extra
             raise ServerUnavailable(NOT_INSTALLED)
         port = free_port()
-        log_fd, log_name = tempfile.mkstemp(prefix="moto-", suffix=".log")
-        self.log_path = Path(log_name)
         # The interpreter running the check runs the server too: moto is importable there by construction.
-        args = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
-        self._process = launch_server_process(args, log_fd)
-        os.close(log_fd)
+        self._spawn([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)])
         endpoint = S3Endpoint(
             name=self.name,
             endpoint=f"http://127.0.0.1:{port}",
@@ -69,19 +54,10 @@ class Moto(S3Server):
             secret_access_key="moto-any-secret",
         )
         deadline = time.monotonic() + self.start_timeout_s
-        try:
+        with self._log_named():
             create_bucket(endpoint, deadline, self._alive)
             wait_until_bucket_answers(endpoint, max(1.0, deadline - time.monotonic()), self._alive)
-        except ServerUnavailable as exc:
-            raise type(exc)(f"{exc}; see the server log {self.log_path}") from exc
         return endpoint
-
-    def _alive(self) -> bool:
-        return self._process is not None and self._process.poll() is None
 
     def version(self) -> str:
         return f"moto {moto_version()} (moto_server, in-memory)"
-
-    def stop(self) -> None:
-        process, self._process = self._process, None
-        stop_session(process)

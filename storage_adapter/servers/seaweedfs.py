@@ -8,23 +8,20 @@ temporary directory, removed at stop. If the server fails to start, the error na
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from storage_adapter.servers.server import (
+    ProcessServer,
     S3Endpoint,
     S3Server,
     ServerUnavailable,
     free_port,
-    launch_server_process,
     retrying_lost_ports,
-    stop_session,
     wait_until_bucket_answers,
 )
 
@@ -73,7 +70,7 @@ class S3Identity:
     actions: tuple[str, ...] = ("Admin", "Read", "Write", "List", "Tagging")
 
 
-class SeaweedFS(S3Server):
+class SeaweedFS(ProcessServer[S3Endpoint], S3Server):
     """``with SeaweedFS() as endpoint:`` a SeaweedFS S3 gateway with one bucket, ready to use."""
 
     name = "seaweedfs"
@@ -83,24 +80,17 @@ class SeaweedFS(S3Server):
     ) -> None:
         """With ``identities`` the server enforces them (the first is the endpoint's own credentials and
         must be allowed to write the bucket); without, it accepts any credentials."""
-        self.bucket = bucket
+        super().__init__(bucket, start_timeout_s)
         self.identities = tuple(identities)
-        self.start_timeout_s = start_timeout_s
-        self._process: subprocess.Popen[bytes] | None = None
-        self._workdir: str | None = None
-        self.log_path: Path | None = None
 
     def _launch(self) -> S3Endpoint:
         return retrying_lost_ports(self._launch_once, lambda: self.log_path, self.stop, _LOST_PORT)
 
     def _launch_once(self) -> S3Endpoint:
         binary = weed_binary()
-        self._workdir = tempfile.mkdtemp(prefix="seaweedfs-")
-        data_dir = Path(self._workdir, "data")
+        workdir = self._workdir_made()
+        data_dir = Path(workdir, "data")
         data_dir.mkdir()
-        # The log lives outside the data dir and survives stop(), so a failed start can be inspected.
-        log_fd, log_name = tempfile.mkstemp(prefix="seaweedfs-", suffix=".log")
-        self.log_path = Path(log_name)
         ports = {flag: free_port() for flag in _PORT_FLAGS}
         args = [
             binary,
@@ -114,8 +104,12 @@ class SeaweedFS(S3Server):
             *_SERVICES_OFF,
         ]
         args += [f"-{flag}={port}" for flag, port in ports.items()]
+        # The filer's and the S3 gateway's local sockets default to /tmp/seaweedfs-<service>-<port>.sock,
+        # and weed leaves the gateway's there at exit (its gRPC sockets it removes): both go into the
+        # working directory, which stop removes.
+        args += [f"-filer.localSocket={workdir}/filer.sock", f"-s3.localSocket={workdir}/s3.sock"]
         if self.identities:
-            config = Path(self._workdir, "s3-identities.json")
+            config = Path(workdir, "s3-identities.json")
             config.write_text(
                 json.dumps(
                     {
@@ -136,8 +130,7 @@ class SeaweedFS(S3Server):
                 )
             )
             args.append(f"-s3.config={config}")
-        self._process = launch_server_process(args, log_fd, cwd=self._workdir)
-        os.close(log_fd)
+        self._spawn(args, cwd=workdir)
         endpoint = S3Endpoint(
             name=self.name,
             endpoint=f"http://127.0.0.1:{ports['s3.port']}",
@@ -148,25 +141,11 @@ class SeaweedFS(S3Server):
             if self.identities
             else "seaweedfs-any-secret",
         )
-        try:
-            wait_until_bucket_answers(endpoint, self.start_timeout_s, lambda: self._process.poll() is None)
-        except ServerUnavailable as exc:
-            raise type(exc)(f"{exc}; see the server log {self.log_path}") from exc
+        with self._log_named():
+            wait_until_bucket_answers(endpoint, self.start_timeout_s, self._alive)
         return endpoint
-
-    @property
-    def pid(self) -> int | None:
-        """The running server's process id (None when stopped): for a benchmark to read its CPU time."""
-        return None if self._process is None else self._process.pid
 
     def version(self) -> str:
         """The first line of ``weed version``."""
         completed = subprocess.run([weed_binary(), "version"], capture_output=True, text=True, timeout=30)
         return (completed.stdout.strip().splitlines() or ["unknown"])[0]
-
-    def stop(self) -> None:
-        process, self._process = self._process, None
-        stop_session(process)
-        if self._workdir is not None:
-            shutil.rmtree(self._workdir, ignore_errors=True)
-            self._workdir = None

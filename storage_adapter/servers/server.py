@@ -10,9 +10,11 @@ from __future__ import annotations
 import abc
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -240,6 +242,57 @@ class Server(abc.ABC, Generic[E]):
 
 class S3Server(Server[S3Endpoint]):
     """A provider of an S3 server: its endpoint is an :class:`S3Endpoint`."""
+
+
+class ProcessServer(Server[E]):
+    """A provider whose server is one local process it launches (:meth:`_spawn`): in a session of its
+    own, its output in ``log_path`` (kept after ``stop``, so a failed start can be inspected), its files
+    in a working directory of its own (removed by ``stop``)."""
+
+    def __init__(self, bucket: str = "contract", start_timeout_s: float = 60.0) -> None:
+        super().__init__(bucket)
+        self.start_timeout_s = start_timeout_s
+        self._process: subprocess.Popen[bytes] | None = None
+        self._workdir: str | None = None
+        self.log_path: Path | None = None
+
+    def _spawn(self, args: Sequence[str], cwd: str | None = None) -> None:
+        """Launch the server process (``launch_server_process``), logging to a fresh ``log_path``."""
+        log_fd, log_name = tempfile.mkstemp(prefix=f"{self.name}-", suffix=".log")
+        self.log_path = Path(log_name)
+        try:
+            self._process = launch_server_process(args, log_fd, cwd=cwd)
+        finally:
+            os.close(log_fd)
+
+    def _workdir_made(self) -> str:
+        """A fresh working directory for the server's files (``stop`` removes it)."""
+        self._workdir = tempfile.mkdtemp(prefix=f"{self.name}-")
+        return self._workdir
+
+    def _alive(self) -> bool:
+        """Whether the launched process still runs."""
+        return self._process is not None and self._process.poll() is None
+
+    @property
+    def pid(self) -> int | None:
+        """The running server's process id (None when stopped): for a benchmark to read its CPU time."""
+        return None if self._process is None else self._process.pid
+
+    @contextlib.contextmanager
+    def _log_named(self) -> Iterator[None]:
+        """A ServerUnavailable raised inside names the server's log, of the same type."""
+        try:
+            yield
+        except ServerUnavailable as exc:
+            raise type(exc)(f"{exc}; see the server log {self.log_path}") from exc
+
+    def stop(self) -> None:
+        process, self._process = self._process, None
+        stop_session(process)
+        if self._workdir is not None:
+            shutil.rmtree(self._workdir, ignore_errors=True)
+            self._workdir = None
 
 
 # A port found free may be taken by another process before the server binds it (two test workers start
