@@ -94,6 +94,26 @@ def test_partitions_overwrite_and_replace_where_follow_the_engine(engine: Engine
     assert engine.read("events").num_rows == 0
 
 
+def test_partition_values_that_differ_only_in_where_their_nulls_are_stay_apart(
+    engine: Engine, spark: Any
+) -> None:
+    """The staging files are partitioned by a hash of the partition values: one that skipped nulls gave
+    (None, 'x') and ('x', None) one file, refused as holding two partitions. Each combination of values
+    and nulls has a file of its own, in one task as in several."""
+    schema = pa.schema([("id", pa.int64()), ("a", pa.string()), ("b", pa.string()), ("n", pa.int32())])
+    engine.create_table("pairs", schema, partition_by=["a", "b", "n"])
+    rows = [(1, None, "x", 1), (2, "x", None, 1), (3, None, None, 1), (4, "x", "x", None), (5, "x", "x", 1)]
+    rows += [(6, None, "x", None), (7, "x", None, None), (8, None, None, None)]
+    frame = spark.createDataFrame(rows, "id long, a string, b string, n int").coalesce(1)
+    write(frame, engine, "pairs")
+    assert sorted(engine.read("pairs").to_pylist(), key=lambda r: r["id"]) == [
+        dict(zip(("id", "a", "b", "n"), row, strict=True)) for row in rows
+    ]
+    text = [tuple(None if v is None else str(v) for v in row[1:]) for row in rows]  # partition values: text
+    published = [tuple(v for _, v in f.partition) for f in engine.files("pairs")]
+    assert sorted(published, key=str) == sorted(text, key=str)  # one file per combination
+
+
 def test_a_rerun_is_a_replay_and_runs_no_job(engine: Engine, spark: Any) -> None:
     engine.create_table("events", SCHEMA)
     frame = frame_of(spark, 40)

@@ -197,7 +197,10 @@ def fitted(frame: Any, table: str, schema: pa.Schema, partition_by: Sequence[str
         )
     if not partition_by:
         return projected
-    values = functions.xxhash64(*(functions.col(_quoted(c)) for c in partition_by))
+    # Spark's hash skips a null (the running hash goes on unchanged), so (null, 'x') and ('x', null) would
+    # share a folder: each value is hashed after whether it is null, never null itself.
+    columns = [functions.col(_quoted(c)) for c in partition_by]
+    values = functions.xxhash64(*(part for column in columns for part in (column.isNull(), column)))
     return projected.withColumn(_HIDDEN_PARTITION, values)
 
 
