@@ -20,6 +20,7 @@ import pyarrow as pa
 import pytest
 
 from storage_adapter.engine import CommitMode, CommitRequest, Engine
+from storage_adapter.errors import ConfigurationError, StorageError
 from storage_adapter.engine.key_ledger import MAX_KEY_CHARS
 from storage_adapter.engine.request import DEFAULT_REQUEST, MODES
 
@@ -168,12 +169,12 @@ BAD_FIELDS: list[Any] = [
 def test_a_bad_field_is_refused_when_the_request_is_made(
     arguments: dict[str, Any], named: tuple[str, ...]
 ) -> None:
-    """Each malformed field is a plain ValueError raised by the constructor itself (no engine, no
-    adapter exists in this test), and its message names the offending field (and, for fields that go
-    together, the other one)."""
+    """Each malformed field is a ConfigurationError (a StorageError, and a ValueError) raised by the
+    constructor itself (no engine, no adapter exists in this test), and its message names the offending
+    field (and, for fields that go together, the other one)."""
     with pytest.raises(ValueError) as info:
         CommitRequest(**arguments)
-    assert type(info.value) is ValueError
+    assert type(info.value) is ConfigurationError and isinstance(info.value, StorageError)
     message = str(info.value)
     for name in named:
         assert name in message, (name, message)

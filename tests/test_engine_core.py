@@ -33,7 +33,7 @@ from storage_adapter.engine.layout import MANIFEST_KEY, RECOVERY_PREFIX
 from storage_adapter.engine.parallel import REQUESTS_IN_FLIGHT
 from storage_adapter.engine.sidecar import HOST, Sidecar, SidecarPin, SidecarStore, lease_deadline
 from storage_adapter.engine.tables import TableVersion, TableVersionStore
-from storage_adapter.errors import NotFoundError
+from storage_adapter.errors import ConfigurationError, NotFoundError
 
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string())])
 
@@ -228,6 +228,20 @@ def test_bounded_history_window(adapter):
     assert ids(engine.read("a", 3)) == [0, 1]
     with pytest.raises(HistoryExpiredError):
         engine.read("a", 2)
+
+
+@pytest.mark.parametrize("version", ["1", 1.5, True, -1, b"1"])
+def test_a_version_that_is_not_a_manifest_version_is_refused_before_any_request(engine, version):
+    """snapshot, read and files: a ConfigurationError naming the version (not a TypeError from deep in
+    the history lookup, nor True read as version 1), before any request."""
+    counted = CountingAdapter(engine.adapter)
+    counting = Engine.open(counted, read_only=True)
+    before = sum(counted.counts.values())
+    for ask in (counting.snapshot, lambda v: counting.read("a", v), lambda v: counting.files("a", v)):
+        with pytest.raises(ConfigurationError, match="version") as info:
+            ask(version)
+        assert repr(version) in str(info.value)
+    assert sum(counted.counts.values()) == before
 
 
 def test_threads_appending_lose_no_update(engine, adapter):

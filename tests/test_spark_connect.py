@@ -96,7 +96,7 @@ def test_every_path_on_a_connect_session(connect_server: Any, root: str) -> None
     assert stream["app_version"] == 1  # batches 0 and 1, each once
 
     refused = observed["refusals"]
-    assert refused["bad_mode"]["type"] == "ValueError"  # before create_table=True created anything
+    assert refused["bad_mode"]["type"] == "ConfigurationError"  # before create_table=True created anything
     assert refused["unshared"]["type"] == "UnsupportedOperationError"
     assert "classic session" in refused["unshared"]["message"]
     assert refused["s3"]["type"] == "UnsupportedOperationError"  # the server was asked: no hadoop-aws

@@ -63,6 +63,7 @@ from storage_adapter.engine.sidecar import (
     writer_alive,
 )
 from storage_adapter.engine.tables import Replacement, TableVersion, TableVersionStore
+from storage_adapter.errors import ConfigurationError
 from storage_adapter.keys import is_plain_text
 from storage_adapter.protocol import StorageAdapter
 
@@ -582,7 +583,7 @@ MAX_APP_ID_CHARS = 256
 
 
 def check_app(app_id: object, app_version: object) -> tuple[str, int] | None:
-    """The (app_id, app_version) watermark a commit sets, or None for neither. ValueError (before any
+    """The (app_id, app_version) watermark a commit sets, or None for neither. ConfigurationError (a ValueError; before any
     I/O) unless both or neither are given, ``app_id`` is non-empty plain text of at most
     ``MAX_APP_ID_CHARS`` characters and ``app_version`` an int in [0, 2**63)."""
     if app_id is None and app_version is None:
@@ -593,12 +594,12 @@ def check_app(app_id: object, app_version: object) -> tuple[str, int] | None:
         or len(app_id) > MAX_APP_ID_CHARS
         or not is_plain_text(app_id)
     ):
-        raise ValueError(
+        raise ConfigurationError(
             f"app_id must be non-empty text of at most {MAX_APP_ID_CHARS} characters given with "
             f"app_version, not {app_id!r}"
         )
     if type(app_version) is not int or not 0 <= app_version < 2**63:
-        raise ValueError(
+        raise ConfigurationError(
             f"app_version must be an int in [0, 2**63) given with app_id, not {app_version!r} (app {app_id!r})"
         )
     return app_id, app_version

@@ -19,6 +19,7 @@ from collections.abc import Callable, Hashable, Sequence
 import pyarrow as pa
 
 from storage_adapter.engine.tables import Fragment, FragmentRef, Replacement
+from storage_adapter.errors import ConfigurationError
 
 DEFAULT_TARGET_BYTES = 64 * 1024 * 1024
 DEFAULT_MIN_FRAGMENTS = 16
@@ -31,10 +32,10 @@ def plan(
     partition_of: Callable[[str], Hashable] = lambda key: (),
 ) -> list[list[Fragment]]:
     """The groups of consecutive small fragments to rewrite as one fragment each (see the module
-    docstring); empty when the policy does not call for a compaction. ValueError for bounds below 1 or 2.
+    docstring); empty when the policy does not call for a compaction. ConfigurationError (a ValueError) for bounds below 1 or 2.
     A group never spans two partitions (``partition_of`` a fragment key): a fragment holds one partition."""
     if target_bytes < 1 or min_fragments < 2:
-        raise ValueError(
+        raise ConfigurationError(
             f"need target_bytes >= 1 and min_fragments >= 2, not {target_bytes!r}, {min_fragments!r}"
         )
     if sum(1 for f in fragments if f[2] < target_bytes) < min_fragments:

@@ -368,7 +368,14 @@ class Engine:
     def snapshot(self, version: int | None = None) -> Snapshot:
         """The current manifest's pins (one GET), or those of an older manifest ``version`` inside the
         retained history (HistoryExpiredError outside it): one more GET per version older than the
-        manifest's inline tail (``manifest.TAIL`` versions), concurrent."""
+        manifest's inline tail (``manifest.TAIL`` versions), concurrent. ConfigurationError, before any
+        request, for a ``version`` that is not an int >= 0 (a bool included)."""
+        if version is not None and (type(version) is not int or version < 0):
+            # before any request: "1" or 1.5 would fail deep in the history lookup, True read as 1
+            raise ConfigurationError(
+                f"version must be None or a manifest version (an int >= 0), not {version!r}",
+                key=self._adapter.url,
+            )
         manifest = self._manifests.load().manifest
         version = manifest.version if version is None else version
         pins = manifest.pins_at(version, self._manifests.records_after(manifest, version))
@@ -534,7 +541,9 @@ class Engine:
         filters: Filters = {}
         for table, where in replace_where.items():
             if table not in names:
-                raise ValueError(f"replace_where names table {table!r}, which the commit does not write")
+                raise ConfigurationError(
+                    f"replace_where names table {table!r}, which the commit does not write"
+                )
             schema, partition_by = table_layout(state.manifest.entry(table).schema)
             filters[table] = filter_texts(table, schema, partition_by, where)
         return filters
@@ -610,7 +619,7 @@ class Engine:
     def _check_tables(self, state: ManifestState, tables: Iterable[str]) -> None:
         names = list(tables)
         if not names:
-            raise ValueError("a commit needs at least one table")
+            raise ConfigurationError("a commit needs at least one table")
         for table in names:
             state.manifest.entry(table)  # UnknownTableError
 

@@ -32,7 +32,7 @@ from typing import Any
 from storage_adapter.engine import codec, layout
 from storage_adapter.engine.errors import CorruptMetadataError, RecoveryInvariantError
 from storage_adapter.engine.history import CommitRecord
-from storage_adapter.errors import NotFoundError
+from storage_adapter.errors import ConfigurationError, NotFoundError
 from storage_adapter.protocol import StorageAdapter
 from storage_adapter.stored_json import StoredJSONError, one_of, timestamp
 from storage_adapter.stored_json import field as json_field
@@ -105,9 +105,9 @@ class StoredEntry:
 
 def check_key(key: object) -> str:
     """An idempotency key the ledger can hold: a non-empty str of at most MAX_KEY_CHARS characters.
-    ValueError (naming it) otherwise, before any I/O."""
+    ConfigurationError (a ValueError, naming it) otherwise, before any I/O."""
     if not isinstance(key, str) or not key or len(key) > MAX_KEY_CHARS:
-        raise ValueError(
+        raise ConfigurationError(
             f"idempotency_key must be a non-empty str of at most {MAX_KEY_CHARS} characters, not {key!r:.80}"
         )
     return key

@@ -19,6 +19,7 @@ from typing import Any
 from storage_adapter.engine.commit import check_app
 from storage_adapter.engine.key_ledger import check_key
 from storage_adapter.engine.schema import PartitionFilter
+from storage_adapter.errors import ConfigurationError
 
 
 class CommitMode(enum.StrEnum):
@@ -32,7 +33,7 @@ class CommitMode(enum.StrEnum):
 
     @classmethod
     def _missing_(cls, value: object) -> CommitMode:
-        raise ValueError(f"mode must be one of {MODES}, not {value!r}")
+        raise ConfigurationError(f"mode must be one of {MODES}, not {value!r}")
 
 
 MODES = tuple(mode.value for mode in CommitMode)
@@ -42,6 +43,7 @@ MODES = tuple(mode.value for mode in CommitMode)
 class CommitRequest:
     """The options of one commit, for ``Engine.commit``, ``commit_fragments`` and ``precheck``. Frozen and
     validated once, here: a request that exists is well formed, so no entry point checks these again.
+    Each refusal named below as a ValueError is a ConfigurationError: a StorageError, and a ValueError.
 
     * ``mode``: a :class:`CommitMode`, or its value ``"append"``/``"overwrite"`` (stored as the member).
       ValueError for any other.
@@ -87,7 +89,7 @@ class CommitRequest:
         if issued_at is not None and (
             key is None or not isinstance(issued_at, datetime) or issued_at.tzinfo is None
         ):
-            raise ValueError(
+            raise ConfigurationError(
                 f"key_issued_at must be a timezone-aware datetime given with an idempotency_key, not "
                 f"{issued_at!r} (key {key!r})"
             )
@@ -96,18 +98,18 @@ class CommitRequest:
         object.__setattr__(self, "mode", mode)
         if self.replace_where is not None:
             if not isinstance(self.replace_where, Mapping):
-                raise ValueError(
+                raise ConfigurationError(
                     f"replace_where must be a mapping table -> partition filter, not {self.replace_where!r}"
                 )
             if mode is not CommitMode.OVERWRITE:
-                raise ValueError(f"replace_where needs mode='overwrite', not {mode.value!r}")
+                raise ConfigurationError(f"replace_where needs mode='overwrite', not {mode.value!r}")
             frozen = {table: _frozen_filter(where) for table, where in self.replace_where.items()}
             object.__setattr__(self, "replace_where", MappingProxyType(frozen))
         version = self.expected_version
         if version is not None and (type(version) is not int or version < 0):
-            raise ValueError(f"expected_version must be None or an int >= 0, not {version!r}")
+            raise ConfigurationError(f"expected_version must be None or an int >= 0, not {version!r}")
         if self.actor is not None and (not isinstance(self.actor, str) or not self.actor):
-            raise ValueError(f"actor must be None or a non-empty str, not {self.actor!r}")
+            raise ConfigurationError(f"actor must be None or a non-empty str, not {self.actor!r}")
 
     def __reduce__(self) -> tuple[Any, ...]:
         # The read-only mappings do not pickle; the plain ones they were made from do.
