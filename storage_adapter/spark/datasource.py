@@ -47,9 +47,10 @@ from pyspark.sql.datasource import (
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
+from storage_adapter.engine import layout
 from storage_adapter.engine.commit import Commit
 from storage_adapter.engine.engine import Engine
-from storage_adapter.engine.errors import CommitConflictError, TableExistsError
+from storage_adapter.engine.errors import CommitConflictError, SchemaMismatchError, TableExistsError
 from storage_adapter.engine.request import CommitRequest
 from storage_adapter.engine.tables import DataFile
 from storage_adapter.errors import ConfigurationError, StorageError
@@ -84,9 +85,37 @@ def schema_from_spark(struct: StructType) -> pa.Schema:
     return to_arrow_schema(struct, timezone="UTC")
 
 
-def schema_to_spark(schema: pa.Schema) -> StructType:
-    """The Spark ``StructType`` of an Arrow schema (naive timestamps as TIMESTAMP_NTZ)."""
+# Spark's widest decimal (DecimalType.MAX_PRECISION): PySpark makes a DecimalType(40, 2) that the JVM
+# refuses only when a plan first uses it.
+_SPARK_MAX_DECIMAL_PRECISION = 38
+
+
+def schema_to_spark(schema: pa.Schema, table: str | None = None) -> StructType:
+    """The Spark ``StructType`` of an Arrow schema (naive timestamps as TIMESTAMP_NTZ). SchemaMismatchError
+    (a ValueError; naming ``table`` when given) listing every column Spark has no type for: unsigned
+    integers, half floats, ``date64``, string and binary views, decimals over 38 digits (also nested)."""
+    problems = []
+    for column in schema:
+        try:
+            from_arrow_schema(pa.schema([column]), prefer_timestamp_ntz=True)
+        except TypeError:  # PySpark's UNSUPPORTED_DATA_TYPE_FOR_ARROW_CONVERSION
+            problems.append(f"{column.name!r} is {column.type}")
+            continue
+        if _too_wide_decimal(column.type):
+            problems.append(f"{column.name!r} is {column.type} (Spark's decimals hold at most 38 digits)")
+    if problems:
+        where = "" if table is None else f"table {table!r}: "
+        raise SchemaMismatchError(
+            f"{where}Spark has no type for {'; '.join(problems)}",
+            key=None if table is None else layout.table_prefix(table),
+        )
     return from_arrow_schema(schema, prefer_timestamp_ntz=True)
+
+
+def _too_wide_decimal(kind: pa.DataType) -> bool:
+    if pa.types.is_decimal(kind):
+        return bool(kind.precision > _SPARK_MAX_DECIMAL_PRECISION)
+    return any(_too_wide_decimal(kind.field(i).type) for i in range(kind.num_fields))
 
 
 class StorageAdapterDataSource(DataSource):
@@ -105,7 +134,7 @@ class StorageAdapterDataSource(DataSource):
     def schema(self) -> StructType:
         options = self._options()
         engine = Engine.open(options.open(), read_only=True)
-        return schema_to_spark(engine.snapshot(options.version).schema(options.table))
+        return schema_to_spark(engine.snapshot(options.version).schema(options.table), options.table)
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return _Reader(self._options(), schema)

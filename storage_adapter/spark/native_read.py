@@ -61,9 +61,12 @@ def read(
     Before Spark does anything: SparkInputError for a ``spark`` that is not a SparkSession;
     UnsupportedOperationError, naming the data source as the way, where Spark's Hadoop filesystem cannot
     reach the root (memory; S3 without ``hadoop-aws``); HistoryExpiredError for a ``version`` outside the
-    retained history; UnknownTableError naming the table and the root; SchemaMismatchError for a table
-    Spark's Parquet reader cannot read exactly (nanosecond timestamps, time of day); ConfigurationError
-    for a root whose path Spark would read as a glob pattern. A table with no files is an empty DataFrame
+    retained history (ConfigurationError for a ``version`` that is not an int >= 0); UnknownTableError
+    naming the table and the root; SchemaMismatchError for a column Spark has no type for (see
+    ``schema_to_spark``: no Spark path reads it), and, naming the data source as the way, for a table
+    Spark's Parquet reader cannot read exactly (nanosecond timestamps, time of day, column names equal
+    but for case unless ``spark.sql.caseSensitive``); ConfigurationError for a root whose path Spark would
+    read as a glob pattern. A table with no files is an empty DataFrame
     of its schema."""
     if not (hasattr(spark, "read") and hasattr(spark, "conf")):
         raise SparkInputError(
@@ -90,7 +93,17 @@ def read(
         schema = snapshot.schema(table)
     except UnknownTableError as exc:
         raise UnknownTableError(f"{exc} (root {adapter.url})", key=exc.key) from exc
+    struct = schema_to_spark(schema, table)  # SchemaMismatchError for a type Spark has none for
     problems = [problem for field in schema if (problem := _unreadable(field))]
+    if spark.conf.get("spark.sql.caseSensitive", "false").lower() != "true":
+        folded: dict[str, list[str]] = {}
+        for name in schema.names:
+            folded.setdefault(name.lower(), []).append(name)
+        problems += [
+            f"columns {names} are one column to Spark's reader, which ignores case (spark.sql.caseSensitive)"
+            for names in folded.values()
+            if len(names) > 1
+        ]
     if problems:
         raise SchemaMismatchError(
             f"table {table!r} at {adapter.url}: Spark's Parquet reader cannot read it exactly: "
@@ -98,7 +111,6 @@ def read(
             "which converts every value",
             key=layout.table_prefix(table),
         )
-    struct = schema_to_spark(schema)
     files = engine.files(table, snapshot)
     log.info(
         "Spark native read of %r at %s, manifest version %d: %d files, %d rows, %d bytes",
@@ -116,11 +128,8 @@ def read(
 
 
 def _unreadable(field: pa.Field) -> str | None:
-    """Why Spark's Parquet reader cannot read column ``field`` as the table has it (None: it can)."""
-    try:
-        schema_to_spark(pa.schema([field]))
-    except (TypeError, ValueError) as exc:  # PySpark's "unsupported type": no Spark type holds it
-        return f"{field.name!r} is {field.type}, which Spark has no type for ({exc})"
+    """Why Spark's Parquet reader cannot read column ``field`` (of a type Spark has) exactly as the table
+    has it, where the data source can (None: it can)."""
     bad = _unreadable_type(field.type)
     return None if bad is None else f"{field.name!r} is {field.type}: Spark cannot read {bad} from Parquet"
 
