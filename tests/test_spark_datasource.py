@@ -308,6 +308,26 @@ def test_create_table_on_first_write_and_from_a_spark_schema(engine: Engine, spa
     assert engine.read("from_struct").num_rows == 20
 
 
+def test_create_table_makes_the_table_when_the_write_publishes(engine: Engine, spark: Any) -> None:
+    """A job that fails, or whose rows are refused, with createTable leaves no table (it is made at the
+    write's commit, beside its files); an empty DataFrame still creates it; a second createTable write
+    appends; a partitionBy other than the table's is refused before any task."""
+    failing = frame_of(spark, 50).selectExpr(
+        "id", "day", "CASE WHEN id = 49 THEN raise_error('the job fails') ELSE score END AS score"
+    )
+    with pytest.raises(Exception, match="the job fails"):
+        save(failing, engine, table="late", createTable="true", partitionBy="day")
+    with pytest.raises(StorageError):
+        save(frame_of(spark, 5), engine, table="late", createTable="true", partitionBy="nope")
+    assert "late" not in engine.snapshot().tables
+    save(frame_of(spark, 0), engine, table="late", createTable="true", partitionBy="day")
+    assert engine.partition_by("late") == ("day",) and engine.read("late").num_rows == 0
+    save(frame_of(spark, 20), engine, table="late", createTable="true", partitionBy="day")
+    assert engine.read("late").num_rows == 20
+    with pytest.raises(ConfigurationError, match="partitionBy"):
+        save(frame_of(spark, 5), engine, table="late", createTable="true", partitionBy="id")
+
+
 def test_partition_filters_are_pushed_down_and_prune_files(engine: Engine, spark: Any) -> None:
     """``=`` and ``IN`` on partition columns are kept by the reader (they prune whole files); any other
     filter is left to Spark."""

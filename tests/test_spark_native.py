@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from storage_adapter import UnsupportedOperationError, open_adapter
+from storage_adapter import ConfigurationError, InvalidKeyError, UnsupportedOperationError, open_adapter
 from storage_adapter.builtin_backends import s3a_options
 from storage_adapter.engine import CorruptMetadataError, Engine, SchemaMismatchError, layout
 from storage_adapter.spark import write
@@ -207,6 +207,40 @@ def test_a_refused_write_creates_no_table(engine: Engine, spark: Any) -> None:
         write(frame_of(spark, 10), memory, "never", create_table=True)
     assert engine.snapshot().tables == [] and memory.snapshot().tables == []
     assert engine.adapter.list("tables") == []
+
+
+@pytest.mark.parametrize("length", [250, 5_000])
+def test_a_partition_value_no_key_can_hold_is_refused_creating_nothing_and_moving_nothing(
+    engine: Engine, spark: Any, length: int
+) -> None:
+    """Known only once the job has run: a partition value longer than a key segment (250 characters), or
+    so long that Spark's writer keeps no statistics of it (5,000). The write is refused naming the
+    column; no file left the staging folder (vacuum reclaims it), and create_table created nothing: the
+    table is created only once its files are known to be publishable."""
+    frame = spark.createDataFrame([(1, "x" * length), (2, "short")], "id long, tag string").coalesce(1)
+    with pytest.raises((InvalidKeyError, CorruptMetadataError), match="tag") as info:
+        write(frame, engine, "tagged", create_table=True, partition_by=["tag"])
+    if length > 4_096:
+        assert "statistics" in str(info.value) and "4 KiB" in str(info.value)
+    assert engine.snapshot().tables == []
+    left = [i.key for i in engine.adapter.list("tables/tagged/data")]
+    assert left and all(f"/{layout.STAGING_FOLDER}/" in key for key in left), left
+    engine.vacuum(grace_s=0)
+    assert engine.adapter.list("tables") == []
+
+
+def test_create_table_makes_the_table_once_the_job_has_run(engine: Engine, spark: Any) -> None:
+    """The table appears with the write's own commit right after it (created, then published: two
+    versions), partitioned as asked; a second create_table write into it appends, and one that asks for
+    other partition columns is refused before any job (as the data source's partitionBy is)."""
+    load = write(frame_of(spark, 30), engine, "made", create_table=True, partition_by=["day"])
+    assert load.commit is not None and load.commit.version == 2
+    assert engine.partition_by("made") == ("day",) and ids(engine, "made") == list(range(30))
+    write(frame_of(spark, 30, first=30), engine, "made", create_table=True, partition_by=["day"])
+    assert ids(engine, "made") == list(range(60))
+    with pytest.raises(ConfigurationError, match="partition"):
+        write(frame_of(spark, 10), engine, "made", create_table=True, partition_by=["id"])
+    assert ids(engine, "made") == list(range(60))
 
 
 def test_roots_spark_cannot_reach_name_the_data_source(spark: Any) -> None:

@@ -50,14 +50,16 @@ from pyspark.sql.types import StructType
 from storage_adapter.engine import layout
 from storage_adapter.engine.commit import Commit
 from storage_adapter.engine.engine import Engine
-from storage_adapter.engine.errors import CommitConflictError, SchemaMismatchError, TableExistsError
+from storage_adapter.engine.errors import CommitConflictError, SchemaMismatchError
 from storage_adapter.engine.request import CommitRequest
 from storage_adapter.engine.tables import DataFile
 from storage_adapter.errors import ConfigurationError, StorageError
 from storage_adapter.spark.load import (
     FragmentTask,
+    NewTable,
     TaskResult,
     collect_fragments,
+    create_for_write,
     log_load,
     shared_engine,
     task_for,
@@ -157,6 +159,7 @@ class _WritePlan:
     task: FragmentTask
     app_id: str | None
     replayed: Commit | None = None
+    creating: NewTable | None = None
 
     def commit(
         self, messages: Sequence[WriterCommitMessage | None], app_version: int | None
@@ -169,6 +172,8 @@ class _WritePlan:
             log_load({options.table: ()}, self.replayed, "storage_adapter write")
             return self.replayed
         engine = shared_engine(options.open())
+        if self.creating is not None:  # made now, with its files written: a failed job leaves no table
+            create_for_write(engine, self.creating)
         commit: Commit | None = None
         if fragments or self.mode != "append":
             commit = engine.commit_fragments({options.table: fragments}, self.request(app_version))
@@ -190,7 +195,8 @@ class _WritePlan:
 def _plan(
     options: SourceOptions, spark_schema: StructType, mode: str, *, streaming: bool = False
 ) -> _WritePlan:
-    """The checks made on the driver before any task: options, the table (created first when asked),
+    """The checks made on the driver before any task: options, the table (or, with createTable, the one
+    the write creates when it publishes),
     the incoming columns against its schema, and (batch only) whether the write is a replay."""
     if streaming and (options.idempotency_key is not None or options.app_version is not None):
         raise ConfigurationError(
@@ -207,12 +213,10 @@ def _plan(
             f"option replaceWhere needs mode('overwrite') (table {options.table!r})", key=options.table
         )
     engine = shared_engine(options.open())
+    creating = None
     if options.create_table and options.table not in engine.snapshot().tables:
-        with contextlib.suppress(TableExistsError):  # created meanwhile by another writer: use it
-            engine.create_table(
-                options.table, schema_from_spark(spark_schema), partition_by=options.partition_by
-            )
-    if options.partition_by and engine.partition_by(options.table) != options.partition_by:
+        creating = NewTable.checked(options.table, schema_from_spark(spark_schema), options.partition_by)
+    elif options.partition_by and engine.partition_by(options.table) != options.partition_by:
         raise ConfigurationError(
             f"option partitionBy={','.join(options.partition_by)!r} does not match table {options.table!r}, "
             f"partitioned by {list(engine.partition_by(options.table))} (partitions are fixed at creation)",
@@ -226,16 +230,18 @@ def _plan(
         request = CommitRequest(
             mode=mode, idempotency_key=options.idempotency_key, app_id=app_id, app_version=options.app_version
         )
-        replayed = engine.precheck([options.table], request)
+        if creating is None:  # a table this write creates has no commit of it to replay
+            replayed = engine.precheck([options.table], request)
     task = task_for(
         engine,
         options.table,
         spark_schema,
+        creating,
         by_position=options.by_position,
         allow_lossy=options.allow_lossy,
         max_rows_per_fragment=options.max_rows_per_fragment,
     )
-    return _WritePlan(options, mode, task, app_id, replayed)
+    return _WritePlan(options, mode, task, app_id, replayed, creating)
 
 
 def _query_identity(options: SourceOptions) -> str:

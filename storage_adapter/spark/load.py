@@ -32,14 +32,15 @@ from typing import Any
 import pyarrow as pa
 
 from storage_adapter.adapter import ObjectStorageAdapter
-from storage_adapter.engine import failpoints
+from storage_adapter.engine import failpoints, layout
 from storage_adapter.engine.commit import Commit
 from storage_adapter.engine.engine import Engine
-from storage_adapter.engine.errors import SchemaMismatchError
+from storage_adapter.engine.errors import SchemaMismatchError, TableExistsError
 from storage_adapter.engine.request import CommitMode, CommitRequest
 from storage_adapter.engine.schema import (
     Partition,
     PartitionFilter,
+    check_partition_by,
     conform,
     fragment_key,
     split_by_partition,
@@ -304,12 +305,16 @@ def write_tables(
     return BulkLoad(commit, tuple(ref for refs in written.values() for ref in refs))
 
 
-def task_for(engine: Engine, table: str, spark_schema: Any, **settings: Any) -> FragmentTask:
-    """The task writing ``table`` from rows of ``spark_schema``, after checking on the driver that such
-    rows can fit the table (SchemaMismatchError for missing or extra columns and lossy types)."""
+def task_for(
+    engine: Engine, table: str, spark_schema: Any, creating: NewTable | None = None, **settings: Any
+) -> FragmentTask:
+    """The task writing ``table`` (or the table ``creating`` describes, made when the write publishes:
+    :func:`create_for_write`) from rows of ``spark_schema``, after checking on the driver that such rows
+    can fit the table (SchemaMismatchError for missing or extra columns and lossy types)."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    schema = engine.snapshot().schema(table)
+    schema = engine.snapshot().schema(table) if creating is None else creating.schema
+    partition_by = engine.partition_by(table) if creating is None else creating.partition_by
     incoming = to_arrow_schema(spark_schema, timezone="UTC")
     conform(
         table,
@@ -318,7 +323,41 @@ def task_for(engine: Engine, table: str, spark_schema: Any, **settings: Any) -> 
         by_name=not settings.get("by_position", False),
         allow_lossy=settings.get("allow_lossy", False),
     )
-    return FragmentTask(engine.adapter, table, schema, engine.partition_by(table), **settings)
+    return FragmentTask(engine.adapter, table, schema, partition_by, **settings)
+
+
+@dataclass(frozen=True)
+class NewTable:
+    """A table a write creates (``create_table``): made only when the write publishes, once its files
+    are written and known to be publishable, so that a write refused or failed at any step leaves no
+    table. Checked on the driver as ``Engine.create_table`` checks (name, partition columns)."""
+
+    table: str
+    schema: pa.Schema
+    partition_by: tuple[str, ...]
+
+    @classmethod
+    def checked(cls, table: str, schema: pa.Schema, partition_by: Sequence[str]) -> NewTable:
+        layout.check_table_name(table)
+        return cls(table, schema, check_partition_by(table, schema, partition_by))
+
+
+def create_for_write(engine: Engine, new: NewTable) -> None:
+    """Create the table a write's files were written for, right before their commit. If another writer
+    created it meanwhile it must be that very table: SchemaMismatchError (nothing published; the files
+    are orphans vacuum reclaims) otherwise."""
+    try:
+        engine.create_table(new.table, new.schema, partition_by=new.partition_by)
+    except TableExistsError:
+        theirs, their_columns = engine.snapshot().schema(new.table), engine.partition_by(new.table)
+        if not (theirs.equals(new.schema, check_metadata=False) and their_columns == new.partition_by):
+            raise SchemaMismatchError(
+                f"table {new.table!r} was created by another writer during this write, with schema "
+                f"{theirs} partitioned by {list(their_columns)}, not the {new.schema} partitioned by "
+                f"{list(new.partition_by)} its files were written for: nothing published; vacuum "
+                "reclaims them",
+                key=layout.table_prefix(new.table),
+            ) from None
 
 
 def bulk_load(

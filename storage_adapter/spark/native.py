@@ -37,7 +37,7 @@ from storage_adapter.adapter import ObjectStorageAdapter
 from storage_adapter.engine import layout
 from storage_adapter.engine.commit import Commit
 from storage_adapter.engine.engine import Engine
-from storage_adapter.engine.errors import CorruptMetadataError, SchemaMismatchError, TableExistsError
+from storage_adapter.engine.errors import CorruptMetadataError, SchemaMismatchError
 from storage_adapter.engine.parallel import map_bounded
 from storage_adapter.engine.request import CommitMode, CommitRequest
 from storage_adapter.engine.schema import (
@@ -53,7 +53,7 @@ from storage_adapter.keys import validate_key
 from storage_adapter.protocol import StorageAdapter
 from storage_adapter.registry import HadoopRoot, backend_named
 from storage_adapter.spark.datasource import schema_from_spark, schema_to_spark
-from storage_adapter.spark.load import BulkLoad, check_spark_frame, log_load
+from storage_adapter.spark.load import BulkLoad, NewTable, check_spark_frame, create_for_write, log_load
 from storage_adapter.spark.session import is_connect
 from storage_adapter.types import ObjectInfo
 
@@ -131,17 +131,24 @@ def write(
     hadoop = hadoop_location(engine.adapter, spark)
     if is_connect(spark):  # the server writes, this client publishes: they must see the same files
         check_shared_root(spark, engine.adapter, hadoop, table)
-    if create_table:
-        created = nullable(schema_from_spark(frame.schema))
-        if table not in engine.snapshot().tables:  # refuse what cannot be written before creating it
-            fitted(frame, table, created, (), by_position)
-        with contextlib.suppress(TableExistsError):  # created meanwhile by another writer: use it
-            engine.create_table(table, created, partition_by=partition_by)
-    replayed = engine.precheck([table], request)
-    if replayed is not None:
-        log_load({table: ()}, replayed, "Spark native write")
-        return BulkLoad(replayed, ())
-    schema, columns = engine.snapshot().schema(table), engine.partition_by(table)
+    creating: NewTable | None = None
+    if create_table and table not in engine.snapshot().tables:
+        # Created only once the job's files are known to be publishable (a partition value no key can
+        # hold is known only then): a refusal at any step leaves no table.
+        creating = NewTable.checked(table, nullable(schema_from_spark(frame.schema)), partition_by)
+        schema, columns = creating.schema, creating.partition_by
+    else:
+        if create_table and partition_by and engine.partition_by(table) != tuple(partition_by):
+            raise ConfigurationError(
+                f"partition_by={list(partition_by)} does not match table {table!r}, partitioned by "
+                f"{list(engine.partition_by(table))} (partitions are fixed at creation)",
+                key=layout.table_prefix(table),
+            )
+        replayed = engine.precheck([table], request)
+        if replayed is not None:
+            log_load({table: ()}, replayed, "Spark native write")
+            return BulkLoad(replayed, ())
+        schema, columns = engine.snapshot().schema(table), engine.partition_by(table)
     projected = fitted(frame, table, schema, columns, by_position)
     staging = layout.staging_prefix(table, uuid.uuid4().hex)  # the job-name shape layout.own_key knows
     writer = projected.write.options(**hadoop.settings, **COMMITTER_OPTIONS).mode(
@@ -151,6 +158,8 @@ def write(
         writer.partitionBy(*([_HIDDEN_PARTITION] if columns else [])).parquet(f"{hadoop.uri}/{staging}")
     durable_files = hadoop.local_directory if engine.adapter.capabilities.durable else None
     refs = published_files(engine.adapter, table, schema, columns, staging, durable_files)
+    if creating is not None:
+        create_for_write(engine, creating)
     commit: Commit | None = None
     if refs or request.mode is not CommitMode.APPEND:
         commit = engine.commit_fragments({table: refs}, request)
@@ -297,18 +306,25 @@ def published_files(
     if local_directory is not None:
         _fsync(local_directory, [info.key for info, _, _ in placed])
     fingerprint = schema_fingerprint(schema)
+    # Every file's place, each key checked, before any file moves: a partition value no key can hold
+    # refuses the write with the job's files all still in the staging folder (vacuum reclaims it).
+    keys = [
+        validate_key(
+            layout.data_key(table, _name(info.key).removesuffix(".parquet"), partition_prefix(partition))
+        )
+        if partition_by  # its partition's folder: what the engine's readers and filters find it by
+        else info.key
+        for info, _, partition in placed
+    ]
 
-    def reference(entry: tuple[ObjectInfo, int, Partition]) -> FragmentRef:
-        info, rows, partition = entry
-        key = info.key
-        if partition_by:  # its partition's folder: what the engine's readers and filters find it by
-            key = layout.data_key(table, _name(key).removesuffix(".parquet"), partition_prefix(partition))
-            validate_key(key)
+    def reference(entry: tuple[tuple[ObjectInfo, int, Partition], str]) -> FragmentRef:
+        (info, rows, partition), key = entry
+        if key != info.key:
             adapter.rename(info.key, key)
         written_at = info.last_modified.astimezone(UTC).isoformat(timespec="microseconds")
         return FragmentRef(table, key, rows, info.size, fingerprint, written_at, partition)
 
-    return tuple(map_bounded(reference, placed))
+    return tuple(map_bounded(reference, list(zip(placed, keys, strict=True))))
 
 
 def _committed(relative: str) -> bool:
@@ -340,7 +356,9 @@ def _partition(
             stats = chunk.statistics
             if stats is None or (stats.null_count != chunk.num_values and not stats.has_min_max):
                 raise CorruptMetadataError(
-                    f"{key} has no statistics for partition column {column!r}: its partition is unknown",
+                    f"{key} has no statistics for partition column {column!r}: its partition is unknown "
+                    "(Spark's writer keeps no minimum and maximum over 4 KiB together: a value that long "
+                    "is no partition value a key can hold); nothing published; vacuum reclaims the folder",
                     key=key,
                 )
             if stats.null_count:
