@@ -130,6 +130,12 @@ _BY_NAME: dict[str, Backend] = {}
 _BY_SCHEME: dict[str, Backend] = {}
 
 
+def _url_escaped(text: str) -> str:
+    """``text`` for a URL's path: ``%`` (an escape when decoded), ``#`` (a fragment) and ``?`` (a query)
+    escaped; every other character as it is (spaces and non-ASCII names stay readable)."""
+    return text.replace("%", "%25").replace("#", "%23").replace("?", "%3F")
+
+
 @dataclass(frozen=True)
 class AdapterConfig:
     """A resolved adapter configuration. Equal configs address the same objects.
@@ -152,9 +158,11 @@ class AdapterConfig:
 
     @property
     def url(self) -> str:
+        """The URL of this root and prefix: opening it gives an equal configuration (the URL's path was
+        percent-decoded, so the three characters that would change how it parses are escaped again)."""
         spec = self.spec
-        root = f"{spec.scheme}://{spec.display_location(self.location)}"
-        return root + (f"/{self.prefix}" if self.prefix else "")
+        root = f"{spec.scheme}://{_url_escaped(spec.display_location(self.location))}"
+        return root + (f"/{_url_escaped(self.prefix)}" if self.prefix else "")
 
     def option(self, name: str) -> Any:
         return dict(self.options).get(name)

@@ -172,3 +172,19 @@ def test_conditional_put_disabled_is_declared_unsupported() -> None:
     caps = adapter.capabilities
     assert (caps.write_if_absent, caps.write_if_match) == (Support.UNSUPPORTED, Support.UNSUPPORTED)
     assert open_adapter("s3://bucket", anonymous=True).capabilities.write_if_absent is Support.NATIVE
+
+
+@pytest.mark.parametrize(
+    "name", ["a%2541dir", "hash%23dir", "what%3Fdir", "sp ace", "sp%20ace", "uni-%C3%A9", "plain"]
+)
+def test_an_adapters_url_opens_the_same_store_again(tmp_path: object, name: str) -> None:
+    """``adapter.url`` (and so every URL built on it, ``Engine.files``'s too) is a URL of the same root and
+    prefix: a ``%``, ``#`` or ``?`` decoded from the URL given is escaped again (written raw, ``a%41dir``
+    reopened the directory ``aAdir``, and ``hash#dir`` was refused as a URL with a fragment)."""
+    for url in (f"file://{tmp_path}/{name}", f"memory://store-{name.count('%')}/{name}/inner"):
+        adapter = open_adapter(url)
+        again = open_adapter(adapter.url)
+        assert again == adapter and again.url == adapter.url, (url, adapter.url)
+    local = open_adapter(f"file://{tmp_path}/{name}")
+    local.write("k", b"v")
+    assert open_adapter(local.url).read_bytes("k") == b"v"

@@ -20,9 +20,9 @@ import pyarrow as pa
 import pytest
 
 from storage_adapter.engine import CommitMode, CommitRequest, Engine
-from storage_adapter.errors import ConfigurationError, StorageError
 from storage_adapter.engine.key_ledger import MAX_KEY_CHARS
 from storage_adapter.engine.request import DEFAULT_REQUEST, MODES
+from storage_adapter.errors import ConfigurationError, StorageError
 
 SCHEMA = pa.schema([("id", pa.int64())])
 NOW = datetime.now(UTC)
