@@ -686,19 +686,18 @@ class LocalMutator:
                 # dated as late or later (published meanwhile, or by a clock ahead): tokens must increase.
                 _date_after(fd, None)
                 self._sync(fd)  # data and mtime on disk before taking the lock
+                staged = os.fstat(fd)
                 with self._locked((directory, True)) as (chain,):
                     current = self._current(chain, name)
                     if (create and current is not None) or (
                         token is not None and (current is None or local_token(current) != token)
                     ):
                         return None
-                    if (
-                        current is not None
-                        and os.fstat(fd).st_mtime_ns // 1000 <= current.st_mtime_ns // 1000
-                    ):
+                    if current is not None and staged.st_mtime_ns // 1000 <= current.st_mtime_ns // 1000:
                         _date_after(fd, current)
                         self._sync(fd)  # the new mtime: the token a durable reader will see
-                    new_token = local_token(os.fstat(fd))
+                        staged = os.fstat(fd)
+                    new_token = local_token(staged)
                     if create:
                         # link fails if the name exists: one winner even against writers that take no lock.
                         try:

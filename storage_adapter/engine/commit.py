@@ -583,9 +583,9 @@ MAX_APP_ID_CHARS = 256
 
 
 def check_app(app_id: object, app_version: object) -> tuple[str, int] | None:
-    """The (app_id, app_version) watermark a commit sets, or None for neither. ConfigurationError (a ValueError; before any
-    I/O) unless both or neither are given, ``app_id`` is non-empty plain text of at most
-    ``MAX_APP_ID_CHARS`` characters and ``app_version`` an int in [0, 2**63)."""
+    """The (app_id, app_version) watermark a commit sets, or None for neither. ConfigurationError (a
+    ValueError; before any I/O) unless both or neither are given, ``app_id`` is non-empty plain text of at
+    most ``MAX_APP_ID_CHARS`` characters and ``app_version`` an int in [0, 2**63)."""
     if app_id is None and app_version is None:
         return None
     if (

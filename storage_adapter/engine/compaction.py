@@ -32,8 +32,9 @@ def plan(
     partition_of: Callable[[str], Hashable] = lambda key: (),
 ) -> list[list[Fragment]]:
     """The groups of consecutive small fragments to rewrite as one fragment each (see the module
-    docstring); empty when the policy does not call for a compaction. ConfigurationError (a ValueError) for bounds below 1 or 2.
-    A group never spans two partitions (``partition_of`` a fragment key): a fragment holds one partition."""
+    docstring); empty when the policy does not call for a compaction. ConfigurationError (a ValueError)
+    for bounds below 1 or 2. A group never spans two partitions (``partition_of`` a fragment key): a
+    fragment holds one partition."""
     if target_bytes < 1 or min_fragments < 2:
         raise ConfigurationError(
             f"need target_bytes >= 1 and min_fragments >= 2, not {target_bytes!r}, {min_fragments!r}"

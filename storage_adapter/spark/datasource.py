@@ -62,6 +62,7 @@ from storage_adapter.spark.load import (
     create_for_write,
     log_load,
     shared_engine,
+    table_to_create,
     task_for,
 )
 from storage_adapter.spark.options import SourceOptions
@@ -96,10 +97,10 @@ def schema_to_spark(schema: pa.Schema, table: str | None = None) -> StructType:
     """The Spark ``StructType`` of an Arrow schema (naive timestamps as TIMESTAMP_NTZ). SchemaMismatchError
     (a ValueError; naming ``table`` when given) listing every column Spark has no type for: unsigned
     integers, half floats, ``date64``, string and binary views, decimals over 38 digits (also nested)."""
-    problems = []
+    problems, fields = [], []
     for column in schema:
         try:
-            from_arrow_schema(pa.schema([column]), prefer_timestamp_ntz=True)
+            fields += from_arrow_schema(pa.schema([column]), prefer_timestamp_ntz=True).fields
         except TypeError:  # PySpark's UNSUPPORTED_DATA_TYPE_FOR_ARROW_CONVERSION
             problems.append(f"{column.name!r} is {column.type}")
             continue
@@ -111,7 +112,7 @@ def schema_to_spark(schema: pa.Schema, table: str | None = None) -> StructType:
             f"{where}Spark has no type for {'; '.join(problems)}",
             key=None if table is None else layout.table_prefix(table),
         )
-    return from_arrow_schema(schema, prefer_timestamp_ntz=True)
+    return StructType(fields)
 
 
 def _too_wide_decimal(kind: pa.DataType) -> bool:
@@ -213,15 +214,14 @@ def _plan(
             f"option replaceWhere needs mode('overwrite') (table {options.table!r})", key=options.table
         )
     engine = shared_engine(options.open())
-    creating = None
-    if options.create_table and options.table not in engine.snapshot().tables:
-        creating = NewTable.checked(options.table, schema_from_spark(spark_schema), options.partition_by)
-    elif options.partition_by and engine.partition_by(options.table) != options.partition_by:
-        raise ConfigurationError(
-            f"option partitionBy={','.join(options.partition_by)!r} does not match table {options.table!r}, "
-            f"partitioned by {list(engine.partition_by(options.table))} (partitions are fixed at creation)",
-            key=options.table,
-        )
+    creating = table_to_create(
+        engine,
+        options.table,
+        schema_from_spark(spark_schema),
+        options.partition_by,
+        create=options.create_table,
+        option="option partitionBy",
+    )
     replayed = None
     app_id = options.app_id
     if streaming:  # the batch id is the app version: replays are decided at commit

@@ -46,7 +46,7 @@ from storage_adapter.engine.schema import (
     split_by_partition,
 )
 from storage_adapter.engine.tables import FragmentRef, FragmentWriter
-from storage_adapter.errors import StorageError, UnsupportedOperationError
+from storage_adapter.errors import ConfigurationError, StorageError, UnsupportedOperationError
 from storage_adapter.protocol import StorageAdapter
 from storage_adapter.registry import AdapterConfig
 
@@ -340,6 +340,23 @@ class NewTable:
     def checked(cls, table: str, schema: pa.Schema, partition_by: Sequence[str]) -> NewTable:
         layout.check_table_name(table)
         return cls(table, schema, check_partition_by(table, schema, partition_by))
+
+
+def table_to_create(
+    engine: Engine, table: str, schema: pa.Schema, partition_by: Sequence[str], *, create: bool, option: str
+) -> NewTable | None:
+    """The table a write creates when it publishes (``create``, and ``table`` absent), checked now; None
+    for an existing table, after checking that ``partition_by``, when given, names its partition columns
+    (ConfigurationError naming the write's ``option``; partitions are fixed at creation)."""
+    if create and table not in engine.snapshot().tables:
+        return NewTable.checked(table, schema, partition_by)
+    if partition_by and engine.partition_by(table) != tuple(partition_by):
+        raise ConfigurationError(
+            f"{option}={list(partition_by)} does not match table {table!r}, partitioned by "
+            f"{list(engine.partition_by(table))} (partitions are fixed at creation)",
+            key=layout.table_prefix(table),
+        )
+    return None
 
 
 def create_for_write(engine: Engine, new: NewTable) -> None:

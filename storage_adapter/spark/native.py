@@ -53,7 +53,13 @@ from storage_adapter.keys import validate_key
 from storage_adapter.protocol import StorageAdapter
 from storage_adapter.registry import HadoopRoot, backend_named
 from storage_adapter.spark.datasource import schema_from_spark, schema_to_spark
-from storage_adapter.spark.load import BulkLoad, NewTable, check_spark_frame, create_for_write, log_load
+from storage_adapter.spark.load import (
+    BulkLoad,
+    check_spark_frame,
+    create_for_write,
+    log_load,
+    table_to_create,
+)
 from storage_adapter.spark.session import is_connect
 from storage_adapter.types import ObjectInfo
 
@@ -131,19 +137,15 @@ def write(
     hadoop = hadoop_location(engine.adapter, spark)
     if is_connect(spark):  # the server writes, this client publishes: they must see the same files
         check_shared_root(spark, engine.adapter, hadoop, table)
-    creating: NewTable | None = None
-    if create_table and table not in engine.snapshot().tables:
-        # Created only once the job's files are known to be publishable (a partition value no key can
-        # hold is known only then): a refusal at any step leaves no table.
-        creating = NewTable.checked(table, nullable(schema_from_spark(frame.schema)), partition_by)
+    # Created only once the job's files are known to be publishable (a partition value no key can hold is
+    # known only then): a refusal at any step leaves no table.
+    created = nullable(schema_from_spark(frame.schema))
+    creating = table_to_create(
+        engine, table, created, partition_by, create=create_table, option="partition_by"
+    )
+    if creating is not None:
         schema, columns = creating.schema, creating.partition_by
     else:
-        if create_table and partition_by and engine.partition_by(table) != tuple(partition_by):
-            raise ConfigurationError(
-                f"partition_by={list(partition_by)} does not match table {table!r}, partitioned by "
-                f"{list(engine.partition_by(table))} (partitions are fixed at creation)",
-                key=layout.table_prefix(table),
-            )
         replayed = engine.precheck([table], request)
         if replayed is not None:
             log_load({table: ()}, replayed, "Spark native write")
